@@ -1,0 +1,27 @@
+"""oneiro-hf: lossless speculative decoding for transformers with latent drafters (OneiroDraft).
+
+    drafter = OneiroDrafter.from_pretrained(path, target=model)
+    out = model.generate(**inputs, assistant_model=drafter)
+"""
+
+from transformers import AutoConfig, AutoModel
+
+from .compat import UnsupportedTransformersVersion, check_transformers_version
+from .configuration_oneiro import OneiroDrafterConfig
+from .modeling_oneiro import DrafterTargetMismatch, OneiroDrafter, UnsupportedTarget
+from .stats import DraftStats
+
+__version__ = "0.1.0"
+
+AutoConfig.register(OneiroDrafterConfig.model_type, OneiroDrafterConfig, exist_ok=True)
+AutoModel.register(OneiroDrafterConfig, OneiroDrafter, exist_ok=True)
+
+__all__ = [
+    "DraftStats",
+    "DrafterTargetMismatch",
+    "OneiroDrafter",
+    "OneiroDrafterConfig",
+    "UnsupportedTarget",
+    "UnsupportedTransformersVersion",
+    "check_transformers_version",
+]

@@ -1,0 +1,241 @@
+"""OneiroCandidateGenerator: plugs OneiroDraft into transformers' assisted-decoding loop.
+
+Each call receives the target's hidden states from the previous verification pass (no extra target
+forward), keeps the accepted positions, and proposes the next draft: a prompt-lookup copy when a
+trustworthy n-gram match exists (hybrid/lookup modes), else a latent rollout of the drafter. The
+transformers loop then verifies the draft in one target pass; strict acceptance there is lossless.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+from transformers.generation.candidate_generator import CandidateGenerator
+
+from .draft_policy import DraftPolicyState
+from .kv_cache import DrafterKVCache
+from .lookup import NgramIndex
+from .stats import DraftStats
+
+
+class OneiroCandidateGenerator(CandidateGenerator):
+    """Drafts for one generate call; owns the drafter's KV cache and n-gram index for that call."""
+
+    requires_model_outputs = True
+
+    def __init__(
+        self,
+        drafter,
+        generation_config,
+        logits_processor,
+        settings: dict[str, Any],
+        user_wants_hidden_states: bool = False,
+    ) -> None:
+        self.drafter = drafter
+        self.settings = settings
+        self.mode = settings["mode"]
+        self.max_draft = int(settings["max_draft_tokens"])
+        self.min_conf = float(settings["min_draft_confidence"])
+        self.cost_aware = bool(settings["cost_aware"])
+        self.do_sample = bool(generation_config.do_sample)
+        self.logits_processor = logits_processor
+        self.max_length = generation_config.max_length
+        eos = getattr(generation_config, "_eos_token_tensor", None)
+        self.eos_ids = set(eos.flatten().tolist()) if eos is not None else set()
+        # -1 selects only the last (final-normed) state; merge with a user asking for all of them.
+        self.model_kwargs_overrides = {"output_hidden_states": True if user_wants_hidden_states else -1}
+        if self.mode == "lookup" and not user_wants_hidden_states:
+            self.model_kwargs_overrides = {}  # lookup alone never reads the target's states
+        self.cache = DrafterKVCache()
+        self.true_len = 0  # drafter positions 1..true_len hold teacher-forced (accepted) entries
+        self.pending_states: list[torch.Tensor] = []  # target states not yet fed to the drafter
+        self.index = NgramIndex(int(settings["lookup_min_ngram"]), int(settings["lookup_max_ngram"]))
+        if drafter._policy_state is None:
+            object.__setattr__(drafter, "_policy_state", DraftPolicyState())
+        self.policy: DraftPolicyState = drafter._policy_state
+        self.stats = DraftStats()
+        object.__setattr__(drafter, "last_stats", self.stats)
+        self._proposal: dict[str, Any] | None = None
+        self._verify_started: float | None = None
+
+    # ------------------------------------------------------------------ loop interface
+    def get_candidates(
+        self,
+        input_ids: torch.LongTensor,
+        model_kwargs: dict | None = None,
+        model_outputs: Any = None,
+        is_first_iteration: bool = False,
+        n_last_matches: int = 0,
+        **kwargs: Any,
+    ) -> tuple[torch.LongTensor, torch.FloatTensor | None]:
+        now = time.perf_counter()
+        if self._verify_started is not None and not is_first_iteration:
+            elapsed = now - self._verify_started
+            self.stats.verify_time_s += elapsed
+            if self._proposal is not None:
+                self.policy.observe_verify(self._proposal["length"] + 1, elapsed)
+        self._sync_sequence(input_ids, model_outputs, is_first_iteration, int(n_last_matches))
+        if model_outputs is None:  # first iteration: the target's pass is the prefill
+            self._proposal = None
+            self._verify_started = time.perf_counter()
+            return input_ids, None
+
+        tokens, logits, source, ngram, confidences = self._draft(input_ids)
+        self.stats.draft_time_s += time.perf_counter() - now
+        self._proposal = {"length": len(tokens), "source": source, "ngram": ngram, "conf": confidences,
+                          "draft_s": time.perf_counter() - now}
+        self._verify_started = time.perf_counter()
+        if not tokens:
+            self.stats.empty_steps += 1
+            return input_ids, None
+        draft = torch.tensor([tokens], dtype=input_ids.dtype, device=input_ids.device)
+        return torch.cat([input_ids, draft], dim=-1), logits
+
+    def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, num_matches: int):
+        proposal = self._proposal
+        if proposal is None:
+            return
+        n = int(num_matches)
+        length = proposal["length"]
+        self.stats.steps += 1
+        self.stats.accept_lengths.append(n + 1)
+        if length == 0:
+            return
+        source = proposal["source"]
+        self.stats.drafted_tokens += length
+        self.stats.accepted_tokens += n
+        self.stats.drafted_by_source[source] += length
+        self.stats.accepted_by_source[source] += n
+        if source == "lookup":
+            self.stats.lookup_steps += 1
+            rate = self.policy.lookup_rate(proposal["ngram"])
+            for j in range(min(n + 1, length)):
+                rate.add(j < n)
+        else:
+            self.stats.latent_steps += 1
+            for j in range(min(n + 1, length)):
+                self.policy.latent_rate(proposal["conf"][j]).add(j < n)
+            t1 = self.policy.verify_time(1)
+            spent = self.policy.verify_time(length + 1) + proposal["draft_s"]
+            self.policy.observe_latent_profit((n + 1) * t1 - spent)
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _sync_sequence(self, input_ids, model_outputs, is_first_iteration, n_last_matches) -> None:
+        """Feed newly accepted tokens to the n-gram index and newly verified states to the pending list."""
+        seq_len = input_ids.shape[1]
+        known = len(self.index.tokens)
+        if seq_len > known:
+            self.index.extend(input_ids[0, known:].tolist())
+        if model_outputs is None or self.mode == "lookup":
+            return
+        hidden = model_outputs.hidden_states[-1]
+        # States on the accepted path: the whole prompt after the prefill, else last token + matches.
+        keep = seq_len - 1 if self.true_len == 0 and not self.pending_states else n_last_matches + 1
+        self.pending_states.append(hidden[:, :keep])
+
+    def _catch_up(self, input_ids: torch.LongTensor) -> torch.Tensor:
+        """Crop speculative drafter entries, feed the pending true states, return the state at the end."""
+        self.cache.crop(self.true_len)
+        states = torch.cat(self.pending_states, dim=1) if len(self.pending_states) > 1 else self.pending_states[0]
+        self.pending_states = []
+        start = self.true_len + 1
+        end = input_ids.shape[1]  # positions start..end-1
+        if states.shape[1] != end - start:
+            raise RuntimeError(f"drafter lost sync: {states.shape[1]} states for {end - start} positions")
+        positions = torch.arange(start, end, device=input_ids.device).unsqueeze(0)
+        out = self.drafter.transition(states, input_ids[:, start:end], positions, self.cache)
+        self.true_len = end - 1
+        return out[:, -1:]
+
+    # ------------------------------------------------------------------ drafting
+    def _budget(self, input_ids) -> int:
+        return max(0, min(self.max_draft, self.max_length - input_ids.shape[1] - 1))
+
+    def _draft(self, input_ids):
+        budget = self._budget(input_ids)
+        if budget == 0:
+            return [], None, "none", 0, []
+        if self.mode in ("lookup", "hybrid"):
+            tokens, ngram = self.index.lookup(budget)
+            if tokens and (self.mode == "lookup" or ngram >= self.settings["lookup_min_ngram"]):
+                rate = self.policy.lookup_rate(ngram).value
+                length = self.policy.best_length([rate] * len(tokens), [0] * len(tokens)) if self.cost_aware \
+                    else len(tokens)
+                if self.mode == "lookup" and length == 0 and not self.cost_aware:
+                    length = len(tokens)
+                if length > 0:
+                    tokens = self._cut_at_eos(tokens[:length])
+                    return tokens, self._one_hot_logits(tokens, input_ids), "lookup", ngram, []
+            if self.mode == "lookup":
+                return [], None, "none", 0, []
+        if self.cost_aware and not self.policy.latent_worth_trying():
+            self.policy.steps_since_latent += 1
+            return [], None, "none", 0, []
+        self.policy.steps_since_latent = 0
+        return self._draft_latent(input_ids, budget)
+
+    def _cut_at_eos(self, tokens: list[int]) -> list[int]:
+        for i, t in enumerate(tokens):
+            if t in self.eos_ids:
+                return tokens[: i + 1]
+        return tokens
+
+    @torch.no_grad()
+    def _draft_latent(self, input_ids, budget):
+        drafter = self.drafter
+        vocab_ids = drafter.draft_vocab_ids
+        state = self._catch_up(input_ids)
+        tokens: list[int] = []
+        confidences: list[float] = []
+        probs: list[float] = []
+        logit_rows: list[torch.Tensor] = []
+        sequence = input_ids
+        t0 = time.perf_counter()
+        steps_timed = 0
+        for j in range(budget):
+            logits = drafter.readout_logits(state[:, -1]).float()  # (1, Vd)
+            if self.do_sample:
+                full = logits.new_full((1, drafter.config.vocab_size), float("-inf"))
+                full[:, vocab_ids] = logits
+                full = self.logits_processor(sequence, full)
+                dist = full.softmax(-1)
+                token = int(torch.multinomial(dist, 1))
+                conf = float(dist[0, token])
+                logit_rows.append(full)
+            else:
+                dist = logits.softmax(-1)
+                conf_t, idx = dist.max(-1)
+                token, conf = int(vocab_ids[idx]), float(conf_t)
+            tokens.append(token)
+            confidences.append(conf)
+            probs.append(self.policy.latent_rate(conf).value)
+            if conf < self.min_conf or token in self.eos_ids or j + 1 == budget:
+                break
+            if self.cost_aware and self.policy.best_length(probs, list(range(1, len(probs) + 1))) < len(probs) \
+                    and probs[-1] < 0.5:
+                break
+            next_tok = torch.tensor([[token]], device=input_ids.device)
+            if self.do_sample:
+                sequence = torch.cat([sequence, next_tok], dim=-1)
+            position = torch.tensor([[self.cache.seq_length + 1]], device=input_ids.device)
+            state = drafter.transition(state, next_tok, position, self.cache)
+            steps_timed += 1
+        if steps_timed:
+            self.policy.observe_draft_step((time.perf_counter() - t0) / (steps_timed + 1))
+        length = len(tokens)
+        if self.cost_aware:
+            length = self.policy.best_length(probs, list(range(1, len(probs) + 1)))
+        tokens, confidences = tokens[:length], confidences[:length]
+        logits_out = torch.cat(logit_rows[:length], dim=0).unsqueeze(0) if (self.do_sample and length) else None
+        return tokens, logits_out, "latent", 0, confidences
+
+    def _one_hot_logits(self, tokens: list[int], input_ids) -> torch.Tensor | None:
+        """In sampling mode a copied token is a point mass: q(token)=1, so p/q acceptance stays exact."""
+        if not self.do_sample:
+            return None
+        vocab = self.drafter.config.vocab_size
+        logits = torch.full((1, len(tokens), vocab), float("-inf"), device=input_ids.device)
+        logits[0, torch.arange(len(tokens)), torch.tensor(tokens)] = 0.0
+        return logits

@@ -1,0 +1,59 @@
+"""Configuration of a OneiroDraft drafter: what it was made from and how it drafts by default."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import PretrainedConfig
+
+DRAFT_MODES = ("latent", "lookup", "hybrid")
+
+
+class OneiroDrafterConfig(PretrainedConfig):
+    """Records the target a drafter belongs to, so a mismatch is caught before any work is done.
+
+    `target_config` is the target's text config as a dict: the drafter rebuilds its copied decoder
+    layers from it with the target's own layer class.
+    """
+
+    model_type = "oneiro_drafter"
+
+    def __init__(
+        self,
+        target_config: dict[str, Any] | None = None,
+        base_model_name_or_path: str | None = None,
+        base_model_revision: str | None = None,
+        target_architecture: str | None = None,
+        hidden_size: int | None = None,
+        vocab_size: int | None = None,
+        num_target_layers: int | None = None,
+        interval: tuple[int, int] | list[int] | None = None,
+        hidden_state_layer: int = -1,
+        draft_vocab_size: int | None = None,
+        draft_mode: str = "hybrid",
+        max_draft_tokens: int = 8,
+        min_draft_confidence: float = 0.05,
+        lookup_min_ngram: int = 2,
+        lookup_max_ngram: int = 4,
+        cost_aware: bool = True,
+        oneiro_version: str = "1",
+        **kwargs: Any,
+    ) -> None:
+        self.target_config = target_config
+        self.base_model_name_or_path = base_model_name_or_path
+        self.base_model_revision = base_model_revision
+        self.target_architecture = target_architecture
+        self.hidden_size = hidden_size
+        self.vocab_size = vocab_size
+        self.num_target_layers = num_target_layers
+        self.interval = list(interval) if interval is not None else None
+        self.hidden_state_layer = hidden_state_layer
+        self.draft_vocab_size = draft_vocab_size
+        self.draft_mode = draft_mode
+        self.max_draft_tokens = max_draft_tokens
+        self.min_draft_confidence = min_draft_confidence
+        self.lookup_min_ngram = lookup_min_ngram
+        self.lookup_max_ngram = lookup_max_ngram
+        self.cost_aware = cost_aware
+        self.oneiro_version = oneiro_version
+        super().__init__(**kwargs)

@@ -1,0 +1,123 @@
+"""Cost-aware draft length: draft only as far as it raises expected accepted tokens per second.
+
+Two things are learned online and kept on the drafter across generate calls (fixed size, so memory
+stays flat): the target's verification latency t(k) for k new tokens on this hardware (seeded from a
+measured profile when one is given), and calibrated acceptance probabilities (per readout-confidence
+bin for latent drafts, per matched n-gram length for lookup drafts). A draft of length L is scored by
+
+    E(L) / cost(L),   E(L) = 1 + sum_{j<=L} P(first j drafts accepted),
+                      cost(L) = t(L + 1) + (latent steps) * t_draft_step,
+
+and L = 0 (a plain one-token step) is always a candidate, which is what keeps a weak drafter from
+making generation slower than greedy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+CONFIDENCE_BINS = 10
+EMA = 0.15
+
+
+def _default_latency_ratio(k: int) -> float:
+    """Optimistic prior for t(k)/t(1): unexplored lengths look cheap, get tried, then get measured."""
+    return 1.0 + 0.08 * (k - 1)
+
+
+@dataclass
+class Rate:
+    """A Beta-style running acceptance rate with a prior mean and strength."""
+
+    accepted: float
+    seen: float
+
+    @property
+    def value(self) -> float:
+        return self.accepted / self.seen
+
+    def add(self, accepted: bool) -> None:
+        self.accepted += float(accepted)
+        self.seen += 1.0
+
+
+@dataclass
+class DraftPolicyState:
+    """What the drafting policy has learned; one per drafter, shared by its generate calls."""
+
+    verify_s: dict[int, float] = field(default_factory=dict)  # k -> EMA seconds of a k-token verification
+    draft_step_s: float | None = None
+    latent_bins: list[Rate] = field(
+        default_factory=lambda: [Rate(0.7 * (i + 0.5) / CONFIDENCE_BINS * 4, 4.0) for i in range(CONFIDENCE_BINS)]
+    )
+    lookup_by_ngram: dict[int, Rate] = field(default_factory=dict)
+    latent_profit_s: float = 0.0  # EMA of seconds saved per latent attempt (negative: drafting loses)
+    steps_since_latent: int = 0
+
+    # -------------------------------------------------------------- latency
+    def load_profile(self, ratios: dict[int, float], t1_s: float) -> None:
+        """Seed t(k) from a measured profile: ratios[k] = t(k)/t(1), t1_s = seconds for k=1."""
+        for k, r in ratios.items():
+            self.verify_s[int(k)] = float(r) * t1_s
+
+    def verify_time(self, k: int) -> float:
+        if k in self.verify_s:
+            return self.verify_s[k]
+        if not self.verify_s:
+            return _default_latency_ratio(k)  # unitless until the first measurement arrives
+        base_k = min(self.verify_s, key=lambda m: abs(m - k))
+        base = self.verify_s[base_k] / _default_latency_ratio(base_k)
+        return base * _default_latency_ratio(k)
+
+    def observe_verify(self, k: int, seconds: float) -> None:
+        old = self.verify_s.get(k)
+        if old is None:
+            self.verify_s[k] = seconds
+        else:  # clip stalls so one hiccup on a shared machine does not poison the estimate
+            self.verify_s[k] = (1 - EMA) * old + EMA * min(seconds, 3 * old)
+
+    def observe_draft_step(self, seconds: float) -> None:
+        old = self.draft_step_s
+        self.draft_step_s = seconds if old is None else (1 - EMA) * old + EMA * min(seconds, 3 * old)
+
+    def draft_step_time(self) -> float:
+        if self.draft_step_s is not None:
+            return self.draft_step_s
+        return 0.1 * self.verify_time(1)
+
+    # -------------------------------------------------------------- acceptance
+    def latent_rate(self, confidence: float) -> Rate:
+        return self.latent_bins[min(int(confidence * CONFIDENCE_BINS), CONFIDENCE_BINS - 1)]
+
+    def lookup_rate(self, ngram: int) -> Rate:
+        if ngram not in self.lookup_by_ngram:
+            prior = 0.6 if ngram >= 3 else 0.4
+            self.lookup_by_ngram[ngram] = Rate(prior * 4, 4.0)
+        return self.lookup_by_ngram[ngram]
+
+    # -------------------------------------------------------------- choice
+    def best_length(self, probs: list[float], latent_steps: list[int]) -> int:
+        """Draft length (0..len(probs)) maximising expected tokens per second.
+
+        probs[j] is P(draft j+1 accepted | drafts 1..j accepted); latent_steps[j] is how many drafter
+        steps a draft of length j+1 costs.
+        """
+        best_len, best_score = 0, 1.0 / self.verify_time(1)
+        expected, survive = 1.0, 1.0
+        step = self.draft_step_time()
+        for j, p in enumerate(probs):
+            survive *= p
+            expected += survive
+            score = expected / (self.verify_time(j + 2) + latent_steps[j] * step)
+            if score > best_score:
+                best_len, best_score = j + 1, score
+        return best_len
+
+    def latent_worth_trying(self, explore_every: int = 8) -> bool:
+        """Skip the drafter while it has been losing time, but retry now and then to notice a change."""
+        if self.latent_profit_s >= 0 or self.steps_since_latent >= explore_every:
+            return True
+        return False
+
+    def observe_latent_profit(self, seconds_saved: float) -> None:
+        self.latent_profit_s = (1 - EMA) * self.latent_profit_s + EMA * seconds_saved

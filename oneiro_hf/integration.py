@@ -1,0 +1,93 @@
+"""Routes `target.generate(..., assistant_model=drafter)` to OneiroCandidateGenerator.
+
+transformers has no public hook for custom candidate generators, so binding a drafter sets two
+attributes on that target INSTANCE (never on its class): `generate`, which validates the call and
+reads per-call `oneiro_*` settings, and `_get_candidate_generator`, which builds our generator for a
+OneiroDrafter and delegates to the class's own method for any other assistant.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from .compat import check_transformers_version
+
+_HOOK_MARK = "_oneiro_hooked"
+
+
+def _is_drafter(obj: Any) -> bool:
+    from .modeling_oneiro import OneiroDrafter
+
+    return isinstance(obj, OneiroDrafter)
+
+
+def _oneiro_generate(self, *args: Any, **kwargs: Any):
+    drafter = kwargs.get("assistant_model")
+    oneiro_settings = {k[len("oneiro_"):]: kwargs.pop(k) for k in list(kwargs) if k.startswith("oneiro_")}
+    if not _is_drafter(drafter):
+        if oneiro_settings:
+            raise TypeError(
+                f"oneiro settings {sorted(oneiro_settings)} were given without a OneiroDrafter. "
+                "Fix: pass assistant_model=drafter."
+            )
+        return type(self).generate(self, *args, **kwargs)
+    check_transformers_version()
+    if drafter.target is not self:
+        raise ValueError(
+            "This drafter is bound to a different target instance. Fix: drafter.bind(model) before "
+            "model.generate(..., assistant_model=drafter) (one drafter serves one target at a time)."
+        )
+    settings = drafter.drafting_settings(**oneiro_settings)
+    gen_config = kwargs.get("generation_config")
+    num_beams = kwargs.get("num_beams", getattr(gen_config, "num_beams", None) or self.generation_config.num_beams)
+    if num_beams and num_beams > 1:
+        raise ValueError(
+            f"OneiroDraft speculative decoding runs greedy search or sampling, not beam search (num_beams={num_beams}). "
+            "Fix: drop num_beams, or call generate without assistant_model for beam search."
+        )
+    input_ids = kwargs.get("input_ids", args[0] if args else None)
+    if input_ids is not None and input_ids.dim() == 2 and input_ids.shape[0] > 1:
+        raise ValueError(
+            f"OneiroDraft speculative decoding supports batch size 1 (got {input_ids.shape[0]} sequences), as "
+            "transformers' assisted decoding does. Fix: call generate once per prompt, or without assistant_model "
+            "for batched generation."
+        )
+    lock = drafter._generate_lock
+    if not lock.acquire(blocking=False):
+        raise RuntimeError(
+            "This drafter is already generating in another thread. Fix: give each thread its own drafter "
+            "(OneiroDrafter.from_pretrained(..., target=model) per thread); drafters are cheap."
+        )
+    try:
+        self._oneiro_pending_settings = settings
+        return type(self).generate(self, *args, **kwargs)
+    finally:
+        self._oneiro_pending_settings = None
+        lock.release()
+
+
+def _oneiro_get_candidate_generator(self, generation_config, *args: Any, **kwargs: Any):
+    assistant = kwargs.get("assistant_model")
+    if not _is_drafter(assistant):
+        return type(self)._get_candidate_generator(self, generation_config, *args, **kwargs)
+    from .candidate_generator import OneiroCandidateGenerator
+
+    settings = getattr(self, "_oneiro_pending_settings", None) or assistant.drafting_settings()
+    return OneiroCandidateGenerator(
+        assistant,
+        generation_config,
+        kwargs["logits_processor"],
+        settings,
+        user_wants_hidden_states=bool(generation_config.output_hidden_states),
+    )
+
+
+def install_generate_hook(model) -> None:
+    """Install the instance-level hooks once per target instance (idempotent)."""
+    check_transformers_version()
+    if getattr(model, _HOOK_MARK, False):
+        return
+    model.generate = types.MethodType(_oneiro_generate, model)
+    model._get_candidate_generator = types.MethodType(_oneiro_get_candidate_generator, model)
+    setattr(model, _HOOK_MARK, True)

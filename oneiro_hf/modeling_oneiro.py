@@ -1,0 +1,393 @@
+"""OneiroDrafter: a few of the target's own decoder layers, rolled forward in the target's state space.
+
+A draft step takes the target's (or the drafter's own predicted) final-normed hidden state h_t and the
+embedding of token x_{t+1}, fuses them into the residual stream of layer `start`, runs copies of the
+target's layers [start, end) with the drafter's own KV cache, and applies the target's final norm to
+get the predicted state h_{t+1}. The readout is the target's LM head restricted to a draft vocabulary.
+Embedding, final norm, rotary embedding and LM head are borrowed from the bound target at run time and
+are never part of the drafter's checkpoint.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AutoConfig, PreTrainedModel
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+from .compat import check_transformers_version
+from .configuration_oneiro import DRAFT_MODES, OneiroDrafterConfig
+from .kv_cache import DrafterKVCache
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text")
+
+
+class DrafterTargetMismatch(ValueError):
+    """The drafter was made for a different target than the one it is being bound to."""
+
+
+class UnsupportedTarget(ValueError):
+    """The target's architecture is not one oneiro-hf knows how to draft for."""
+
+
+def _text_config(model_or_config: Any):
+    config = getattr(model_or_config, "config", model_or_config)
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def _check_supported(text_config) -> None:
+    if text_config.model_type not in SUPPORTED_MODEL_TYPES:
+        raise UnsupportedTarget(
+            f"oneiro-hf does not support target architecture '{text_config.model_type}'. Supported: "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)}. Fix: use a target of a supported architecture, or open an "
+            "issue with the model type so its decoder layer can be tested."
+        )
+
+
+def _decoder_layer_class(text_config) -> type[nn.Module]:
+    """The target's own decoder-layer class, found through its Auto mapping (no modeling copies)."""
+    model_cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(text_config)]
+    module = importlib.import_module(model_cls.__module__)
+    return getattr(module, model_cls._no_split_modules[0])
+
+
+def _model_identity(name: str | None) -> str | None:
+    """Compare base models by their last two path components, so 'org/name' and a local copy agree."""
+    if not name:
+        return None
+    parts = [p for p in str(name).replace("\\", "/").rstrip("/").split("/") if p]
+    return "/".join(parts[-2:]).lower()
+
+
+@dataclass
+class BoundTarget:
+    """Handles on the target's shared modules, held outside nn.Module registration (never saved)."""
+
+    model: PreTrainedModel
+    embed_tokens: nn.Module
+    norm: nn.Module
+    rotary_emb: nn.Module
+    rotary_takes_layer_type: bool
+    readout_weight: torch.Tensor  # (draft_vocab, hidden): rows of the target's LM head
+    logit_softcap: float | None
+
+
+class OneiroDrafter(PreTrainedModel):
+    """Latent drafter made of copies of target decoder layers [start, end) plus a small input fusion."""
+
+    config_class = OneiroDrafterConfig
+    base_model_prefix = "oneiro"
+    main_input_name = "input_ids"
+    _supports_sdpa = True
+    _no_split_modules: list[str] = []
+
+    def __init__(self, config: OneiroDrafterConfig) -> None:
+        super().__init__(config)
+        if config.target_config is None or config.interval is None:
+            raise ValueError(
+                "OneiroDrafterConfig needs target_config and interval. Fix: build drafters with "
+                "OneiroDrafter.from_target(model) or load them with OneiroDrafter.from_pretrained(path, target=model)."
+            )
+        layer_config = self.build_target_config(config)
+        _check_supported(layer_config)
+        layer_config._attn_implementation = "sdpa"
+        layer_cls = _decoder_layer_class(layer_config)
+        start, end = config.interval
+        self.layers = nn.ModuleList([layer_cls(layer_config, layer_idx=i) for i in range(start, end)])
+        hidden = config.hidden_size
+        self.fuse = nn.Linear(2 * hidden, hidden, bias=True)
+        vocab = config.draft_vocab_size or config.vocab_size
+        self.register_buffer("draft_vocab_ids", torch.arange(vocab, dtype=torch.long), persistent=True)
+        self.post_init()
+        object.__setattr__(self, "_bound", None)
+        from .stats import DraftStats
+
+        object.__setattr__(self, "last_stats", DraftStats())
+        object.__setattr__(self, "_policy_state", None)
+        object.__setattr__(self, "_generate_lock", threading.Lock())
+
+    @staticmethod
+    def build_target_config(config: OneiroDrafterConfig):
+        data = dict(config.target_config)
+        model_type = data.pop("model_type")
+        return AutoConfig.for_model(model_type, **data)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # Layers are overwritten by target weights in from_target or by the checkpoint; keep fusion sane.
+        if module is getattr(self, "fuse", None):
+            nn.init.zeros_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_target(
+        cls,
+        model: PreTrainedModel,
+        interval: tuple[int, int] | None = None,
+        draft_vocab_ids: torch.Tensor | list[int] | None = None,
+        **draft_settings: Any,
+    ) -> "OneiroDrafter":
+        """A fresh drafter whose transition copies target layers `interval` (default: the last two)."""
+        check_transformers_version()
+        text_config = _text_config(model)
+        _check_supported(text_config)
+        num_layers = text_config.num_hidden_layers
+        if interval is None:
+            interval = (max(0, num_layers - 2), num_layers)
+        start, end = (int(interval[0]), int(interval[1]))
+        if not (0 <= start < end <= num_layers):
+            raise ValueError(
+                f"interval {tuple(interval)} is outside the target's {num_layers} decoder layers. Fix: pass "
+                f"interval=(start, end) with 0 <= start < end <= {num_layers}, e.g. ({num_layers - 2}, {num_layers})."
+            )
+        if draft_vocab_ids is not None:
+            draft_vocab_ids = torch.as_tensor(draft_vocab_ids, dtype=torch.long).flatten()
+            if draft_vocab_ids.numel() == 0 or int(draft_vocab_ids.max()) >= text_config.vocab_size:
+                raise ValueError(
+                    f"draft_vocab_ids must be non-empty ids < the target's vocab size {text_config.vocab_size}."
+                )
+            if draft_vocab_ids.unique().numel() != draft_vocab_ids.numel():
+                raise ValueError("draft_vocab_ids contains duplicates. Fix: pass unique token ids.")
+        unknown = set(draft_settings) - set(inspect.signature(OneiroDrafterConfig.__init__).parameters)
+        if unknown:
+            raise TypeError(f"unknown drafter settings {sorted(unknown)}")
+        config = OneiroDrafterConfig(
+            target_config=text_config.to_dict(),
+            base_model_name_or_path=getattr(model, "name_or_path", None) or None,
+            base_model_revision=getattr(model.config, "_commit_hash", None),
+            target_architecture=type(model).__name__,
+            hidden_size=text_config.hidden_size,
+            vocab_size=text_config.vocab_size,
+            num_target_layers=num_layers,
+            interval=(start, end),
+            draft_vocab_size=None if draft_vocab_ids is None else int(draft_vocab_ids.numel()),
+            **draft_settings,
+        )
+        drafter = cls(config)
+        target_layers = cls._target_layers(model)
+        with torch.no_grad():
+            for i, layer in enumerate(drafter.layers):
+                layer.load_state_dict(target_layers[start + i].state_dict())
+            hidden = config.hidden_size
+            # Untrained default: the fused input is the embedding of the token just drafted.
+            drafter.fuse.weight.zero_()
+            drafter.fuse.weight[:, hidden:].copy_(torch.eye(hidden))
+            drafter.fuse.bias.zero_()
+            if draft_vocab_ids is not None:
+                drafter.draft_vocab_ids = draft_vocab_ids.clone()
+        drafter.bind(model)
+        return drafter
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *args: Any, target=None, **kwargs):
+        """Load a trained drafter and bind it to `target` (required: the drafter shares its head)."""
+        check_transformers_version()
+        if target is None:
+            raise ValueError(
+                "OneiroDrafter.from_pretrained needs the target it drafts for. Fix: "
+                "OneiroDrafter.from_pretrained(path_or_repo_id, target=model)."
+            )
+        from .checkpoint import check_checkpoint_dir
+
+        check_checkpoint_dir(pretrained_model_name_or_path, kwargs)
+        drafter = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        drafter.bind(target)
+        return drafter
+
+    # ------------------------------------------------------------------ binding
+    @staticmethod
+    def _base_model(model: PreTrainedModel) -> nn.Module:
+        base = model.get_decoder() if hasattr(model, "get_decoder") else None
+        if base is None or not hasattr(base, "layers"):
+            base = getattr(model, "model", None)
+        if base is None or not all(hasattr(base, a) for a in ("layers", "norm", "rotary_emb")):
+            raise UnsupportedTarget(
+                f"{type(model).__name__} does not expose decoder layers, a final norm and a rotary embedding "
+                "the way oneiro-hf expects."
+            )
+        return base
+
+    @classmethod
+    def _target_layers(cls, model: PreTrainedModel) -> nn.ModuleList:
+        return cls._base_model(model).layers
+
+    def check_target(self, model: PreTrainedModel, allow_base_model_mismatch: bool = False) -> None:
+        """Raise DrafterTargetMismatch naming every field in which `model` differs from the recorded target."""
+        text_config = _text_config(model)
+        cfg = self.config
+        problems = []
+        for field, expected, actual in (
+            ("model_type", cfg.target_config.get("model_type"), text_config.model_type),
+            ("hidden_size", cfg.hidden_size, text_config.hidden_size),
+            ("vocab_size", cfg.vocab_size, text_config.vocab_size),
+            ("num_hidden_layers", cfg.num_target_layers, text_config.num_hidden_layers),
+        ):
+            if expected != actual:
+                problems.append(f"{field}: drafter expects {expected}, target has {actual}")
+        if cfg.target_architecture and cfg.target_architecture != type(model).__name__:
+            problems.append(f"architecture: drafter expects {cfg.target_architecture}, target is {type(model).__name__}")
+        want, have = _model_identity(cfg.base_model_name_or_path), _model_identity(getattr(model, "name_or_path", None))
+        if not allow_base_model_mismatch and want and have and want != have:
+            problems.append(
+                f"base model: drafter was made from '{cfg.base_model_name_or_path}', target is '{model.name_or_path}'"
+                " (pass allow_base_model_mismatch=True to bind to a fine-tune of the same base on purpose)"
+            )
+        if problems:
+            raise DrafterTargetMismatch(
+                "This drafter was made for another target:\n  - " + "\n  - ".join(problems)
+                + "\nFix: use a drafter trained for this target, or build one with OneiroDrafter.from_target(model)."
+            )
+
+    def bind(self, model: PreTrainedModel, allow_base_model_mismatch: bool = False) -> "OneiroDrafter":
+        """Share the target's embedding, final norm, rotary embedding and LM head; follow its device and dtype."""
+        from .integration import install_generate_hook
+
+        self.check_target(model, allow_base_model_mismatch=allow_base_model_mismatch)
+        base = self._base_model(model)
+        target_layers = base.layers
+        start, _ = self.config.interval
+        for i, layer in enumerate(self.layers):
+            if type(layer) is not type(target_layers[start + i]):
+                raise DrafterTargetMismatch(
+                    f"drafter layer {i} is {type(layer).__name__} but target layer {start + i} is "
+                    f"{type(target_layers[start + i]).__name__}"
+                )
+        ref = next(target_layers[start].parameters())
+        self.to(device=ref.device, dtype=ref.dtype)
+        self.draft_vocab_ids = self.draft_vocab_ids.to(device=ref.device)
+        lm_head = model.get_output_embeddings()
+        if int(self.draft_vocab_ids.max()) >= lm_head.weight.shape[0]:
+            raise DrafterTargetMismatch("draft vocabulary ids exceed the target's LM head size")
+        readout = lm_head.weight.detach()
+        if self.draft_vocab_ids.numel() != readout.shape[0]:
+            readout = readout.index_select(0, self.draft_vocab_ids.to(readout.device))
+        rotary = base.rotary_emb
+        takes_layer_type = "layer_type" in inspect.signature(rotary.forward).parameters
+        softcap = getattr(_text_config(model), "final_logit_softcapping", None)
+        object.__setattr__(
+            self,
+            "_bound",
+            BoundTarget(model, model.get_input_embeddings(), base.norm, rotary, takes_layer_type, readout, softcap),
+        )
+        self.eval()
+        install_generate_hook(model)
+        return self
+
+    @property
+    def target(self) -> PreTrainedModel | None:
+        return self._bound.model if self._bound is not None else None
+
+    def require_bound(self) -> BoundTarget:
+        if self._bound is None:
+            raise RuntimeError(
+                "This drafter is not bound to a target. Fix: drafter.bind(model), or load it with "
+                "OneiroDrafter.from_pretrained(path, target=model)."
+            )
+        return self._bound
+
+    def refresh_readout(self) -> None:
+        """Re-gather the readout rows after the draft vocabulary or the target's head changed."""
+        bound = self.require_bound()
+        self.bind(bound.model, allow_base_model_mismatch=True)
+
+    # ------------------------------------------------------------------ computation
+    def _layer_types(self) -> list[str | None]:
+        types = self.config.target_config.get("layer_types")
+        start, end = self.config.interval
+        return [types[i] if types else None for i in range(start, end)]
+
+    def transition(
+        self,
+        states: torch.Tensor,
+        token_ids: torch.LongTensor,
+        position_ids: torch.LongTensor,
+        cache: DrafterKVCache | None = None,
+    ) -> torch.Tensor:
+        """Predict the (final-normed) states at `position_ids` from the previous states and tokens there.
+
+        states: (B, Q, H) state of the position before each token; token_ids: (B, Q); position_ids: (B, Q).
+        With a cache, the Q entries attend to everything cached plus themselves causally.
+        """
+        bound = self.require_bound()
+        emb = bound.embed_tokens(token_ids)
+        x = self.fuse(torch.cat([states.to(emb.dtype), emb], dim=-1))
+        q = x.shape[1]
+        past = cache.seq_length if cache is not None else 0
+        rotary_cache: dict[str | None, tuple[torch.Tensor, torch.Tensor]] = {}
+        for layer, layer_type in zip(self.layers, self._layer_types()):
+            if layer_type not in rotary_cache:
+                args = (x, position_ids, layer_type) if bound.rotary_takes_layer_type else (x, position_ids)
+                rotary_cache[layer_type] = bound.rotary_emb(*args)
+            window = getattr(layer.self_attn, "sliding_window", None)
+            mask = self._mask(q, past, window, x.device)
+            out = layer(
+                x,
+                position_embeddings=rotary_cache[layer_type],
+                attention_mask=mask,
+                position_ids=position_ids,
+                cache=cache,
+            )
+            x = out[0] if isinstance(out, tuple) else out
+        if cache is not None:
+            cache.commit()
+        return bound.norm(x)
+
+    @staticmethod
+    def _mask(q: int, past: int, window: int | None, device: torch.device) -> torch.Tensor | None:
+        """Boolean (1, 1, q, past+q) mask: causal, and within the sliding window where the layer has one."""
+        total = past + q
+        if q == 1 and (window is None or total <= window):
+            return None
+        rows = torch.arange(q, device=device).unsqueeze(1) + past
+        cols = torch.arange(total, device=device).unsqueeze(0)
+        allowed = cols <= rows
+        if window is not None:
+            allowed &= cols > rows - window
+        return allowed[None, None]
+
+    def readout_logits(self, states: torch.Tensor) -> torch.Tensor:
+        """Logits over the draft vocabulary (index i is target token draft_vocab_ids[i])."""
+        bound = self.require_bound()
+        logits = F.linear(states, bound.readout_weight)
+        if bound.logit_softcap:
+            logits = torch.tanh(logits / bound.logit_softcap) * bound.logit_softcap
+        return logits
+
+    def forward(self, states: torch.Tensor, input_ids: torch.LongTensor, position_ids=None, **kwargs: Any):
+        """Teacher-forced pass for training: next states and draft-vocabulary logits for every position."""
+        if position_ids is None:
+            position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+            position_ids = position_ids.expand(input_ids.shape[0], -1)
+        next_states = self.transition(states, input_ids, position_ids)
+        return next_states, self.readout_logits(next_states)
+
+    # ------------------------------------------------------------------ settings
+    def drafting_settings(self, **overrides: Any) -> dict[str, Any]:
+        """The drafting settings for one generate call: config defaults, then per-call overrides."""
+        settings = {
+            "mode": self.config.draft_mode,
+            "max_draft_tokens": self.config.max_draft_tokens,
+            "min_draft_confidence": self.config.min_draft_confidence,
+            "lookup_min_ngram": self.config.lookup_min_ngram,
+            "lookup_max_ngram": self.config.lookup_max_ngram,
+            "cost_aware": self.config.cost_aware,
+        }
+        for key, value in overrides.items():
+            if key not in settings:
+                raise TypeError(f"unknown oneiro setting '{key}'. Known: {', '.join(sorted(settings))}")
+            settings[key] = value
+        if settings["mode"] not in DRAFT_MODES:
+            raise ValueError(f"unknown draft mode '{settings['mode']}'. Choose one of {', '.join(DRAFT_MODES)}.")
+        if int(settings["max_draft_tokens"]) < 1:
+            raise ValueError("max_draft_tokens must be >= 1")
+        if not 1 <= int(settings["lookup_min_ngram"]) <= int(settings["lookup_max_ngram"]):
+            raise ValueError("need 1 <= lookup_min_ngram <= lookup_max_ngram")
+        return settings

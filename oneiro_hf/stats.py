@@ -1,0 +1,45 @@
+"""Per-call drafting statistics a user can read after `generate` (drafter.last_stats)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class DraftStats:
+    """Counts and timings of one generate call; reset at the start of each call so memory stays flat."""
+
+    steps: int = 0  # verification passes after the prefill
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    latent_steps: int = 0
+    lookup_steps: int = 0
+    empty_steps: int = 0  # steps where drafting was judged not worth it
+    draft_time_s: float = 0.0
+    verify_time_s: float = 0.0
+    accepted_by_source: dict[str, int] = field(default_factory=lambda: {"latent": 0, "lookup": 0})
+    drafted_by_source: dict[str, int] = field(default_factory=lambda: {"latent": 0, "lookup": 0})
+    accept_lengths: list[int] = field(default_factory=list)  # tokens gained per step (accepted + 1)
+
+    @property
+    def mean_accepted_tokens(self) -> float:
+        """Mean tokens produced per verification pass (tau): accepted drafts + the target's own token."""
+        return sum(self.accept_lengths) / len(self.accept_lengths) if self.accept_lengths else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else 0.0
+
+    @property
+    def draft_time_share(self) -> float:
+        total = self.draft_time_s + self.verify_time_s
+        return self.draft_time_s / total if total else 0.0
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data.update(
+            mean_accepted_tokens=self.mean_accepted_tokens,
+            acceptance_rate=self.acceptance_rate,
+            draft_time_share=self.draft_time_share,
+        )
+        return data
