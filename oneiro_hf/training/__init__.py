@@ -1,0 +1,1 @@
+"""Training-side tools: prompt sources and self-distillation data generation for drafters."""

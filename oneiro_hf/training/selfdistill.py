@@ -1,0 +1,396 @@
+"""Self-distillation data: the target's own greedy answers to a mix of prompts.
+
+A drafter is only useful if it predicts what the *target* will say, so the training data is the target's own
+greedy output (exactly what lossless speculative decoding will have to reproduce), not human-written text.
+
+Generation is slow on a CPU (hours for a useful amount), so it is resumable: one JSONL record per prompt is
+appended and flushed after every batch, ids already present are skipped, and a line cut off by an interrupt is
+dropped and regenerated.
+
+CLI::
+
+    python -m oneiro_hf.training.selfdistill --target smollm2-135m-instruct --out runs/data/smollm2.jsonl \\
+        --num-prompts 3000 --sources stdlib,synthetic,debian,magpie --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .prompts import Prompt, iter_prompts, load_user_prompts, stop_token_ids
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SOURCES = "stdlib,synthetic,debian,magpie"
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    """Whether prompts should be wrapped in the tokenizer's chat template (base models have none)."""
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
+    """Token ids the target sees for ``prompt``: chat-formatted with the assistant turn opened, or raw text.
+
+    The template is rendered to text and then tokenised without extra special tokens, so a template that
+    writes its own BOS does not get a second one.
+    """
+    if has_chat_template(tokenizer):
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+        )
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return list(tokenizer(prompt)["input_ids"])
+
+
+def scan_existing(out_path: str | Path) -> set[str]:
+    """Ids already in ``out_path``; a truncated or corrupt last line (an interrupted write) is cut off.
+
+    A corrupt line that is not the last one means something else wrote to the file, so that is an error.
+    """
+    path = Path(out_path)
+    if not path.exists():
+        return set()
+    ids: set[str] = set()
+    good_end = 0
+    with open(path, "rb") as fh:
+        lines = fh.readlines()
+    for lineno, raw in enumerate(lines, start=1):
+        last = lineno == len(lines)
+        try:
+            if not raw.endswith(b"\n"):
+                raise ValueError("no newline")
+            rec = json.loads(raw)
+            ids.add(str(rec["id"]))
+        except (ValueError, KeyError, TypeError):
+            if last:
+                logger.warning(
+                    "%s:%d is incomplete (interrupted write); it will be regenerated.", path, lineno
+                )
+                break
+            raise ValueError(
+                f"{path}:{lineno} is not a valid record, and it is not the last line, so the file was not "
+                "written by an interrupted run. Fix or delete that line, or pass resume=False (--no-resume) "
+                "to start over."
+            ) from None
+        good_end += len(raw)
+    if good_end < path.stat().st_size:
+        with open(path, "r+b") as fh:
+            fh.truncate(good_end)
+    return ids
+
+
+def _batches(
+    items: Iterable[tuple[Prompt, list[int]]], batch_size: int, window: int
+) -> Iterator[list[tuple[Prompt, list[int]]]]:
+    """Group prompts into batches of similar length (sorted within a window) to waste little on padding."""
+    buf: list[tuple[Prompt, list[int]]] = []
+
+    def flush() -> Iterator[list[tuple[Prompt, list[int]]]]:
+        buf.sort(key=lambda item: len(item[1]), reverse=True)
+        for i in range(0, len(buf), batch_size):
+            yield buf[i : i + batch_size]
+        buf.clear()
+
+    for item in items:
+        buf.append(item)
+        if len(buf) >= batch_size * window:
+            yield from flush()
+    if buf:
+        yield from flush()
+
+
+@torch.no_grad()
+def generate_batch(
+    model: Any,
+    input_ids: list[list[int]],
+    max_new_tokens: int,
+    stop_ids: list[int],
+    pad_id: int,
+) -> list[tuple[list[int], bool]]:
+    """Greedy-decode a left-padded batch; return each response (cut after its first stop token) and whether
+    it stopped on its own (True) or hit ``max_new_tokens`` (False)."""
+    from transformers import GenerationConfig
+
+    device = next(model.parameters()).device
+    width = max(len(ids) for ids in input_ids)
+    padded = torch.full((len(input_ids), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(input_ids), width), dtype=torch.long)
+    for row, ids in enumerate(input_ids):
+        padded[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        mask[row, width - len(ids) :] = 1
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        num_beams=1,
+        eos_token_id=stop_ids,
+        pad_token_id=pad_id,
+    )
+    out = model.generate(
+        input_ids=padded.to(device), attention_mask=mask.to(device), generation_config=config
+    )
+    stops = set(stop_ids)
+    results: list[tuple[list[int], bool]] = []
+    for row in out[:, width:].tolist():
+        end = next((i for i, tok in enumerate(row) if tok in stops), None)
+        results.append((row[: end + 1], True) if end is not None else (row, False))
+    return results
+
+
+def generate_self_distillation_data(
+    model: Any,
+    tokenizer: Any,
+    prompts: Iterable[Prompt],
+    out_path: str | Path,
+    max_new_tokens: int = 192,
+    batch_size: int = 16,
+    resume: bool = True,
+    *,
+    sort_window: int = 8,
+    max_prompt_tokens: int = 1024,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Append the target's greedy answers to ``prompts`` to ``out_path`` as JSONL; return throughput stats.
+
+    Each record is ``{"id", "source", "prompt", "input_ids", "output_ids", "stopped"}``: ``input_ids`` is the
+    exact (chat-formatted) prompt the target saw, ``output_ids`` its greedy response including the final
+    end-of-turn token when it stopped by itself (``stopped`` false means it hit ``max_new_tokens``).
+    With ``resume`` the ids already in the file are skipped; without it the file is overwritten.
+    """
+    from tqdm.auto import tqdm
+
+    if batch_size < 1 or max_new_tokens < 1:
+        raise ValueError(f"batch_size and max_new_tokens must be >= 1 (got {batch_size}, {max_new_tokens}).")
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if resume:
+        done = scan_existing(out)
+    else:
+        done = set()
+        out.write_bytes(b"")
+    stop_ids = stop_token_ids(tokenizer, model)
+    if not stop_ids:
+        raise ValueError(
+            "The tokenizer defines no EOS token, so answers would never stop; set tokenizer.eos_token."
+        )
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
+    model.eval()
+
+    total = len(prompts) if hasattr(prompts, "__len__") else None  # type: ignore[arg-type]
+    stats = {
+        "written": 0,
+        "skipped_existing": 0,
+        "skipped_too_long": 0,
+        "prompt_tokens": 0,
+        "response_tokens": 0,
+    }
+
+    def pending() -> Iterator[tuple[Prompt, list[int]]]:
+        seen: set[str] = set()
+        for rec in prompts:
+            pid = str(rec["id"])
+            if pid in done or pid in seen:
+                stats["skipped_existing"] += 1
+                bar.update(1)
+                continue
+            seen.add(pid)
+            ids = encode_prompt(tokenizer, rec["prompt"])
+            if len(ids) > max_prompt_tokens:
+                stats["skipped_too_long"] += 1
+                logger.warning(
+                    "Skipping prompt %s: %d tokens > max_prompt_tokens=%d", pid, len(ids), max_prompt_tokens
+                )
+                bar.update(1)
+                continue
+            yield rec, ids
+
+    bar = tqdm(total=total, desc="self-distill", unit="prompt", disable=not progress, dynamic_ncols=True)
+    start = time.perf_counter()
+    with open(out, "a", encoding="utf-8") as fh:
+        for batch in _batches(pending(), batch_size, sort_window):
+            results = generate_batch(model, [ids for _, ids in batch], max_new_tokens, stop_ids, pad_id)
+            lines = []
+            for (rec, ids), (response, stopped) in zip(batch, results):
+                lines.append(
+                    json.dumps(
+                        {
+                            "id": str(rec["id"]),
+                            "source": rec.get("source", ""),
+                            "prompt": rec["prompt"],
+                            "input_ids": ids,
+                            "output_ids": response,
+                            "stopped": stopped,
+                        },
+                        ensure_ascii=False,
+                    )
+                )
+                stats["prompt_tokens"] += len(ids)
+                stats["response_tokens"] += len(response)
+            fh.write("\n".join(lines) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+            stats["written"] += len(batch)
+            elapsed = time.perf_counter() - start
+            bar.update(len(batch))
+            bar.set_postfix(tok_s=f"{stats['response_tokens'] / elapsed:.1f}", refresh=False)
+            logger.info(
+                "wrote %d records (%d response tokens) in %.0fs: %.1f response tok/s",
+                stats["written"],
+                stats["response_tokens"],
+                elapsed,
+                stats["response_tokens"] / elapsed,
+            )
+    bar.close()
+    stats["seconds"] = round(time.perf_counter() - start, 2)
+    stats["response_tokens_per_s"] = round(stats["response_tokens"] / max(stats["seconds"], 1e-9), 2)
+    return stats
+
+
+def prepare_prompt_list(
+    path: str | Path,
+    num_prompts: int,
+    sources: str,
+    seed: int,
+    tokenizer: Any = None,
+    model: Any = None,
+) -> list[Prompt]:
+    """Build (or reuse) the fixed prompt list for a run, stored next to the output.
+
+    Keeping the list on disk makes a resumed run see exactly the same prompts, including the ones the target
+    wrote itself (magpie), which are costly and not bit-reproducible across machines. Asking for more prompts
+    than stored extends the list.
+    """
+    p = Path(path)
+    existing: list[Prompt] = []
+    if p.exists():
+        existing = load_user_prompts(p) if p.stat().st_size else []
+        existing = [dict(rec) for rec in existing]
+        if len(existing) >= num_prompts:
+            return existing[:num_prompts]
+        logger.info("Extending prompt list %s from %d to %d prompts.", p, len(existing), num_prompts)
+    seen = {rec["id"] for rec in existing}
+    prompts = list(existing)
+    for rec in iter_prompts(
+        sources, limit=num_prompts + len(existing), seed=seed, tokenizer=tokenizer, model=model
+    ):
+        if len(prompts) >= num_prompts:
+            break
+        if rec["id"] not in seen:
+            seen.add(rec["id"])
+            prompts.append(rec)
+    tmp = p.with_name(p.name + ".tmp")
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for rec in prompts:
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    os.replace(tmp, p)
+    return prompts
+
+
+def load_target(
+    target: str, dtype: torch.dtype = torch.float32, cache_dir: str | None = None
+) -> tuple[Any, Any]:
+    """Load a reference-model name or a local/hub model path, with weights copied out of the memory map."""
+    from ..reference_models import REFERENCE_MODELS, load_reference_model, materialize_parameters
+
+    if target.strip().lower() in REFERENCE_MODELS and not Path(target).exists():
+        return load_reference_model(target, dtype=dtype, cache_dir=cache_dir)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(target)
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype)
+    materialize_parameters(model)
+    model.eval()
+    return model, tokenizer
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: build the prompt list, then generate (or resume generating) the target's greedy answers."""
+    parser = argparse.ArgumentParser(
+        prog="python -m oneiro_hf.training.selfdistill",
+        description="Generate self-distillation data: the target's own greedy answers to a mix of prompts.",
+    )
+    parser.add_argument("--target", required=True, help="reference model name or model directory")
+    parser.add_argument("--out", required=True, help="output JSONL (appended to; resumable)")
+    parser.add_argument("--num-prompts", type=int, default=1000)
+    parser.add_argument(
+        "--sources",
+        default=DEFAULT_SOURCES,
+        help="comma-separated prompt sources with optional weights, e.g. stdlib:3,synthetic:4,debian,magpie:2 "
+        f"(default {DEFAULT_SOURCES})",
+    )
+    parser.add_argument(
+        "--prompts-file", default=None, help="use these prompts (JSONL or dataset) instead of --sources"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-new-tokens", type=int, default=192)
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"
+    )
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--cache-dir", default=None, help="reference-model cache root")
+    parser.add_argument("--no-resume", action="store_true", help="overwrite --out instead of resuming")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (for log files)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+        try:
+            torch.set_num_interop_threads(1)
+        except RuntimeError:  # already set once parallel work started; harmless
+            pass
+    out = Path(args.out)
+    t0 = time.perf_counter()
+    model, tokenizer = load_target(args.target, getattr(torch, args.dtype), args.cache_dir)
+    logger.info(
+        "Loaded %s in %.1fs (threads=%d)", args.target, time.perf_counter() - t0, torch.get_num_threads()
+    )
+
+    if args.prompts_file:
+        prompts = load_user_prompts(args.prompts_file)[: args.num_prompts]
+    else:
+        prompt_list = out.with_name(out.stem + ".prompts.jsonl")
+        t0 = time.perf_counter()
+        prompts = prepare_prompt_list(
+            prompt_list, args.num_prompts, args.sources, args.seed, tokenizer, model
+        )
+        counts: dict[str, int] = {}
+        for rec in prompts:
+            counts[rec["source"]] = counts.get(rec["source"], 0) + 1
+        logger.info(
+            "Prompt list %s: %d prompts %s (%.1fs)",
+            prompt_list,
+            len(prompts),
+            counts,
+            time.perf_counter() - t0,
+        )
+
+    stats = generate_self_distillation_data(
+        model,
+        tokenizer,
+        prompts,
+        out,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        resume=not args.no_resume,
+        progress=not args.no_progress,
+    )
+    logger.info("Done: %s", json.dumps(stats))
+    print(json.dumps(stats))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
