@@ -1,0 +1,641 @@
+"""Training data for drafters: self-distillation records and the frozen target's features on them.
+
+A record is one line of the self-distillation JSONL: ``{"id", "source", "prompt", "input_ids", "output_ids"}``
+where ``input_ids`` is the chat-formatted prompt and ``output_ids`` the target's greedy response. A training
+sequence is ``input_ids + output_ids`` cut to ``max_len``.
+
+Positions (the convention of ``OneiroCandidateGenerator``): drafter position ``p >= 1`` takes the target's
+final-normed state ``H[p-1]`` and token ``x[p]`` and predicts ``H[p]``; the readout of ``H[p]`` predicts
+``x[p+1]``, whose target label is ``argmax(target logits at p)``. In a batch, drafter index ``i = p - 1``.
+Losses are taken on response positions only (``p >= prompt_len - 1``, i.e. the state that predicts the first
+response token and everything after it); the prompt positions are still fed so the drafter attends over the
+whole prefix, as it does at inference.
+
+Target features are either computed on the fly inside training (batched, ``no_grad``) or cached once on disk
+in float16 safetensors shards (``FeatureCache``): about 2 bytes x hidden size per token (1.2 kB for a
+576-wide model, so a million tokens is ~1.2 GB). The cache is content-addressed per sequence, so it grows
+with the data file and an interrupted build resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+logger = logging.getLogger(__name__)
+
+IGNORE = -100
+REQUIRED_KEYS = ("input_ids", "output_ids")
+
+
+class DataFileError(ValueError):
+    """A self-distillation data file is missing, empty or holds a malformed record."""
+
+
+# ---------------------------------------------------------------------------------------------- records
+def _check_ids(value: Any, name: str, where: str, vocab_size: int | None, allow_empty: bool) -> list[int]:
+    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        raise DataFileError(f"{where}: '{name}' must be a list of integer token ids.")
+    if not value and not allow_empty:
+        raise DataFileError(f"{where}: '{name}' is empty.")
+    if value and (min(value) < 0 or (vocab_size is not None and max(value) >= vocab_size)):
+        bad = [t for t in value if t < 0 or (vocab_size is not None and t >= vocab_size)][:3]
+        raise DataFileError(
+            f"{where}: '{name}' holds token ids {bad} outside the target's vocabulary (size {vocab_size}). "
+            "Fix: this data was made for another target/tokenizer; regenerate it with this target."
+        )
+    return value
+
+
+def load_records(path: str | os.PathLike, vocab_size: int | None = None) -> list[dict[str, Any]]:
+    """Read and validate a self-distillation JSONL file.
+
+    Blank lines are skipped. A malformed line raises ``DataFileError`` naming the file and line, except an
+    unterminated last line (the generator may be appending right now), which is skipped with a warning.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DataFileError(
+            f"data file {p} does not exist. Fix: pass --data with a self-distillation JSONL file."
+        )
+    raw = p.read_bytes()
+    lines = raw.split(b"\n")
+    records: list[dict[str, Any]] = []
+    seen_ids: dict[str, int] = {}
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{p}:{lineno}"
+        last_unterminated = lineno == len(lines) and not raw.endswith(b"\n")
+        try:
+            rec = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            if last_unterminated:
+                logger.warning("%s: incomplete last line (file still being written?); skipped.", where)
+                continue
+            raise DataFileError(f"{where}: not valid JSON ({err}). Fix or delete that line.") from None
+        if not isinstance(rec, dict):
+            raise DataFileError(f"{where}: expected a JSON object with 'input_ids' and 'output_ids'.")
+        missing = [k for k in REQUIRED_KEYS if k not in rec]
+        if missing:
+            raise DataFileError(
+                f"{where}: record lacks {missing}. Each line needs 'input_ids' (prompt ids incl. chat template) "
+                "and 'output_ids' (the target's greedy response ids), as written by "
+                "python -m oneiro_hf.training.selfdistill."
+            )
+        _check_ids(rec["input_ids"], "input_ids", where, vocab_size, allow_empty=False)
+        _check_ids(rec["output_ids"], "output_ids", where, vocab_size, allow_empty=True)
+        rid = str(rec.get("id", f"line{lineno}"))
+        if rid in seen_ids:
+            logger.warning(
+                "%s: duplicate id %r (first on line %d); keeping the first.", where, rid, seen_ids[rid]
+            )
+            continue
+        seen_ids[rid] = lineno
+        rec["id"] = rid
+        records.append(rec)
+    if not records:
+        raise DataFileError(
+            f"data file {p} holds no records. Fix: generate data first (python -m oneiro_hf.training.selfdistill "
+            "--target ... --out FILE) or pass --prompts to generate it."
+        )
+    return records
+
+
+def is_eval_record(record_id: str, eval_fraction: float, seed: int = 0) -> bool:
+    """Stable hold-out membership by id hash, so the split does not move when the data file grows."""
+    if eval_fraction <= 0:
+        return False
+    digest = hashlib.sha1(f"{seed}:{record_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < eval_fraction
+
+
+def split_records(
+    records: Sequence[Mapping[str, Any]], eval_fraction: float, seed: int = 0
+) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    train, held = [], []
+    for rec in records:
+        (held if is_eval_record(str(rec["id"]), eval_fraction, seed) else train).append(rec)
+    return train, held
+
+
+def make_sequence(record: Mapping[str, Any], max_len: int) -> tuple[list[int], int] | None:
+    """``(input_ids + output_ids)[:max_len]`` and the prompt length, or None if no response position survives."""
+    prompt = list(record["input_ids"])
+    seq = (prompt + list(record["output_ids"]))[:max_len]
+    # loss positions p in [max(1, P-1), len-2] must be non-empty
+    if len(seq) - 2 < max(1, len(prompt) - 1):
+        return None
+    return seq, len(prompt)
+
+
+def sequence_key(seq: Sequence[int], prompt_len: int) -> str:
+    h = hashlib.sha1()
+    h.update(str(prompt_len).encode())
+    h.update(torch.tensor(list(seq), dtype=torch.int64).numpy().tobytes())
+    return h.hexdigest()
+
+
+def response_token_count(records: Iterable[Mapping[str, Any]], max_len: int) -> int:
+    total = 0
+    for rec in records:
+        made = make_sequence(rec, max_len)
+        if made is not None:
+            total += len(made[0]) - made[1]
+    return total
+
+
+# ---------------------------------------------------------------------------------------------- datasets
+class SequenceDataset(Dataset):
+    """Token sequences only; the trainer computes the target's features on the fly."""
+
+    def __init__(self, records: Sequence[Mapping[str, Any]], max_len: int) -> None:
+        self.items: list[tuple[list[int], int, str]] = []
+        dropped = 0
+        for rec in records:
+            made = make_sequence(rec, max_len)
+            if made is None:
+                dropped += 1
+                continue
+            self.items.append((made[0], made[1], str(rec["id"])))
+        if dropped:
+            logger.info("%d records have no response token within max_len=%d; skipped.", dropped, max_len)
+        self.max_len = max_len
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        seq, prompt_len, _ = self.items[i]
+        return {"input_ids": torch.tensor(seq, dtype=torch.long), "prompt_len": prompt_len}
+
+    def lengths(self) -> list[int]:
+        return [len(s) for s, _, _ in self.items]
+
+
+def collate(items: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+    """Right-pad a list of dataset items into a batch (causal attention makes right padding harmless)."""
+    width = max(int(it["input_ids"].shape[0]) for it in items)
+    b = len(items)
+    input_ids = torch.zeros((b, width), dtype=torch.long)
+    mask = torch.zeros((b, width), dtype=torch.long)
+    prompt_lens = torch.tensor([int(it["prompt_len"]) for it in items], dtype=torch.long)
+    has_states = "states" in items[0]
+    if has_states:
+        hidden = items[0]["states"].shape[-1]
+        states = torch.zeros((b, width, hidden), dtype=items[0]["states"].dtype)
+        argmax = torch.full((b, width), IGNORE, dtype=torch.long)
+    for row, it in enumerate(items):
+        n = int(it["input_ids"].shape[0])
+        input_ids[row, :n] = it["input_ids"]
+        mask[row, :n] = 1
+        if has_states:
+            states[row, :n] = it["states"]
+            argmax[row, :n] = it["target_argmax"]
+    batch = {"input_ids": input_ids, "attention_mask": mask, "prompt_lens": prompt_lens}
+    if has_states:
+        batch["states"] = states
+        batch["target_argmax"] = argmax
+    return batch
+
+
+def loss_mask(attention_mask: torch.Tensor, prompt_lens: torch.Tensor) -> torch.Tensor:
+    """(B, T-1) bool over drafter indices i = p-1: response positions p in [max(1, P-1), len-2]."""
+    t = attention_mask.shape[1]
+    lengths = attention_mask.sum(-1)
+    p = torch.arange(1, t, device=attention_mask.device).unsqueeze(0)
+    lo = torch.clamp(prompt_lens.to(p.device) - 1, min=1).unsqueeze(1)
+    hi = (lengths.to(p.device) - 2).unsqueeze(1)
+    return (p >= lo) & (p <= hi)
+
+
+def batches_by_tokens(lengths: Sequence[int], max_tokens: int, max_batch: int = 64) -> list[list[int]]:
+    """Index batches of similar length whose padded size stays within ``max_tokens``."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    out: list[list[int]] = []
+    cur: list[int] = []
+    for i in order:
+        width = max(lengths[i], max((lengths[j] for j in cur), default=0))
+        if cur and (width * (len(cur) + 1) > max_tokens or len(cur) >= max_batch):
+            out.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        out.append(cur)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- the target
+def target_base_model(target: Any) -> Any:
+    from ..modeling_oneiro import OneiroDrafter
+
+    return OneiroDrafter._base_model(target)
+
+
+@torch.no_grad()
+def target_features(
+    target: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    resid_layer: int | None = None,
+    label_from: torch.Tensor | None = None,
+    head_chunk: int = 512,
+) -> dict[str, torch.Tensor]:
+    """Run the frozen target once: final-normed states H (B,T,D), next-token argmax (B,T; -100 on padding)
+    and, if ``resid_layer`` is given, the residual stream entering that decoder layer (B,T,D).
+
+    ``label_from`` (B,) limits the argmax (the LM head is a quarter of a small model's cost) to positions
+    ``>= label_from[b]``; pass ``prompt_lens - 1`` since only response positions are ever labelled."""
+    base = target_base_model(target)
+    device = next(target.parameters()).device
+    input_ids = input_ids.to(device)
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    attention_mask = attention_mask.to(device)
+    out = base(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        use_cache=False,
+        output_hidden_states=resid_layer is not None,
+    )
+    states = out.last_hidden_state
+    head = target.get_output_embeddings()
+    wanted = attention_mask != 0
+    if label_from is not None:
+        cols = torch.arange(states.shape[1], device=device).unsqueeze(0)
+        wanted &= cols >= label_from.to(device).unsqueeze(1)
+    rows = states[wanted]
+    picked = torch.empty(rows.shape[0], dtype=torch.long, device=device)
+    for s in range(0, rows.shape[0], head_chunk):
+        picked[s : s + head_chunk] = head(rows[s : s + head_chunk]).argmax(-1)
+    argmax = torch.full(states.shape[:2], IGNORE, dtype=torch.long, device=device)
+    argmax[wanted] = picked
+    feats = {"states": states, "target_argmax": argmax}
+    if resid_layer is not None:
+        feats["resid"] = out.hidden_states[resid_layer]
+    return feats
+
+
+def target_fingerprint(target: Any) -> dict[str, Any]:
+    """What identifies the target's features: architecture sizes plus a hash of a few weights."""
+    config = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
+    base = target_base_model(target)
+    h = hashlib.sha1()
+    with torch.no_grad():
+        h.update(base.norm.weight.detach().float().cpu().numpy().tobytes())
+        head = target.get_output_embeddings().weight
+        h.update(head[: min(64, head.shape[0])].detach().float().cpu().numpy().tobytes())
+        h.update(base.layers[-1].mlp.down_proj.weight[:8].detach().float().cpu().numpy().tobytes())
+    return {
+        "model_type": config.model_type,
+        "hidden_size": int(config.hidden_size),
+        "vocab_size": int(config.vocab_size),
+        "num_hidden_layers": int(config.num_hidden_layers),
+        "weights_sha1": h.hexdigest(),
+    }
+
+
+# ---------------------------------------------------------------------------------------------- disk cache
+class FeatureCacheMismatch(ValueError):
+    """A feature cache directory was made for another target or max_len."""
+
+
+class FeatureCache:
+    """Content-addressed float16 feature shards for one target and ``max_len``.
+
+    ``directory/meta.json`` names the target; each ``shard-NNNNN.safetensors`` holds concatenated
+    ``states`` (N,D) fp16, ``target_argmax`` (N,) int32, ``input_ids`` (N,) int32 and, for the first shards
+    up to ``resid_budget`` tokens, ``resid`` (N,D) fp32 (the input of layer ``resid_layer``, for the ridge
+    initialisation); ``shard-NNNNN.json`` (written last, so a shard without it is ignored) lists its
+    sequences as ``[key, start, length, prompt_len]``.
+    """
+
+    FORMAT = 1
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        target: Any,
+        max_len: int,
+        resid_layer: int | None = None,
+        resid_budget: int = 65536,
+        shard_tokens: int = 65536,
+    ) -> None:
+        self.dir = Path(directory)
+        self.target = target
+        self.max_len = int(max_len)
+        self.resid_layer = resid_layer
+        self.resid_budget = int(resid_budget)
+        self.shard_tokens = int(shard_tokens)
+        meta = {"format": self.FORMAT, "max_len": self.max_len, "target": target_fingerprint(target)}
+        meta_path = self.dir / "meta.json"
+        if meta_path.is_file():
+            old = json.loads(meta_path.read_text())
+            if old != meta:
+                raise FeatureCacheMismatch(
+                    f"feature cache {self.dir} was built for another target or max_len "
+                    f"({old.get('target', {}).get('model_type')}, max_len={old.get('max_len')}) than this run "
+                    f"({meta['target']['model_type']}, max_len={self.max_len}). Fix: pass another "
+                    "--feature_cache_dir, or delete that directory."
+                )
+        else:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            tmp = meta_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(meta, indent=1))
+            os.replace(tmp, meta_path)
+        self.index: dict[str, tuple[int, int, int, int]] = {}
+        self.shard_resid: dict[int, int | None] = {}
+        self._shards: dict[int, dict[str, torch.Tensor]] = {}
+        self._read_index()
+
+    def _read_index(self) -> None:
+        for js in sorted(self.dir.glob("shard-*.json")):
+            n = int(js.stem.split("-")[1])
+            if not (self.dir / f"shard-{n:05d}.safetensors").is_file():
+                continue
+            info = json.loads(js.read_text())
+            self.shard_resid[n] = info.get("resid_layer")
+            for key, start, length, prompt_len in info["sequences"]:
+                self.index.setdefault(key, (n, start, length, prompt_len))
+
+    def _next_shard(self) -> int:
+        return max(self.shard_resid, default=-1) + 1
+
+    def resid_tokens(self) -> int:
+        if self.resid_layer is None:
+            return 0
+        total = 0
+        for n, _, length, _ in self.index.values():
+            if self.shard_resid.get(n) == self.resid_layer:
+                total += length
+        return total
+
+    def build(
+        self,
+        records: Sequence[Mapping[str, Any]],
+        batch_tokens: int = 4096,
+        with_resid: bool = True,
+        progress: bool = True,
+    ) -> dict[str, Any]:
+        """Compute and store features for the records not cached yet; returns counts and timing."""
+        from safetensors.torch import save_file
+
+        todo: dict[str, tuple[list[int], int]] = {}
+        for rec in records:
+            made = make_sequence(rec, self.max_len)
+            if made is None:
+                continue
+            key = sequence_key(*made)
+            if key not in self.index:
+                todo[key] = made
+        stats = {"cached": len(records) - len(todo), "computed": len(todo), "tokens": 0, "seconds": 0.0}
+        if not todo:
+            return stats
+        keys = list(todo)
+        lengths = [len(todo[k][0]) for k in keys]
+        groups = batches_by_tokens(lengths, batch_tokens)
+        t0 = time.perf_counter()
+        buf: list[tuple[str, dict[str, torch.Tensor], int]] = []
+        buf_tokens = 0
+        resid_have = self.resid_tokens()
+        want_resid = with_resid and self.resid_layer is not None and resid_have < self.resid_budget
+
+        def flush() -> None:
+            nonlocal buf, buf_tokens, resid_have, want_resid
+            if not buf:
+                return
+            n = self._next_shard()
+            tensors = {
+                "states": torch.cat([f["states"] for _, f, _ in buf]).to(torch.float16).contiguous(),
+                "target_argmax": torch.cat([f["target_argmax"] for _, f, _ in buf])
+                .to(torch.int32)
+                .contiguous(),
+                "input_ids": torch.cat([f["input_ids"] for _, f, _ in buf]).to(torch.int32).contiguous(),
+            }
+            resid = all("resid" in f for _, f, _ in buf)
+            if resid:
+                tensors["resid"] = torch.cat([f["resid"] for _, f, _ in buf]).float().contiguous()
+            seqs, start = [], 0
+            for key, f, prompt_len in buf:
+                length = int(f["input_ids"].shape[0])
+                seqs.append([key, start, length, prompt_len])
+                start += length
+            tmp = self.dir / f"shard-{n:05d}.safetensors.tmp"
+            save_file(tensors, str(tmp))
+            os.replace(tmp, self.dir / f"shard-{n:05d}.safetensors")
+            jtmp = self.dir / f"shard-{n:05d}.json.tmp"
+            jtmp.write_text(
+                json.dumps({"resid_layer": self.resid_layer if resid else None, "sequences": seqs})
+            )
+            os.replace(jtmp, self.dir / f"shard-{n:05d}.json")
+            self.shard_resid[n] = self.resid_layer if resid else None
+            for key, s, length, prompt_len in seqs:
+                self.index[key] = (n, s, length, prompt_len)
+            if resid:
+                resid_have += start
+                want_resid = resid_have < self.resid_budget
+            buf, buf_tokens = [], 0
+
+        done_tokens = 0
+        total_tokens = sum(lengths)
+        last_log = t0
+        for group in groups:
+            width = max(lengths[i] for i in group)
+            ids = torch.zeros((len(group), width), dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for row, i in enumerate(group):
+                seq = todo[keys[i]][0]
+                ids[row, : len(seq)] = torch.tensor(seq)
+                mask[row, : len(seq)] = 1
+            label_from = torch.tensor([todo[keys[i]][1] - 1 for i in group])
+            feats = target_features(
+                self.target, ids, mask, self.resid_layer if want_resid else None, label_from
+            )
+            for row, i in enumerate(group):
+                n = lengths[i]
+                f = {
+                    "states": feats["states"][row, :n].detach().cpu(),
+                    "target_argmax": feats["target_argmax"][row, :n].cpu(),
+                    "input_ids": ids[row, :n],
+                }
+                if "resid" in feats:
+                    f["resid"] = feats["resid"][row, :n].detach().cpu()
+                buf.append((keys[i], f, todo[keys[i]][1]))
+                buf_tokens += n
+            done_tokens += int(mask.sum())
+            if buf_tokens >= self.shard_tokens or (
+                want_resid and resid_have + buf_tokens >= self.resid_budget
+            ):
+                flush()
+            now = time.perf_counter()
+            if progress and now - last_log > 30:
+                rate = done_tokens / (now - t0)
+                logger.info(
+                    "features: %d/%d tokens (%.0f tok/s, ~%.0fs left)",
+                    done_tokens,
+                    total_tokens,
+                    rate,
+                    (total_tokens - done_tokens) / max(rate, 1e-9),
+                )
+                last_log = now
+        flush()
+        stats["tokens"] = done_tokens
+        stats["seconds"] = round(time.perf_counter() - t0, 2)
+        return stats
+
+    def shard(self, n: int) -> dict[str, torch.Tensor]:
+        if n not in self._shards:
+            from safetensors.torch import load_file
+
+            self._shards[n] = load_file(str(self.dir / f"shard-{n:05d}.safetensors"))
+        return self._shards[n]
+
+    def lookup(self, record: Mapping[str, Any]) -> tuple[int, int, int, int] | None:
+        made = make_sequence(record, self.max_len)
+        if made is None:
+            return None
+        return self.index.get(sequence_key(*made))
+
+    def get(self, entry: tuple[int, int, int, int], resid: bool = False) -> dict[str, Any]:
+        n, start, length, prompt_len = entry
+        sh = self.shard(n)
+        item = {
+            "input_ids": sh["input_ids"][start : start + length].long(),
+            "prompt_len": prompt_len,
+            "states": sh["states"][start : start + length],
+            "target_argmax": sh["target_argmax"][start : start + length].long(),
+        }
+        if resid:
+            item["resid"] = sh["resid"][start : start + length]
+        return item
+
+    def has_resid(self, entry: tuple[int, int, int, int]) -> bool:
+        return self.resid_layer is not None and self.shard_resid.get(entry[0]) == self.resid_layer
+
+    def size_bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.dir.glob("shard-*.safetensors"))
+
+
+class CachedFeatureDataset(Dataset):
+    """Sequences with the target's cached features (states fp16, next-token argmax)."""
+
+    def __init__(self, cache: FeatureCache, records: Sequence[Mapping[str, Any]]) -> None:
+        self.cache = cache
+        self.entries: list[tuple[int, int, int, int]] = []
+        missing = 0
+        for rec in records:
+            if make_sequence(rec, cache.max_len) is None:
+                continue
+            entry = cache.lookup(rec)
+            if entry is None:
+                missing += 1
+                continue
+            self.entries.append(entry)
+        if missing:
+            raise RuntimeError(
+                f"{missing} records are not in the feature cache; call cache.build(records) first."
+            )
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.cache.get(self.entries[i])
+
+    def lengths(self) -> list[int]:
+        return [e[2] for e in self.entries]
+
+
+# ---------------------------------------------------------------------------------------------- iteration
+def iter_feature_batches(
+    dataset: Dataset,
+    target: Any,
+    batch_tokens: int = 4096,
+    max_items: int | None = None,
+    resid_layer: int | None = None,
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Batches with features (``states``, ``target_argmax``; ``resid`` if ``resid_layer``) in dataset order
+    groups; cached features are used when the dataset has them, else the target runs."""
+    n = len(dataset) if max_items is None else min(len(dataset), max_items)
+    lengths = (
+        dataset.lengths()[:n]
+        if hasattr(dataset, "lengths")
+        else [len(dataset[i]["input_ids"]) for i in range(n)]
+    )
+    for group in batches_by_tokens(lengths, batch_tokens):
+        items = [dataset[i] for i in group]
+        batch = collate(items)
+        if "states" not in batch or resid_layer is not None:
+            feats = target_features(
+                target, batch["input_ids"], batch["attention_mask"], resid_layer, batch["prompt_lens"] - 1
+            )
+            batch.update({k: v.cpu() for k, v in feats.items()})
+        yield batch
+
+
+def state_statistics(
+    batches: Iterable[Mapping[str, torch.Tensor]], max_positions: int = 200_000
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-dimension mean and std (float32) of the target's states over response positions."""
+    total = None
+    total_sq = None
+    count = 0
+    for batch in batches:
+        mask = loss_mask(batch["attention_mask"], batch["prompt_lens"])
+        # states at drafter index i are H[p] = H[i+1]
+        h = batch["states"][:, 1:][mask].double()
+        if h.numel() == 0:
+            continue
+        total = h.sum(0) if total is None else total + h.sum(0)
+        total_sq = (h * h).sum(0) if total_sq is None else total_sq + (h * h).sum(0)
+        count += h.shape[0]
+        if count >= max_positions:
+            break
+    if count < 2:
+        raise ValueError("need at least two response positions to compute state statistics")
+    mean = total / count
+    var = (total_sq / count - mean * mean).clamp_min(0)
+    std = var.sqrt()
+    floor = max(float(std.median()) * 1e-3, 1e-6)
+    return mean.float(), std.clamp_min(floor).float()
+
+
+def format_count(n: float) -> str:
+    if n >= 1e6:
+        return f"{n / 1e6:.2f}M"
+    if n >= 1e3:
+        return f"{n / 1e3:.1f}k"
+    return str(int(n)) if float(n).is_integer() else f"{n:.3g}"
+
+
+__all__ = [
+    "IGNORE",
+    "CachedFeatureDataset",
+    "DataFileError",
+    "FeatureCache",
+    "FeatureCacheMismatch",
+    "SequenceDataset",
+    "batches_by_tokens",
+    "collate",
+    "format_count",
+    "is_eval_record",
+    "iter_feature_batches",
+    "load_records",
+    "loss_mask",
+    "make_sequence",
+    "response_token_count",
+    "sequence_key",
+    "split_records",
+    "state_statistics",
+    "target_features",
+    "target_fingerprint",
+]

@@ -1,0 +1,843 @@
+"""OneiroTrainer: trains a OneiroDrafter against its frozen target with the transformers Trainer.
+
+Stage 1 (teacher forcing): drafter position p takes the target's true state H[p-1] and token x[p] and must
+predict H[p] (state loss on per-dimension normalised states) and, through the readout, the target's next
+token (token loss: KL to the target's distribution over the draft vocabulary, or CE to its argmax).
+
+Stage 2 (joint rollouts, "training-time test"): K recurrent steps run in parallel over all positions. Step k
+feeds step k-1's predicted states, shifted by one position, back in with the true tokens (the target's greedy
+tokens are the accepted path), so the output of step k at position p is the k-th draft step of a chain that
+started from the true state H[p-k]. Attention reproduces inference exactly: the query of step k at p sees
+the step-1 keys (teacher-forced, the drafter's cache of accepted tokens) up to the chain start p-k+1 and the
+chain's own keys of steps 2..k on the diagonal. ``parallel_rollout`` with K steps therefore equals K
+sequential ``transition`` calls with a ``DrafterKVCache`` (tests check this), and it is also how held-out
+acceptance and tau are measured.
+
+Only the drafter trains (fuse + copied layers); the target is frozen, held outside the trained module and
+never saved. Checkpoints are ordinary Trainer checkpoints holding the drafter (``save_pretrained``) plus the
+state statistics, so ``resume_from_checkpoint`` continues exactly; resuming a checkpoint made for another
+interval, draft vocabulary size or target fails before anything is written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+from .features import IGNORE, collate, iter_feature_batches, loss_mask, target_features
+
+logger = logging.getLogger(__name__)
+
+TRAINING_STATE_FILE = "oneiro_training.safetensors"
+TRAINING_INFO_FILE = "oneiro_training.json"
+STAGES = ("1", "2", "1+2")
+
+
+class CheckpointMismatch(ValueError):
+    """A checkpoint was made with a different drafter configuration than the current run."""
+
+
+class OutputDirHasDrafter(FileExistsError):
+    """The output directory already holds a finished drafter."""
+
+
+# ============================================================================================ arguments
+@dataclass
+class OneiroTrainingArguments(TrainingArguments):
+    """TrainingArguments plus the drafter-specific settings of ``oneiro-train``."""
+
+    stage: str = field(
+        default="1+2",
+        metadata={
+            "help": "'1' teacher-forced, '2' joint rollouts, '1+2' stage 1 then stage 2 (see stage1_fraction)"
+        },
+    )
+    stage1_fraction: float = field(
+        default=0.5, metadata={"help": "with stage '1+2': share of the optimisation steps spent in stage 1"}
+    )
+    rollout_steps: int = field(default=4, metadata={"help": "stage 2: recurrent draft steps K per position"})
+    rollout_step_weights: str = field(
+        default="1,0.8,0.6,0.5",
+        metadata={"help": "stage 2: loss weight of each rollout step (the last one repeats for larger K)"},
+    )
+    state_loss: str = field(
+        default="smooth_l1", metadata={"help": "'smooth_l1' or 'mse' on normalised states"}
+    )
+    state_loss_weight: float = field(default=1.0, metadata={"help": "weight of the state loss"})
+    token_loss: str = field(
+        default="kl",
+        metadata={"help": "'kl' to the target's draft-vocabulary distribution, or 'ce' to its argmax"},
+    )
+    token_loss_weight: float = field(default=0.5, metadata={"help": "weight of the token loss"})
+    draft_vocab_size: int = field(
+        default=8192, metadata={"help": "tokens in the drafter's readout vocabulary"}
+    )
+    interval: str | None = field(
+        default=None,
+        metadata={"help": "target layers copied into the drafter, 'start,end' (default: last two)"},
+    )
+    max_seq_len: int = field(default=1024, metadata={"help": "prompt + response tokens kept per sequence"})
+    ridge_init: bool = field(default=True, metadata={"help": "stage 0: fit the fusion in closed form first"})
+    ridge_positions: int = field(
+        default=50_000, metadata={"help": "response positions used by the ridge fit"}
+    )
+    data_files: list[str] | None = field(
+        default=None,
+        metadata={"help": "self-distillation JSONL files (provenance; the CLI fills it from --data)"},
+    )
+    feature_cache_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "cache the target's features here (fp16 safetensors); default: compute them on the fly"
+        },
+    )
+    feature_batch_tokens: int = field(
+        default=4096, metadata={"help": "padded tokens per target pass when computing features / evaluating"}
+    )
+    eval_rollout_steps: int = field(
+        default=5, metadata={"help": "draft length of the held-out acceptance test"}
+    )
+    eval_at_stage_switch: bool = field(
+        default=True, metadata={"help": "evaluate (and checkpoint) when stage 2 starts"}
+    )
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "allow replacing a finished drafter already saved in output_dir"}
+    )
+    save_dtype: str = field(
+        default="bfloat16",
+        metadata={"help": "dtype of the final drafter weights: bfloat16, float16 or float32"},
+    )
+    remove_unused_columns: bool = field(
+        default=False, metadata={"help": "kept False: batches carry extra keys"}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.stage not in STAGES:
+            raise ValueError(f"stage must be one of {STAGES} (got {self.stage!r})")
+        if self.rollout_steps < 1 or self.eval_rollout_steps < 1:
+            raise ValueError("rollout_steps and eval_rollout_steps must be >= 1")
+        if not 0.0 <= self.stage1_fraction <= 1.0:
+            raise ValueError("stage1_fraction must be within [0, 1]")
+        if self.state_loss not in ("smooth_l1", "mse"):
+            raise ValueError("state_loss must be 'smooth_l1' or 'mse'")
+        if self.token_loss not in ("kl", "ce"):
+            raise ValueError("token_loss must be 'kl' or 'ce'")
+        if self.save_dtype not in ("bfloat16", "float16", "float32"):
+            raise ValueError("save_dtype must be bfloat16, float16 or float32")
+        if self.draft_vocab_size < 1:
+            raise ValueError("draft_vocab_size must be >= 1")
+        self.step_weights(self.rollout_steps)
+        self.parsed_interval()
+
+    def step_weights(self, steps: int) -> list[float]:
+        return parse_step_weights(self.rollout_step_weights, steps)
+
+    def parsed_interval(self) -> tuple[int, int] | None:
+        return parse_interval(self.interval)
+
+
+def parse_step_weights(text: str | None, steps: int) -> list[float]:
+    values = [float(v) for v in str(text or "1").replace(" ", "").split(",") if v]
+    if not values or any(v < 0 or not math.isfinite(v) for v in values):
+        raise ValueError(
+            f"rollout_step_weights must be non-negative numbers, e.g. '1,0.8,0.6,0.5' (got {text!r})"
+        )
+    return [values[min(i, len(values) - 1)] for i in range(steps)]
+
+
+def parse_interval(text: str | tuple | list | None) -> tuple[int, int] | None:
+    if text is None or text == "":
+        return None
+    if isinstance(text, (tuple, list)):
+        parts = list(text)
+    else:
+        parts = [p for p in str(text).replace("-", ",").replace(":", ",").split(",") if p.strip()]
+    if len(parts) != 2:
+        raise ValueError(f"interval must be 'start,end', e.g. '28,30' (got {text!r})")
+    start, end = int(parts[0]), int(parts[1])
+    if not 0 <= start < end:
+        raise ValueError(f"interval needs 0 <= start < end (got {start},{end})")
+    return start, end
+
+
+# ============================================================================================ rollouts
+class _RolloutCache:
+    """Stands in for the KV cache in parallel rollouts: each step's keys/values are appended along the
+    sequence axis, so step k attends over [step 1 | step 2 | ... | step k] keys under ``rollout_mask``."""
+
+    def __init__(self) -> None:
+        self.keys: dict[int, list[torch.Tensor]] = {}
+        self.values: dict[int, list[torch.Tensor]] = {}
+
+    def update(self, key_states, value_states, layer_idx, *args: Any, **kwargs: Any):
+        ks = self.keys.setdefault(layer_idx, [])
+        vs = self.values.setdefault(layer_idx, [])
+        ks.append(key_states)
+        vs.append(value_states)
+        if len(ks) == 1:
+            return key_states, value_states
+        return torch.cat(ks, dim=2), torch.cat(vs, dim=2)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return 0
+
+
+def rollout_mask(
+    length: int, step: int, window: int | None, device: torch.device, first: int = 0
+) -> torch.Tensor:
+    """Boolean (1, 1, Q, Kv) mask for the queries of rollout step ``step`` (1-based).
+
+    Query index i belongs to the chain started at index s = i - step + 1. It sees step-1 keys at indices
+    <= s (the teacher-forced prefix) and, for j = 2..step, the step-j key at index s + j - 1. Step 1 covers
+    all ``length`` indices; later steps only the suffix ``[first, length)`` (Q = length - first), so the keys
+    are [step 1: length | step 2..step: length - first each].
+    """
+    first = first if step > 1 else 0
+    rows = torch.arange(first, length, device=device).unsqueeze(1)  # query indices
+    full = torch.arange(length, device=device).unsqueeze(0)
+    suffix = torch.arange(first, length, device=device).unsqueeze(0)
+    blocks = [full <= rows - step + 1]
+    for j in range(2, step + 1):
+        blocks.append(suffix == rows - step + j)
+    if window is not None:
+        blocks[0] = blocks[0] & (full > rows - window)
+        for j in range(1, len(blocks)):
+            blocks[j] = blocks[j] & (suffix > rows - window)
+    return torch.cat(blocks, dim=1)[None, None]
+
+
+def parallel_rollout(
+    drafter: Any,
+    states: torch.Tensor,
+    token_ids: torch.LongTensor,
+    position_ids: torch.LongTensor,
+    steps: int,
+    first_index: int = 0,
+) -> list[torch.Tensor]:
+    """Run ``steps`` draft steps at every position at once; returns each step's predicted states (B, L, D).
+
+    ``states[:, i]`` is the true state before token ``token_ids[:, i]``. Output k (0-based) at index i is the
+    (k+1)-th step of the chain started from the true state at index i - k. Mirrors ``OneiroDrafter.transition``
+    (fuse, copied layers with the target's rotary embedding, the target's final norm).
+
+    Step 1 runs over all indices (its keys are the teacher-forced context every chain attends to); steps >= 2
+    only over ``[first_index, L)``, which is exact for every chain started at or after ``first_index`` (use
+    ``first_index = first loss index - (steps - 1)`` to skip work on prompt positions). Outputs of steps >= 2
+    before ``first_index`` are zeros.
+    """
+    bound = drafter.require_bound()
+    emb = bound.embed_tokens(token_ids)
+    length = token_ids.shape[1]
+    first = min(max(int(first_index), 0), length - 1)
+    cache = _RolloutCache()
+    layer_types = drafter._layer_types()
+    rotary: dict[Any, tuple[torch.Tensor, torch.Tensor]] = {}
+    for layer_type in layer_types:
+        if layer_type not in rotary:
+            args = (emb, position_ids, layer_type) if bound.rotary_takes_layer_type else (emb, position_ids)
+            rotary[layer_type] = bound.rotary_emb(*args)
+    suffix_rotary = {t: tuple(r[:, first:] for r in cs) for t, cs in rotary.items()}
+    masks: dict[tuple[int, Any], torch.Tensor] = {}
+    outputs: list[torch.Tensor] = []
+    for k in range(1, steps + 1):
+        if k == 1:
+            current, tok, pos, rot = states, emb, position_ids, rotary
+        else:
+            prev = outputs[-1][:, first:]  # step k-1 on the suffix
+            # index i takes step k-1's output at i-1; the first suffix index has none (never used by a loss)
+            current = torch.cat([states[:, first : first + 1], prev[:, :-1]], dim=1)
+            tok, pos, rot = emb[:, first:], position_ids[:, first:], suffix_rotary
+        x = drafter.fuse(torch.cat([current.to(emb.dtype), tok], dim=-1))
+        for layer, layer_type in zip(drafter.layers, layer_types):
+            window = getattr(layer.self_attn, "sliding_window", None)
+            if (k, window) not in masks:
+                masks[(k, window)] = rollout_mask(length, k, window, x.device, first)
+            out = layer(
+                x,
+                position_embeddings=rot[layer_type],
+                attention_mask=masks[(k, window)],
+                position_ids=pos,
+                cache=cache,
+            )
+            x = out[0] if isinstance(out, tuple) else out
+        x = bound.norm(x)
+        if k > 1 and first > 0:
+            x = torch.cat([x.new_zeros(x.shape[0], first, x.shape[2]), x], dim=1)
+        outputs.append(x)
+    return outputs
+
+
+def rollout_start(mask: torch.Tensor, steps: int) -> int:
+    """The ``first_index`` for ``parallel_rollout``: chains of ``steps`` steps ending at any loss position
+    start at or after it."""
+    rows = mask.any(-1)
+    if not bool(rows.any()):
+        return 0
+    first_loss = int(mask[rows].float().argmax(-1).min())
+    return max(0, first_loss - (steps - 1))
+
+
+def _draft_index(drafter: Any, labels: torch.Tensor) -> torch.Tensor:
+    """Map full-vocabulary labels to draft-vocabulary indices (-100 where ignored or outside the vocabulary)."""
+    vocab = drafter.draft_vocab_ids
+    lut = torch.full((int(drafter.config.vocab_size),), IGNORE, dtype=torch.long, device=labels.device)
+    lut[vocab.to(labels.device)] = torch.arange(vocab.numel(), device=labels.device)
+    return torch.where(labels >= 0, lut[labels.clamp_min(0)], torch.full_like(labels, IGNORE))
+
+
+class DrafterTrainModule(nn.Module):
+    """What the Trainer optimises: the drafter (its only trainable part) and the rollout losses.
+
+    The target is not registered here (it is frozen, shared and never saved); batches arrive with the
+    target's features already attached.
+    """
+
+    def __init__(
+        self,
+        drafter: Any,
+        state_mean: torch.Tensor,
+        state_std: torch.Tensor,
+        step_weights: list[float],
+        state_loss: str = "smooth_l1",
+        state_loss_weight: float = 1.0,
+        token_loss: str = "kl",
+        token_loss_weight: float = 0.5,
+    ) -> None:
+        super().__init__()
+        self.drafter = drafter
+        self.register_buffer("state_mean", state_mean.detach().float().clone())
+        self.register_buffer("state_std", state_std.detach().float().clone())
+        self.step_weights = list(step_weights)
+        self.state_loss = state_loss
+        self.state_loss_weight = float(state_loss_weight)
+        self.token_loss = token_loss
+        self.token_loss_weight = float(token_loss_weight)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor,
+        prompt_lens: torch.Tensor,
+        states: torch.Tensor,
+        target_argmax: torch.LongTensor,
+        rollout_steps: int = 1,
+    ) -> dict[str, torch.Tensor]:
+        drafter = self.drafter
+        dtype = drafter.fuse.weight.dtype
+        b, t = input_ids.shape
+        positions = torch.arange(1, t, device=input_ids.device).unsqueeze(0).expand(b, -1)
+        states = states.to(dtype)
+        mask = loss_mask(attention_mask, prompt_lens)
+        first = rollout_start(mask, rollout_steps)
+        outs = parallel_rollout(drafter, states[:, :-1], input_ids[:, 1:], positions, rollout_steps, first)
+        true_next = states[:, 1:]
+        labels = target_argmax[:, 1:]
+        draft_labels = _draft_index(drafter, labels)
+        std = self.state_std.to(dtype)
+        total = states.new_zeros((), dtype=torch.float32)
+        stats = torch.zeros(rollout_steps, 4, device=input_ids.device)
+        for k, out in enumerate(outs):
+            m = mask.clone()
+            m[:, :k] = False  # index i needs a chain start i-k >= 0
+            if not bool(m.any()):
+                continue
+            pred = out[m]
+            tgt = true_next[m]
+            diff = ((pred - tgt) / std).float()
+            if self.state_loss == "mse":
+                s_loss = diff.pow(2).mean()
+            else:
+                s_loss = F.smooth_l1_loss(diff, torch.zeros_like(diff))
+            logits = drafter.readout_logits(pred).float()
+            if self.token_loss == "kl":
+                with torch.no_grad():
+                    p_target = drafter.readout_logits(tgt).float().softmax(-1)
+                logq = logits.log_softmax(-1)
+                t_loss = (p_target * (p_target.clamp_min(1e-30).log() - logq)).sum(-1).mean()
+            else:
+                lab = draft_labels[m]
+                t_loss = (
+                    F.cross_entropy(logits, lab, ignore_index=IGNORE)
+                    if bool((lab >= 0).any())
+                    else logits.sum() * 0
+                )
+            total = total + self.step_weights[k] * (
+                self.state_loss_weight * s_loss + self.token_loss_weight * t_loss
+            )
+            with torch.no_grad():
+                predicted = drafter.draft_vocab_ids[logits.argmax(-1)]
+                stats[k, 0] = (predicted == labels[m]).sum()
+                stats[k, 1] = m.sum()
+                stats[k, 2] = s_loss.detach() * m.sum()
+                stats[k, 3] = t_loss.detach() * m.sum()
+        return {"loss": total, "stats": stats}
+
+
+# ============================================================================================ evaluation
+@torch.no_grad()
+def rollout_eval_sums(
+    drafter: Any,
+    batches: Any,
+    steps: int,
+    state_std: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Sums for held-out metrics over feature batches; row layout (steps, 6):
+    [agree, agree_count, state_loss_sum, accept_j (first j accepted), chain_count, 0]."""
+    was_training = drafter.training
+    drafter.eval()
+    device = next(drafter.parameters()).device
+    dtype = drafter.fuse.weight.dtype
+    sums = torch.zeros(steps, 6, dtype=torch.float64)
+    try:
+        for batch in batches:
+            input_ids = batch["input_ids"].to(device)
+            attn = batch["attention_mask"].to(device)
+            states = batch["states"].to(device=device, dtype=dtype)
+            labels = batch["target_argmax"].to(device)[:, 1:]
+            b, t = input_ids.shape
+            positions = torch.arange(1, t, device=device).unsqueeze(0).expand(b, -1)
+            mask = loss_mask(attn, batch["prompt_lens"].to(device))
+            outs = parallel_rollout(
+                drafter, states[:, :-1], input_ids[:, 1:], positions, steps, rollout_start(mask, steps)
+            )
+            correct = []
+            for k, out in enumerate(outs):
+                pred = drafter.draft_vocab_ids[drafter.readout_logits(out).argmax(-1)]
+                ok = (pred == labels) & mask
+                correct.append(ok)
+                m = mask.clone()
+                m[:, :k] = False
+                sums[k, 0] += float((ok & m).sum())
+                sums[k, 1] += float(m.sum())
+                if state_std is not None:
+                    diff = ((out - states[:, 1:]) / state_std.to(device=device, dtype=dtype)).float()
+                    sums[k, 2] += float(
+                        F.smooth_l1_loss(diff, torch.zeros_like(diff), reduction="none").mean(-1)[m].sum()
+                    )
+            # chain started at index s: step k must be right at index s + k
+            alive = mask.clone()
+            for k in range(steps):
+                shifted = torch.zeros_like(alive)
+                if k < correct[k].shape[1]:
+                    shifted[:, : correct[k].shape[1] - k] = correct[k][:, k:]
+                alive = alive & shifted
+                sums[k, 3] += float(alive.sum())
+            sums[:, 4] += float(mask.sum())
+    finally:
+        drafter.train(was_training)
+    return sums
+
+
+def metrics_from_sums(sums: torch.Tensor, prefix: str = "eval") -> dict[str, float]:
+    steps = sums.shape[0]
+    metrics: dict[str, float] = {}
+    chains = float(sums[0, 4])
+    tau = 1.0
+    for k in range(steps):
+        if sums[k, 1] > 0:
+            metrics[f"{prefix}_agree_step{k + 1}"] = float(sums[k, 0] / sums[k, 1])
+            metrics[f"{prefix}_state_loss_step{k + 1}"] = float(sums[k, 2] / sums[k, 1])
+        if chains > 0:
+            p = float(sums[k, 3] / chains)
+            metrics[f"{prefix}_accept_{k + 1}"] = p
+            tau += p
+    metrics[f"{prefix}_tau"] = tau
+    metrics[f"{prefix}_positions"] = chains
+    return metrics
+
+
+def evaluate_drafter(
+    drafter: Any,
+    dataset: Any,
+    target: Any = None,
+    steps: int = 5,
+    state_std: torch.Tensor | None = None,
+    batch_tokens: int = 4096,
+    prefix: str = "eval",
+) -> dict[str, float]:
+    """Held-out per-step top-1 agreement, acceptance of the first j tokens and tau for ``steps``-token drafts
+    rolled from true states (single process)."""
+    batches = iter_feature_batches(dataset, target, batch_tokens=batch_tokens)
+    return metrics_from_sums(rollout_eval_sums(drafter, batches, steps, state_std), prefix)
+
+
+# ============================================================================================ trainer
+class _StageCallback(TrainerCallback):
+    def __init__(self, trainer: OneiroTrainer) -> None:
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.trainer._set_switch_step(state.max_steps)
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        tr = self.trainer
+        if (
+            tr.switch_step is not None
+            and state.global_step == tr.switch_step
+            and 0 < tr.switch_step < state.max_steps
+        ):
+            logger.info(
+                "step %d: stage 1 done, stage 2 (K=%d rollouts) starts", state.global_step, args.rollout_steps
+            )
+            if args.eval_at_stage_switch:
+                if tr.eval_dataset is not None:
+                    control.should_evaluate = True
+                if args.save_strategy != "no":
+                    control.should_save = True
+        return control
+
+
+class OneiroTrainer(Trainer):
+    """Trainer for a OneiroDrafter bound to a frozen target.
+
+    ``drafter`` must be bound to ``target`` (``OneiroDrafter.from_target``). Datasets yield items with
+    ``input_ids`` and ``prompt_len`` and, when cached, ``states`` and ``target_argmax``; without them the
+    target computes the features for each batch. ``state_mean``/``state_std`` normalise the state loss
+    (per dimension); ``provenance`` is stored with checkpoints.
+    """
+
+    def __init__(
+        self,
+        drafter: Any,
+        target: Any,
+        args: OneiroTrainingArguments,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        state_mean: torch.Tensor | None = None,
+        state_std: torch.Tensor | None = None,
+        callbacks: list[TrainerCallback] | None = None,
+        provenance: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not isinstance(args, OneiroTrainingArguments):
+            raise TypeError("OneiroTrainer needs OneiroTrainingArguments")
+        target.requires_grad_(False)
+        target.eval()
+        device = args.device
+        if next(target.parameters()).device != device:
+            target.to(device)
+        if (
+            drafter.target is not target
+            or next(drafter.parameters()).device != next(target.parameters()).device
+        ):
+            drafter.bind(target)
+        object.__setattr__(self, "target", target)
+        hidden = drafter.config.hidden_size
+        if state_std is None:
+            state_std = torch.ones(hidden)
+        if state_mean is None:
+            state_mean = torch.zeros(hidden)
+        module = DrafterTrainModule(
+            drafter,
+            state_mean,
+            state_std,
+            args.step_weights(max(args.rollout_steps, 1)),
+            state_loss=args.state_loss,
+            state_loss_weight=args.state_loss_weight,
+            token_loss=args.token_loss,
+            token_loss_weight=args.token_loss_weight,
+        )
+        if args.ddp_find_unused_parameters is None:
+            args.ddp_find_unused_parameters = False
+        self.provenance = dict(provenance or {})
+        self.switch_step: int | None = None
+        self._train_sums: torch.Tensor | None = None
+        self._window_steps = 0  # largest rollout K used since the last log
+        super().__init__(
+            model=module,
+            args=args,
+            data_collator=collate,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            callbacks=[_StageCallback(self)] + list(callbacks or []),
+            **kwargs,
+        )
+        self.model_accepts_loss_kwargs = False
+
+    # ---------------------------------------------------------------- helpers
+    @property
+    def drafter(self) -> Any:
+        return self.accelerator.unwrap_model(self.model).drafter
+
+    @property
+    def train_module(self) -> DrafterTrainModule:
+        return self.accelerator.unwrap_model(self.model)
+
+    def _set_switch_step(self, max_steps: int) -> None:
+        stage = self.args.stage
+        if stage == "1":
+            self.switch_step = None
+        elif stage == "2":
+            self.switch_step = 0
+        else:
+            self.switch_step = round(max_steps * self.args.stage1_fraction)
+
+    def current_rollout_steps(self) -> int:
+        stage = self.args.stage
+        if stage == "1":
+            return 1
+        if stage == "2":
+            return self.args.rollout_steps
+        if self.switch_step is None:
+            self._set_switch_step(self.state.max_steps)
+        return 1 if self.state.global_step < self.switch_step else self.args.rollout_steps
+
+    def current_stage(self) -> str:
+        return "1" if self.current_rollout_steps() == 1 and self.args.stage != "2" else "2"
+
+    def _with_features(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        if "states" in inputs:
+            return inputs
+        feats = target_features(
+            self.target, inputs["input_ids"], inputs["attention_mask"], label_from=inputs["prompt_lens"] - 1
+        )
+        return {**inputs, "states": feats["states"], "target_argmax": feats["target_argmax"]}
+
+    # ---------------------------------------------------------------- training
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        inputs = self._with_features(inputs)
+        steps = self.current_rollout_steps()
+        out = model(
+            input_ids=inputs["input_ids"],
+            attention_mask=inputs["attention_mask"],
+            prompt_lens=inputs["prompt_lens"],
+            states=inputs["states"],
+            target_argmax=inputs["target_argmax"],
+            rollout_steps=steps,
+        )
+        stats = out["stats"].detach()
+        width = max(self.args.rollout_steps, 1)
+        if self._train_sums is None or self._train_sums.device != stats.device:
+            self._train_sums = torch.zeros(width, 4, device=stats.device)
+        self._train_sums[: stats.shape[0]] += stats
+        self._window_steps = max(self._window_steps, steps)
+        return (out["loss"], out) if return_outputs else out["loss"]
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs:
+            sums = self._train_sums
+            if sums is None:
+                sums = torch.zeros(max(self.args.rollout_steps, 1), 4, device=self.args.device)
+            if self.accelerator.num_processes > 1:
+                sums = self.accelerator.reduce(sums.clone(), reduction="sum")
+            for k in range(sums.shape[0]):
+                count = float(sums[k, 1])
+                if count > 0:
+                    logs[f"agree_step{k + 1}"] = round(float(sums[k, 0]) / count, 4)
+                    logs[f"state_loss_step{k + 1}"] = round(float(sums[k, 2]) / count, 5)
+                    logs[f"token_loss_step{k + 1}"] = round(float(sums[k, 3]) / count, 5)
+            logs["rollout_steps"] = self._window_steps or self.current_rollout_steps()
+            self._window_steps = 0
+            if self._train_sums is not None:
+                self._train_sums.zero_()
+        super().log(logs, start_time)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any):
+        check_output_dir(self.args.output_dir, self.args.overwrite_output_dir)
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
+    # ---------------------------------------------------------------- evaluation
+    def evaluate(
+        self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval"
+    ) -> dict[str, float]:
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if dataset is None:
+            return {}
+        t0 = time.perf_counter()
+        rank, world = self.args.process_index, self.args.world_size
+        lengths = (
+            dataset.lengths()
+            if hasattr(dataset, "lengths")
+            else [len(dataset[i]["input_ids"]) for i in range(len(dataset))]
+        )
+        from .features import batches_by_tokens
+
+        groups = batches_by_tokens(lengths, self.args.feature_batch_tokens)[rank::world]
+
+        def batches():
+            for group in groups:
+                batch = collate([dataset[i] for i in group])
+                if "states" not in batch:
+                    feats = target_features(
+                        self.target,
+                        batch["input_ids"],
+                        batch["attention_mask"],
+                        label_from=batch["prompt_lens"] - 1,
+                    )
+                    batch.update(feats)
+                yield batch
+
+        module = self.train_module
+        sums = rollout_eval_sums(module.drafter, batches(), self.args.eval_rollout_steps, module.state_std)
+        if world > 1:
+            sums = self.accelerator.reduce(sums.to(self.args.device).float(), reduction="sum").double().cpu()
+        metrics = metrics_from_sums(sums, metric_key_prefix)
+        metrics[f"{metric_key_prefix}_runtime"] = round(time.perf_counter() - t0, 2)
+        self.log(metrics)
+        self.control = self.callback_handler.on_evaluate(self.args, self.state, self.control, metrics)
+        return metrics
+
+    # ---------------------------------------------------------------- checkpoints
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        if not self.args.should_save:
+            return
+        from safetensors.torch import save_file
+
+        os.makedirs(output_dir, exist_ok=True)
+        module = self.train_module
+        module.drafter.save_pretrained(output_dir, safe_serialization=True)
+        save_file(
+            {
+                "state_mean": module.state_mean.detach().cpu().contiguous(),
+                "state_std": module.state_std.detach().cpu().contiguous(),
+            },
+            os.path.join(output_dir, TRAINING_STATE_FILE),
+        )
+        info = {
+            "provenance": self.provenance,
+            "stage": self.args.stage,
+            "rollout_steps": self.args.rollout_steps,
+            "interval": list(module.drafter.config.interval),
+            "draft_vocab_size": int(module.drafter.draft_vocab_ids.numel()),
+        }
+        Path(output_dir, TRAINING_INFO_FILE).write_text(json.dumps(info, indent=1))
+        torch.save(self.args, os.path.join(output_dir, "training_args.bin"))
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        from safetensors.torch import load_file
+
+        ckpt = Path(resume_from_checkpoint)
+        module = self.train_module
+        drafter = module.drafter
+        check_checkpoint_compatible(ckpt, drafter)
+        weights = load_file(str(ckpt / "model.safetensors"))
+        vocab = weights.get("draft_vocab_ids")
+        changed_vocab = vocab is not None and not torch.equal(vocab.cpu(), drafter.draft_vocab_ids.cpu())
+        params = next(drafter.parameters())
+        weights = {
+            k: (
+                v.to(device=params.device, dtype=params.dtype)
+                if v.is_floating_point()
+                else v.to(params.device)
+            )
+            for k, v in weights.items()
+        }
+        missing, unexpected = drafter.load_state_dict(weights, strict=False)
+        if missing or unexpected:
+            raise CheckpointMismatch(
+                f"{ckpt}/model.safetensors does not match this drafter (missing {missing[:4]}, unexpected "
+                f"{unexpected[:4]}). Nothing was changed. Fix: resume with the settings of that run, or start a new "
+                "--output_dir."
+            )
+        if changed_vocab:
+            logger.warning(
+                "Resuming with the checkpoint's draft vocabulary (it differs from the one chosen now)."
+            )
+            drafter.refresh_readout()
+            drafter.train()
+        extra = ckpt / TRAINING_STATE_FILE
+        if extra.is_file():
+            stats = load_file(str(extra))
+            module.state_mean.copy_(stats["state_mean"])
+            module.state_std.copy_(stats["state_std"])
+        logger.info("Loaded drafter weights from %s", ckpt)
+
+    # ---------------------------------------------------------------- final artefact
+    def save_drafter(self, output_dir: str | None = None, dtype: str | None = None) -> Path:
+        """Write the trained drafter (config + safetensors, weights in ``dtype``) for ``from_pretrained``."""
+        out = Path(output_dir or self.args.output_dir)
+        if not self.args.should_save:
+            return out
+        drafter = self.drafter
+        torch_dtype = getattr(torch, dtype or self.args.save_dtype)
+        state = {
+            k: (v.detach().to(torch_dtype) if v.is_floating_point() else v.detach()).cpu().contiguous()
+            for k, v in drafter.state_dict().items()
+        }
+        out.mkdir(parents=True, exist_ok=True)
+        old_dtype = getattr(drafter.config, "dtype", None)
+        drafter.config.dtype = str(torch_dtype).replace("torch.", "")
+        try:
+            drafter.save_pretrained(str(out), state_dict=state, safe_serialization=True)
+        finally:
+            drafter.config.dtype = old_dtype
+        return out
+
+
+# ============================================================================================ guards
+def check_output_dir(output_dir: str | os.PathLike, overwrite: bool) -> None:
+    """Refuse to replace a finished drafter in ``output_dir`` unless ``overwrite``."""
+    config = Path(output_dir) / "config.json"
+    if overwrite or not config.is_file():
+        return
+    try:
+        model_type = json.loads(config.read_text()).get("model_type")
+    except (OSError, json.JSONDecodeError):
+        model_type = None
+    if model_type == "oneiro_drafter":
+        raise OutputDirHasDrafter(
+            f"{output_dir} already holds a trained drafter. Nothing was changed. Fix: pass another --output_dir, "
+            "or --overwrite_output_dir to replace it (its checkpoints, if any, can be resumed with "
+            "--resume_from_checkpoint)."
+        )
+
+
+def check_checkpoint_compatible(ckpt: str | os.PathLike, drafter: Any) -> None:
+    """Raise CheckpointMismatch (before anything is loaded or written) if ``ckpt`` holds another kind of drafter."""
+    ckpt = Path(ckpt)
+    config_path = ckpt / "config.json"
+    if not ckpt.is_dir():
+        raise CheckpointMismatch(
+            f"checkpoint {ckpt} does not exist. Fix: pass an existing checkpoint-N directory."
+        )
+    if not config_path.is_file() or not (ckpt / "model.safetensors").is_file():
+        raise CheckpointMismatch(
+            f"{ckpt} is not a oneiro-train checkpoint (no config.json/model.safetensors). Nothing was changed."
+        )
+    saved = json.loads(config_path.read_text())
+    cfg = drafter.config
+    problems = []
+    if saved.get("model_type") != "oneiro_drafter":
+        problems.append(f"model_type: checkpoint holds '{saved.get('model_type')}', not a OneiroDrafter")
+    pairs = [
+        ("interval", list(saved.get("interval") or []), list(cfg.interval)),
+        (
+            "draft_vocab_size",
+            saved.get("draft_vocab_size") or saved.get("vocab_size"),
+            cfg.draft_vocab_size or cfg.vocab_size,
+        ),
+        ("hidden_size", saved.get("hidden_size"), cfg.hidden_size),
+        ("vocab_size", saved.get("vocab_size"), cfg.vocab_size),
+        ("num_target_layers", saved.get("num_target_layers"), cfg.num_target_layers),
+        (
+            "target model_type",
+            (saved.get("target_config") or {}).get("model_type"),
+            (cfg.target_config or {}).get("model_type"),
+        ),
+    ]
+    for name, theirs, ours in pairs:
+        if theirs != ours:
+            problems.append(f"{name}: checkpoint has {theirs}, this run has {ours}")
+    if problems:
+        raise CheckpointMismatch(
+            f"cannot resume from {ckpt}: it was made with a different drafter configuration:\n  - "
+            + "\n  - ".join(problems)
+            + "\nNothing was loaded or written; the checkpoint and the output directory are untouched. Fix: rerun "
+            "with the checkpoint's settings (e.g. --interval "
+            f"{','.join(str(v) for v in saved.get('interval') or [])} --draft_vocab_size "
+            f"{saved.get('draft_vocab_size') or saved.get('vocab_size')}), or train into a new --output_dir."
+        )
