@@ -187,7 +187,14 @@ class OneiroDrafter(PreTrainedModel):
         return drafter
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *args: Any, target=None, **kwargs):
+    def from_pretrained(
+        cls,
+        pretrained_model_name_or_path: str | os.PathLike,
+        *args: Any,
+        target=None,
+        allow_base_model_mismatch: bool = False,
+        **kwargs: Any,
+    ):
         """Load a trained drafter and bind it to `target` (required: the drafter shares its head)."""
         check_transformers_version()
         if target is None:
@@ -199,7 +206,7 @@ class OneiroDrafter(PreTrainedModel):
 
         check_checkpoint_dir(pretrained_model_name_or_path, kwargs)
         drafter = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        drafter.bind(target)
+        drafter.bind(target, allow_base_model_mismatch=allow_base_model_mismatch)
         return drafter
 
     # ------------------------------------------------------------------ binding
@@ -368,6 +375,14 @@ class OneiroDrafter(PreTrainedModel):
             position_ids = position_ids.expand(input_ids.shape[0], -1)
         next_states = self.transition(states, input_ids, position_ids)
         return next_states, self.readout_logits(next_states)
+
+    def use_latency_profile(self, profile: dict) -> None:
+        """Seed the cost-aware draft length with a measured t(k) profile (see oneiro_hf.latency)."""
+        from .draft_policy import DraftPolicyState
+
+        if self._policy_state is None:
+            object.__setattr__(self, "_policy_state", DraftPolicyState())
+        self._policy_state.load_profile(profile["ratios"], profile["t1_s"])
 
     # ------------------------------------------------------------------ settings
     def drafting_settings(self, **overrides: Any) -> dict[str, Any]:

@@ -1,0 +1,67 @@
+"""Measures the target's verification latency t(k) on this hardware, for the cost-aware draft length.
+
+A k-token verification does not cost k times a 1-token step, and the shape of t(k) depends on the
+hardware: on a 2-core CPU t(2..3) can cost more than t(4..8), on a GPU t(k) is nearly flat for small k.
+The profile is short to measure and can be saved as JSON and reused.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+
+
+@torch.no_grad()
+def profile_verification_latency(
+    model, ks: tuple[int, ...] = tuple(range(1, 17)), context_len: int = 200, repeats: int = 7
+) -> dict:
+    """Median seconds of one cached target forward over k new tokens, after `context_len` cached ones.
+
+    Returns {"t1_s": seconds for k=1, "ratios": {k: t(k)/t(1)}, "device": ..., "dtype": ...}. The ks are
+    interleaved over the repeats, so a noisy machine biases them alike.
+    """
+    param = next(model.parameters())
+    vocab = model.config.get_text_config().vocab_size
+    gen = torch.Generator().manual_seed(0)
+    context = torch.randint(0, vocab, (1, context_len), generator=gen).to(param.device)
+    cache = DynamicCache(config=model.config)
+    model(context, cache=cache, use_cache=True)
+    times: dict[int, list[float]] = {k: [] for k in ks}
+    for _ in range(repeats + 1):  # first round is a warm-up
+        for k in ks:
+            new = torch.randint(0, vocab, (1, k), generator=gen).to(param.device)
+            if param.device.type == "cuda":
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            model(new, cache=cache, use_cache=True)
+            if param.device.type == "cuda":
+                torch.cuda.synchronize()
+            times[k].append(time.perf_counter() - start)
+            cache.crop(context_len)
+    med = {k: statistics.median(v[1:]) for k, v in times.items()}
+    t1 = med[min(ks)]
+    return {
+        "t1_s": t1,
+        "ratios": {int(k): v / t1 for k, v in med.items()},
+        "device": str(param.device),
+        "dtype": str(param.dtype),
+        "context_len": context_len,
+    }
+
+
+def save_profile(profile: dict, path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(profile, indent=2))
+
+
+def load_profile(path: str | Path) -> dict:
+    data = json.loads(Path(path).read_text())
+    if "t1_s" not in data or "ratios" not in data:
+        raise ValueError(f"{path} is not a latency profile (needs t1_s and ratios). Fix: re-run the profiler.")
+    data["ratios"] = {int(k): float(v) for k, v in data["ratios"].items()}
+    return data

