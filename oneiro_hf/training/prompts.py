@@ -1533,6 +1533,8 @@ def magpie_prompts(
             new += 1
             yield make_prompt("magpie", text)
         empty = 0 if new else empty + 1
+        if batch_index % 10 == 0:
+            logger.info("magpie: %d questions kept from %d samples", len(seen), batch_index * batch_size)
 
 
 # --------------------------------------------------------------------------------------------------
