@@ -1,0 +1,408 @@
+"""Misuse must fail early with an error whose message names the problem (and, where possible, the fix)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+
+import pytest
+import torch
+from conftest import greedy, make_model, random_prompt
+from safetensors.torch import load_file, save_file
+from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel
+
+import oneiro_hf
+from oneiro_hf import (
+    DrafterTargetMismatch,
+    OneiroDrafter,
+    UnsupportedTarget,
+    UnsupportedTransformersVersion,
+)
+from oneiro_hf.checkpoint import CorruptCheckpoint
+from oneiro_hf.compat import check_transformers_version
+
+# ------------------------------------------------------------------------------- drafter vs target
+
+
+@pytest.fixture
+def saved_llama(tmp_path):
+    model = make_model("llama", name="org/base-a")
+    OneiroDrafter.from_target(model).save_pretrained(tmp_path / "drafter")
+    return model, tmp_path / "drafter"
+
+
+@pytest.mark.parametrize(
+    ("other", "field"),
+    [
+        ({"hidden": 96}, "hidden_size"),
+        ({"vocab": 160}, "vocab_size"),
+        ({"layers": 6}, "num_hidden_layers"),
+    ],
+)
+def test_drafter_for_another_target_shape(saved_llama, other, field):
+    model, path = saved_llama
+    target = make_model("llama", name="org/base-a", **other)
+    with pytest.raises(DrafterTargetMismatch, match=field) as info:
+        OneiroDrafter.from_pretrained(path, target=target)
+    assert "drafter expects" in str(info.value)
+    # bind() on a live drafter checks the same way
+    drafter = OneiroDrafter.from_target(model)
+    with pytest.raises(DrafterTargetMismatch, match=field):
+        drafter.bind(target)
+
+
+def test_mismatch_lists_every_problem(saved_llama):
+    _, path = saved_llama
+    target = make_model("llama", name="org/base-a", hidden=96, vocab=160)
+    with pytest.raises(DrafterTargetMismatch) as info:
+        OneiroDrafter.from_pretrained(path, target=target)
+    assert "hidden_size" in str(info.value) and "vocab_size" in str(info.value)
+
+
+def test_drafter_for_another_architecture(saved_llama):
+    _, path = saved_llama
+    target = make_model("mistral", name="org/base-a")  # same shapes, different family
+    with pytest.raises(DrafterTargetMismatch, match="model_type") as info:
+        OneiroDrafter.from_pretrained(path, target=target)
+    assert "MistralForCausalLM" in str(info.value)
+
+
+def test_drafter_for_another_base_model(saved_llama):
+    _, path = saved_llama
+    finetune = make_model("llama", name="org/base-b")
+    with pytest.raises(DrafterTargetMismatch, match="base model") as info:
+        OneiroDrafter.from_pretrained(path, target=finetune)
+    assert "org/base-a" in str(info.value) and "org/base-b" in str(info.value)
+    assert "allow_base_model_mismatch" in str(info.value)
+    # opting in binds it
+    drafter = OneiroDrafter.from_pretrained(path, target=finetune, allow_base_model_mismatch=True)
+    assert drafter.target is finetune
+
+
+def test_base_name_is_compared_by_org_and_name():
+    model = make_model("llama", name="org/base-a")
+    drafter = OneiroDrafter.from_target(model)
+    drafter.bind(make_model("llama", name="/mnt/cache/ORG/Base-A/"))  # a local copy of the same repo
+    with pytest.raises(DrafterTargetMismatch, match="base model"):
+        drafter.bind(make_model("llama", name="other-org/base-a"))  # same name, another organisation
+
+
+def test_drafter_bound_to_another_instance():
+    first = make_model("llama")
+    second = make_model("llama")
+    drafter = OneiroDrafter.from_target(first)
+    OneiroDrafter.from_target(second)  # second is hooked too, through its own drafter
+    ids = random_prompt(5, seed=0)
+    with pytest.raises(ValueError, match="different target instance"):
+        second.generate(ids, assistant_model=drafter, max_new_tokens=4)
+    drafter.bind(second)  # re-binding moves it: now the first target is the wrong one
+    with pytest.raises(ValueError, match="different target instance"):
+        first.generate(ids, assistant_model=drafter, max_new_tokens=4)
+    assert torch.equal(greedy(second, ids, 6, assistant_model=drafter), greedy(second, ids, 6))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AttributeError,
+    reason="BUG: the generate hook is installed per target instance on bind(), so a target that never had a "
+    "drafter bound runs transformers' own assisted decoding with the OneiroDrafter and fails with "
+    "AttributeError: 'OneiroDrafter' object has no attribute 'generation_config'",
+)
+def test_drafter_used_with_a_never_bound_target():
+    bound = make_model("llama")
+    drafter = OneiroDrafter.from_target(bound)
+    stranger = make_model("llama")  # same class and config, never bound: no hook on this instance
+    with pytest.raises((ValueError, RuntimeError), match="bind|bound|different target"):
+        stranger.generate(random_prompt(5, seed=0), assistant_model=drafter, max_new_tokens=4)
+
+
+# ---------------------------------------------------------------------------- generate arguments
+
+
+@pytest.fixture
+def hooked():
+    model = make_model("llama")
+    return model, OneiroDrafter.from_target(model)
+
+
+def test_batch_size_above_one(hooked):
+    model, drafter = hooked
+    batch = torch.cat([random_prompt(5, 0), random_prompt(5, 1)], dim=0)
+    with pytest.raises(ValueError, match="batch size 1") as info:
+        model.generate(batch, assistant_model=drafter, max_new_tokens=3)
+    assert "got 2" in str(info.value)
+    with pytest.raises(ValueError, match="batch size 1"):
+        model.generate(input_ids=batch, assistant_model=drafter, max_new_tokens=3)
+    with pytest.raises(ValueError, match="batch_size = 1"):  # through `inputs=`: transformers' own check
+        model.generate(inputs=batch, assistant_model=drafter, max_new_tokens=3)
+
+
+@pytest.mark.parametrize("where", ["kwarg", "generation_config", "model_default"])
+def test_beam_search(hooked, where):
+    model, drafter = hooked
+    ids = random_prompt(5, 0)
+    kwargs = {"assistant_model": drafter, "max_new_tokens": 3}
+    if where == "kwarg":
+        kwargs["num_beams"] = 2
+    elif where == "generation_config":
+        kwargs["generation_config"] = GenerationConfig(num_beams=2, max_new_tokens=3)
+    else:
+        model.generation_config.num_beams = 2
+    with pytest.raises(ValueError, match="beam search") as info:
+        model.generate(ids, **kwargs)
+    assert "num_beams=2" in str(info.value)
+
+
+def test_unknown_mode_and_settings(hooked):
+    model, drafter = hooked
+    ids = random_prompt(5, 0)
+    with pytest.raises(ValueError, match="unknown draft mode 'beam'") as info:
+        model.generate(ids, assistant_model=drafter, max_new_tokens=3, oneiro_mode="beam")
+    assert "latent" in str(info.value) and "hybrid" in str(info.value)
+    with pytest.raises(TypeError, match="unknown oneiro setting 'draft_len'"):
+        model.generate(ids, assistant_model=drafter, max_new_tokens=3, oneiro_draft_len=4)
+    with pytest.raises(ValueError, match="max_draft_tokens"):
+        model.generate(ids, assistant_model=drafter, max_new_tokens=3, oneiro_max_draft_tokens=0)
+    with pytest.raises(ValueError, match="lookup_min_ngram"):
+        model.generate(
+            ids,
+            assistant_model=drafter,
+            max_new_tokens=3,
+            oneiro_lookup_min_ngram=5,
+            oneiro_lookup_max_ngram=2,
+        )
+    # and nothing was left half-configured: a correct call still works
+    assert torch.equal(greedy(model, ids, 5, assistant_model=drafter), greedy(model, ids, 5))
+
+
+def test_oneiro_settings_without_a_drafter(hooked):
+    model, _ = hooked
+    ids = random_prompt(5, 0)
+    with pytest.raises(TypeError, match="without a OneiroDrafter"):
+        model.generate(ids, max_new_tokens=3, oneiro_mode="latent")
+    with pytest.raises(TypeError, match="without a OneiroDrafter"):
+        model.generate(ids, max_new_tokens=3, prompt_lookup_num_tokens=3, oneiro_max_draft_tokens=2)
+
+
+def test_lock_is_released_after_a_failed_call_and_guards_concurrent_use(hooked):
+    model, drafter = hooked
+    ids = random_prompt(5, 0)
+    with pytest.raises(ValueError, match="foo_bar"):  # transformers rejects the unknown kwarg inside the lock
+        model.generate(ids, assistant_model=drafter, max_new_tokens=3, foo_bar=1)
+    assert torch.equal(greedy(model, ids, 4, assistant_model=drafter), greedy(model, ids, 4))
+    # a call while another thread holds this drafter is refused, not interleaved
+    holder_ready, release = threading.Event(), threading.Event()
+
+    def hold():
+        with drafter._generate_lock:
+            holder_ready.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert holder_ready.wait(10)
+        with pytest.raises(RuntimeError, match="already generating"):
+            model.generate(ids, assistant_model=drafter, max_new_tokens=3)
+    finally:
+        release.set()
+        thread.join()
+
+
+# ------------------------------------------------------------------------------- construction
+
+
+@pytest.mark.parametrize("interval", [(0, 99), (3, 2), (-1, 2), (2, 2), (4, 5)])
+def test_interval_outside_the_layers(interval, tiny_qwen2):
+    model = tiny_qwen2
+    with pytest.raises(ValueError, match="outside the target's 4 decoder layers") as info:
+        OneiroDrafter.from_target(model, interval=interval)
+    assert str(tuple(interval)) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        ([0, 5, 128], "vocab size 128"),
+        ([], "non-empty"),
+        ([3, 4, 3], "duplicates"),
+    ],
+)
+def test_bad_draft_vocab_ids(ids, message):
+    model = make_model("llama")
+    with pytest.raises(ValueError, match=message):
+        OneiroDrafter.from_target(model, draft_vocab_ids=ids)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=IndexError,
+    reason="BUG: from_target range-checks only max(draft_vocab_ids), so negative ids pass and "
+    "bind() then fails with a bare IndexError('index out of range in self')",
+)
+def test_negative_draft_vocab_ids():
+    model = make_model("llama")
+    with pytest.raises(ValueError, match="draft_vocab_ids"):
+        OneiroDrafter.from_target(model, draft_vocab_ids=[-1, 4, 5])
+
+
+def test_unknown_drafter_setting():
+    with pytest.raises(TypeError, match="max_drafts"):
+        OneiroDrafter.from_target(make_model("llama"), max_drafts=4)
+
+
+def test_unsupported_architecture():
+    config = GPT2Config(vocab_size=128, n_embd=64, n_layer=2, n_head=4, n_positions=128)
+    gpt2 = GPT2LMHeadModel(config).eval()
+    with pytest.raises(UnsupportedTarget, match="gpt2") as info:
+        OneiroDrafter.from_target(gpt2)
+    assert "llama" in str(info.value)  # names what is supported
+
+
+def test_from_pretrained_without_target(saved_llama):
+    _, path = saved_llama
+    with pytest.raises(ValueError, match="target=model"):
+        OneiroDrafter.from_pretrained(path)
+
+
+def test_config_without_target_config():
+    with pytest.raises(ValueError, match="from_target"):
+        OneiroDrafter(oneiro_hf.OneiroDrafterConfig())
+
+
+def test_unbound_drafter_says_how_to_bind(saved_llama):
+    model, _ = saved_llama
+    drafter = OneiroDrafter(OneiroDrafter.from_target(model).config)  # built from a config only: not bound
+    with pytest.raises(RuntimeError, match="not bound"):
+        drafter.readout_logits(torch.zeros(1, 1, 64))
+
+
+# ------------------------------------------------------------------------------- transformers version
+
+
+@pytest.mark.parametrize("version", ["5.30.0", "4.57.0", "5.25.0", "6.0.0.dev0"])
+def test_transformers_version_outside_the_range(version):
+    with pytest.raises(UnsupportedTransformersVersion, match=version.replace(".", r"\.")) as info:
+        check_transformers_version(version)
+    assert "pip install" in str(info.value)
+
+
+@pytest.mark.parametrize("version", ["5.24.0", "5.24.3", "5.24.1.dev0", "5.24.0rc1"])
+def test_transformers_versions_inside_the_range(version):
+    check_transformers_version(version)
+
+
+def test_installed_transformers_is_accepted():
+    check_transformers_version()
+
+
+# ------------------------------------------------------------------------------- corrupt checkpoints
+
+
+def _copy(path, tmp_path, name):
+    dst = tmp_path / name
+    shutil.copytree(path, dst)
+    return dst
+
+
+def test_missing_config(saved_llama, tmp_path):
+    model, path = saved_llama
+    broken = _copy(path, tmp_path, "no_config")
+    (broken / "config.json").unlink()
+    with pytest.raises(CorruptCheckpoint, match="no config.json"):
+        OneiroDrafter.from_pretrained(broken, target=model)
+
+
+def test_config_with_bad_json(saved_llama, tmp_path):
+    model, path = saved_llama
+    broken = _copy(path, tmp_path, "bad_json")
+    (broken / "config.json").write_text('{"model_type": "oneiro_drafter", "interval": [2,')
+    with pytest.raises(CorruptCheckpoint, match="not valid JSON"):
+        OneiroDrafter.from_pretrained(broken, target=model)
+
+
+def test_config_of_another_model_type(saved_llama, tmp_path):
+    model, path = saved_llama
+    broken = _copy(path, tmp_path, "llama_config")
+    (broken / "config.json").write_text(json.dumps(model.config.to_dict()))
+    with pytest.raises(CorruptCheckpoint, match="not a OneiroDrafter"):
+        OneiroDrafter.from_pretrained(broken, target=model)
+
+
+def test_missing_weights(saved_llama, tmp_path):
+    model, path = saved_llama
+    broken = _copy(path, tmp_path, "no_weights")
+    for file in broken.glob("*.safetensors"):
+        file.unlink()
+    with pytest.raises(CorruptCheckpoint, match="no .safetensors"):
+        OneiroDrafter.from_pretrained(broken, target=model)
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.99, 0.02])
+def test_truncated_weights(saved_llama, tmp_path, keep):
+    model, path = saved_llama
+    broken = _copy(path, tmp_path, "truncated")
+    weights = broken / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(CorruptCheckpoint, match="corrupt or truncated"):
+        OneiroDrafter.from_pretrained(broken, target=model)
+
+
+def test_checkpoint_from_a_newer_format(saved_llama, tmp_path):
+    model, path = saved_llama
+    broken = _copy(path, tmp_path, "newer")
+    data = json.loads((broken / "config.json").read_text())
+    data["oneiro_version"] = "99"
+    (broken / "config.json").write_text(json.dumps(data))
+    with pytest.raises(CorruptCheckpoint, match="newer oneiro-hf") as info:
+        OneiroDrafter.from_pretrained(broken, target=model)
+    assert "99" in str(info.value) and "upgrade" in str(info.value)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=ValueError,
+    reason="BUG: a non-integer oneiro_version raises a bare `invalid literal for int()` ValueError "
+    "from check_checkpoint_dir instead of CorruptCheckpoint naming the field",
+)
+def test_checkpoint_with_garbage_version(saved_llama, tmp_path):
+    model, path = saved_llama
+    broken = _copy(path, tmp_path, "garbage_version")
+    data = json.loads((broken / "config.json").read_text())
+    data["oneiro_version"] = "abc"
+    (broken / "config.json").write_text(json.dumps(data))
+    with pytest.raises(CorruptCheckpoint, match="oneiro_version"):
+        OneiroDrafter.from_pretrained(broken, target=model)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AttributeError,
+    reason="BUG: a config.json holding valid JSON that is not an object (e.g. []) raises "
+    "AttributeError: 'list' object has no attribute 'get' from check_checkpoint_dir",
+)
+def test_config_json_that_is_not_an_object(saved_llama, tmp_path):
+    model, path = saved_llama
+    broken = _copy(path, tmp_path, "list_config")
+    (broken / "config.json").write_text("[]")
+    with pytest.raises(CorruptCheckpoint, match="config.json"):
+        OneiroDrafter.from_pretrained(broken, target=model)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a safetensors file missing one of the drafter's tensors loads "
+    "without error (transformers only prints a LOAD REPORT); the missing weight is left "
+    "uninitialised (NaN/garbage for a layer weight, zeros for fuse.*)",
+)
+def test_weights_missing_a_tensor(saved_llama, tmp_path):
+    model, path = saved_llama
+    broken = _copy(path, tmp_path, "missing_tensor")
+    weights = broken / "model.safetensors"
+    state = load_file(str(weights))
+    del state["layers.0.self_attn.q_proj.weight"]
+    save_file(state, str(weights), metadata={"format": "pt"})
+    with pytest.raises((CorruptCheckpoint, ValueError, RuntimeError), match="q_proj"):
+        OneiroDrafter.from_pretrained(broken, target=model)
