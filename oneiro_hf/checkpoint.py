@@ -32,12 +32,20 @@ def check_checkpoint_dir(path: str | os.PathLike, load_kwargs: dict[str, Any] | 
         config = json.loads(config_path.read_text())
     except json.JSONDecodeError as err:
         raise CorruptCheckpoint(f"{config_path} is not valid JSON ({err}). Fix: re-save or re-download it.") from err
+    if not isinstance(config, dict):
+        raise CorruptCheckpoint(f"{config_path} must hold a JSON object. Fix: re-save or re-download the drafter.")
     if config.get("model_type") != OneiroDrafterConfig.model_type:
         raise CorruptCheckpoint(
             f"{directory} holds a '{config.get('model_type')}' model, not a OneiroDrafter. Fix: pass a drafter "
             "checkpoint; the target model is passed separately as target=model."
         )
-    version = int(config.get("oneiro_version", "1"))
+    try:
+        version = int(config.get("oneiro_version", "1"))
+    except (TypeError, ValueError) as err:
+        raise CorruptCheckpoint(
+            f"{config_path} has an unreadable oneiro_version {config.get('oneiro_version')!r}. Fix: re-save or "
+            "re-download the drafter."
+        ) from err
     if version > CURRENT_FORMAT:
         raise CorruptCheckpoint(
             f"{directory} was written by a newer oneiro-hf (checkpoint format {version}, this one reads "

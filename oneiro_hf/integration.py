@@ -38,6 +38,7 @@ def _oneiro_generate(self, *args: Any, **kwargs: Any):
             "This drafter is bound to a different target instance. Fix: drafter.bind(model) before "
             "model.generate(..., assistant_model=drafter) (one drafter serves one target at a time)."
         )
+    drafter.follow_target()
     settings = drafter.drafting_settings(**oneiro_settings)
     gen_config = kwargs.get("generation_config")
     num_beams = kwargs.get("num_beams", getattr(gen_config, "num_beams", None) or self.generation_config.num_beams)

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AutoConfig, PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
@@ -27,6 +28,7 @@ from .compat import check_transformers_version
 from .configuration_oneiro import DRAFT_MODES, OneiroDrafterConfig
 from .kv_cache import DrafterKVCache
 
+_CUDA_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text")
 
 
@@ -150,9 +152,14 @@ class OneiroDrafter(PreTrainedModel):
             )
         if draft_vocab_ids is not None:
             draft_vocab_ids = torch.as_tensor(draft_vocab_ids, dtype=torch.long).flatten()
-            if draft_vocab_ids.numel() == 0 or int(draft_vocab_ids.max()) >= text_config.vocab_size:
+            if (
+                draft_vocab_ids.numel() == 0
+                or int(draft_vocab_ids.max()) >= text_config.vocab_size
+                or int(draft_vocab_ids.min()) < 0
+            ):
                 raise ValueError(
-                    f"draft_vocab_ids must be non-empty ids < the target's vocab size {text_config.vocab_size}."
+                    f"draft_vocab_ids must be a non-empty list of ids in [0, {text_config.vocab_size}) "
+                    f"(the target's vocab size {text_config.vocab_size})."
                 )
             if draft_vocab_ids.unique().numel() != draft_vocab_ids.numel():
                 raise ValueError("draft_vocab_ids contains duplicates. Fix: pass unique token ids.")
@@ -205,7 +212,16 @@ class OneiroDrafter(PreTrainedModel):
         from .checkpoint import check_checkpoint_dir
 
         check_checkpoint_dir(pretrained_model_name_or_path, kwargs)
-        drafter = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        kwargs["output_loading_info"] = True
+        drafter, info = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        missing = sorted(info.get("missing_keys") or [])
+        if missing:
+            from .checkpoint import CorruptCheckpoint
+
+            raise CorruptCheckpoint(
+                f"{pretrained_model_name_or_path} lacks {len(missing)} drafter weight(s), e.g. {missing[:3]} "
+                "(a partial save or download?). Fix: re-save or re-download the drafter."
+            )
         drafter.bind(target, allow_base_model_mismatch=allow_base_model_mismatch)
         return drafter
 
@@ -274,7 +290,10 @@ class OneiroDrafter(PreTrainedModel):
         if int(self.draft_vocab_ids.max()) >= lm_head.weight.shape[0]:
             raise DrafterTargetMismatch("draft vocabulary ids exceed the target's LM head size")
         readout = lm_head.weight.detach()
-        if self.draft_vocab_ids.numel() != readout.shape[0]:
+        identity = self.draft_vocab_ids.numel() == readout.shape[0] and bool(
+            (self.draft_vocab_ids == torch.arange(readout.shape[0], device=self.draft_vocab_ids.device)).all()
+        )
+        if not identity:
             readout = readout.index_select(0, self.draft_vocab_ids.to(readout.device))
         rotary = base.rotary_emb
         takes_layer_type = "layer_type" in inspect.signature(rotary.forward).parameters
@@ -289,8 +308,28 @@ class OneiroDrafter(PreTrainedModel):
         return self
 
     @property
+    def generation_config(self):
+        # Reached only when a target WITHOUT our hook treats the drafter as a plain assistant model.
+        raise RuntimeError(
+            "This OneiroDrafter was passed to a model it is not bound to, so transformers treated it as a plain "
+            "assistant model. Fix: drafter.bind(model) (or OneiroDrafter.from_pretrained(path, target=model)) "
+            "before model.generate(..., assistant_model=drafter)."
+        )
+
+    @property
     def target(self) -> PreTrainedModel | None:
         return self._bound.model if self._bound is not None else None
+
+    def follow_target(self) -> None:
+        """Re-bind if the target was moved or cast since binding (the drafter follows its device and dtype)."""
+        bound = self.require_bound()
+        start = self.config.interval[0]
+        ref = next(self._base_model(bound.model).layers[start].parameters())
+        mine = next(self.parameters())
+        if (mine.device, mine.dtype) != (ref.device, ref.dtype) or bound.readout_weight.device != ref.device or (
+            bound.readout_weight.dtype != ref.dtype
+        ):
+            self.bind(bound.model, allow_base_model_mismatch=True)
 
     def require_bound(self) -> BoundTarget:
         if self._bound is None:
@@ -324,6 +363,13 @@ class OneiroDrafter(PreTrainedModel):
         With a cache, the Q entries attend to everything cached plus themselves causally.
         """
         bound = self.require_bound()
+        if token_ids.device.type == "cuda":
+            # cuDNN attention re-plans for every new key length (about 40 ms a step on an H200): skip it.
+            with sdpa_kernel(_CUDA_SDPA_BACKENDS):
+                return self._transition(bound, states, token_ids, position_ids, cache)
+        return self._transition(bound, states, token_ids, position_ids, cache)
+
+    def _transition(self, bound, states, token_ids, position_ids, cache):
         emb = bound.embed_tokens(token_ids)
         x = self.fuse(torch.cat([states.to(emb.dtype), emb], dim=-1))
         q = x.shape[1]
@@ -333,7 +379,7 @@ class OneiroDrafter(PreTrainedModel):
             if layer_type not in rotary_cache:
                 args = (x, position_ids, layer_type) if bound.rotary_takes_layer_type else (x, position_ids)
                 rotary_cache[layer_type] = bound.rotary_emb(*args)
-            window = getattr(layer.self_attn, "sliding_window", None)
+            window = self._sliding_window(layer)
             mask = self._mask(q, past, window, x.device)
             out = layer(
                 x,
@@ -346,6 +392,14 @@ class OneiroDrafter(PreTrainedModel):
         if cache is not None:
             cache.commit()
         return bound.norm(x)
+
+    @staticmethod
+    def _sliding_window(layer: nn.Module) -> int | None:
+        """The layer's attention window: Qwen2/Gemma3 keep it on the attention, Mistral only in the config."""
+        attn = layer.self_attn
+        if hasattr(attn, "sliding_window"):
+            return attn.sliding_window
+        return getattr(attn.config, "sliding_window", None)
 
     @staticmethod
     def _mask(q: int, past: int, window: int | None, device: torch.device) -> torch.Tensor | None:

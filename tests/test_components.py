@@ -350,17 +350,7 @@ def test_transition_after_crop_equals_teacher_forced_on_the_new_sequence(arch):
 @pytest.mark.parametrize(
     "arch",
     [
-        a
-        if a != "mistral"
-        else pytest.param(
-            a,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="BUG: MistralAttention has no .sliding_window attribute, so OneiroDrafter.transition "
-                "never applies Mistral's sliding window (full causal mask instead)",
-            ),
-        )
-        for a in ARCHS
+        a for a in ARCHS
     ],
 )
 def test_drafter_layers_compute_exactly_what_the_target_layers_compute(arch):
@@ -408,12 +398,6 @@ def test_target_hidden_state_handed_to_the_drafter_is_final_normed(tiny_model):
     torch.testing.assert_close(reduced.readout_logits(last), logits[..., subset], atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: OneiroDrafter.bind skips index_select when draft_vocab_ids has as "
-    "many entries as the LM head, so a full-size permutation keeps the head's row order while "
-    "tokens are mapped through draft_vocab_ids: every latent draft is the wrong token",
-)
 def test_full_size_permuted_draft_vocab_reads_the_right_rows():
     model = make_model("llama", strength="per_token")
     perm = torch.randperm(128, generator=torch.Generator().manual_seed(0))
