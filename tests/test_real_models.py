@@ -65,12 +65,13 @@ def test_smollm2_all_modes_identical_to_greedy(smollm2, drafter_kind):
 @pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b-instruct", "gemma-3-270m"])
 def test_other_reference_targets_identical_to_greedy(name):
     model, tokenizer = load_reference_model(name)
-    drafter = OneiroDrafter.from_target(model)
-    for prompt in PROMPTS[1:3] + PROMPTS[3:]:
+    # A reduced draft vocabulary keeps the readout cheap (Gemma's full vocabulary has 262k rows).
+    drafter = OneiroDrafter.from_target(model, draft_vocab_ids=torch.arange(16384))
+    for prompt in PROMPTS[1:2] + PROMPTS[3:]:
         ids = _chat_ids(tokenizer, prompt)
-        ref = model.generate(ids, max_new_tokens=24, do_sample=False)
+        ref = model.generate(ids, max_new_tokens=16, do_sample=False)
         for mode in ("latent", "hybrid"):
-            out = model.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=drafter,
+            out = model.generate(ids, max_new_tokens=16, do_sample=False, assistant_model=drafter,
                                  oneiro_mode=mode, oneiro_cost_aware=False)
             assert torch.equal(out, ref), f"{name} {mode} differs from greedy on {prompt!r}"
             assert drafter.last_stats.drafted_tokens > 0
