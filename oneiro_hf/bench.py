@@ -1,248 +1,842 @@
 """oneiro-bench: Spec-Bench-style wall-clock comparison of decoding methods on one target.
 
-Methods run interleaved per prompt (the order rotates), after a warm-up, so their ratios hold on a
-noisy machine. Answers are written per method in Spec-Bench's answer-record format, one line per
-finished question, so an interrupted run keeps its work and `--resume` continues it.
+    oneiro-bench --target smollm2-135m-instruct --methods greedy,hf-lookup,oneiro-hybrid --per-category 3
+    oneiro-bench profile --target smollm2-135m-instruct          # measure t(k) once, reused by later runs
+
+Methods run interleaved per question (the order rotates from one question to the next), after a
+warm-up, so their ratios hold on a noisy machine. Every ratio is against plain greedy decoding measured
+in the same run on the same questions. Answers are written per method in Spec-Bench's answer-record
+format, one line per finished question, so an interrupted run keeps its work and `--resume` continues
+it (a line cut by the interruption is dropped and that question re-run).
+
+Methods
+    greedy               plain greedy decoding (the reference; always run)
+    hf-lookup            transformers' prompt lookup (prompt_lookup_num_tokens=10)
+    hf-early-exit        transformers' self-speculation, drafting with the first N layers
+                         (assistant_early_exit=N, --early-exit-layer)
+    hf-assistant         transformers' assisted decoding with a small model (--assistant, same tokenizer)
+    oneiro-lookup        OneiroDraft, n-gram lookup drafts only
+    oneiro-latent        OneiroDraft, latent drafts only
+    oneiro-hybrid        OneiroDraft, lookup when a match exists, else latent
+    oneiro-topk-K        hybrid with relaxed verification: a draft token is accepted if it is among the
+                         target's top K (oneiro_verification="topk", oneiro_verification_topk=K); lossy
+    oneiro-threshold-T   hybrid with relaxed verification at threshold T (oneiro_verification="threshold",
+                         oneiro_verification_threshold=T); lossy
+
+Outputs under --out: answers/<method>.jsonl, summary.json, report.md, plots/*.png, run_config.json.
+Exit status: 0 fine, 2 unusable arguments or inputs (checked before any model loads), 3 a lossless
+method's output differed from greedy (listed under "lossless_violations"), 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import hashlib
 import json
-import statistics
+import math
+import os
+import re
 import sys
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-LOSSLESS = {"greedy", "hf-lookup", "oneiro-lookup", "oneiro-latent", "oneiro-hybrid"}
-METHODS = ("greedy", "hf-lookup", "oneiro-lookup", "oneiro-latent", "oneiro-hybrid")
+from .bench_report import is_lossless, is_relaxed, make_plots, report_markdown, summarize
+
+BASE_METHODS = (
+    "greedy",
+    "hf-lookup",
+    "hf-early-exit",
+    "hf-assistant",
+    "oneiro-lookup",
+    "oneiro-latent",
+    "oneiro-hybrid",
+)
+DEFAULT_METHODS = ("greedy", "hf-lookup", "oneiro-lookup", "oneiro-latent", "oneiro-hybrid")
+RELAXED_PATTERNS = ("oneiro-topk-<K>", "oneiro-threshold-<T>")
+DTYPES = ("float32", "bfloat16", "float16")
+DEFAULT_QUESTIONS = "../shared/data/spec_bench/question.jsonl"
+HF_LOOKUP_TOKENS = 10
+WARMUP_TOKENS = 8
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_LOSSLESS_VIOLATION, EXIT_INTERRUPTED = 0, 2, 3, 130
 
 
 class BenchInputError(ValueError):
     """A benchmark argument or input file is unusable; raised before any model loads."""
 
 
-def load_questions(path: str | Path, per_category: int | None = None) -> list[dict]:
-    """Read Spec-Bench question JSONL (question_id, category, turns), optionally N per category."""
+# ------------------------------------------------------------------------------------------- methods
+@dataclass(frozen=True)
+class MethodSpec:
+    """One decoding method: how to call generate for it."""
+
+    name: str
+    generate_kwargs: dict = field(default_factory=dict)  # besides assistant_model
+    oneiro_settings: dict = field(default_factory=dict)  # passed as oneiro_<key>=value
+
+    @property
+    def uses_drafter(self) -> bool:
+        return self.name.startswith("oneiro-")
+
+    @property
+    def uses_assistant(self) -> bool:
+        return self.name == "hf-assistant"
+
+    @property
+    def lossless(self) -> bool:
+        return is_lossless(self.name)
+
+    @property
+    def relaxed(self) -> bool:
+        return is_relaxed(self.name)
+
+
+def _method_help() -> str:
+    return f"Known methods: {', '.join(BASE_METHODS)}, and {', '.join(RELAXED_PATTERNS)}."
+
+
+def parse_method(name: str, early_exit_layer: int = 4) -> MethodSpec:
+    """The MethodSpec for a --methods entry; BenchInputError for an unknown or malformed one."""
+    if name == "greedy":
+        return MethodSpec(name)
+    if name == "hf-lookup":
+        return MethodSpec(name, {"prompt_lookup_num_tokens": HF_LOOKUP_TOKENS})
+    if name == "hf-early-exit":
+        return MethodSpec(name, {"assistant_early_exit": int(early_exit_layer)})
+    if name == "hf-assistant":
+        return MethodSpec(name)
+    if name in ("oneiro-lookup", "oneiro-latent", "oneiro-hybrid"):
+        return MethodSpec(name, oneiro_settings={"mode": name.split("-", 1)[1]})
+    match = re.fullmatch(r"oneiro-topk-(\S+)", name)
+    if match:
+        try:
+            k = int(match.group(1))
+        except ValueError:
+            k = 0
+        if k < 1:
+            raise BenchInputError(f"method {name!r}: K must be an integer >= 1, e.g. oneiro-topk-2.")
+        return MethodSpec(name, oneiro_settings={"mode": "hybrid", "verification": "topk", "verification_topk": k})
+    match = re.fullmatch(r"oneiro-threshold-(\S+)", name)
+    if match:
+        try:
+            t = float(match.group(1))
+        except ValueError:
+            t = float("nan")
+        if not math.isfinite(t) or t <= 0:
+            raise BenchInputError(f"method {name!r}: T must be a positive number, e.g. oneiro-threshold-0.1.")
+        return MethodSpec(
+            name, oneiro_settings={"mode": "hybrid", "verification": "threshold", "verification_threshold": t}
+        )
+    raise BenchInputError(f"unknown method {name!r}. {_method_help()}")
+
+
+def parse_methods(text: str, early_exit_layer: int = 4) -> list[MethodSpec]:
+    """Comma-separated methods, de-duplicated, greedy first (every ratio is against it)."""
+    names = []
+    for m in (m.strip() for m in text.split(",")):
+        if m and m not in names:
+            names.append(m)
+    if not names:
+        raise BenchInputError(f"--methods is empty. {_method_help()}")
+    specs = [parse_method(m, early_exit_layer) for m in names]
+    if specs[0].name != "greedy":
+        specs = [MethodSpec("greedy")] + [s for s in specs if s.name != "greedy"]
+    return specs
+
+
+# ------------------------------------------------------------------------------------------- questions
+def load_questions(
+    path: str | Path, per_category: int | None = None, categories: list[str] | None = None
+) -> list[dict]:
+    """Read Spec-Bench question JSONL (question_id, category, turns[, reference]).
+
+    per_category: keep the first N of each category (None or 0: all); categories: keep only these.
+    """
     path = Path(path)
     if not path.is_file():
         raise BenchInputError(f"questions file {path} does not exist. Fix: pass --questions FILE.jsonl.")
-    rows, seen = [], defaultdict(int)
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    rows: list[tuple[int, dict]] = []
+    seen_ids: dict[Any, int] = {}
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as err:
-            raise BenchInputError(f"{path}:{lineno} is not valid JSON ({err}).") from err
-        if not isinstance(row, dict) or not {"question_id", "category", "turns"} <= set(row) or not row["turns"]:
-            raise BenchInputError(f"{path}:{lineno} needs question_id, category and a non-empty turns list.")
-        if per_category is not None and seen[row["category"]] >= per_category:
-            continue
-        seen[row["category"]] += 1
-        rows.append(row)
+            raise BenchInputError(f"{path}:{lineno} is not valid JSON ({err.msg}).") from err
+        if not isinstance(row, dict) or not {"question_id", "category", "turns"} <= set(row):
+            raise BenchInputError(f"{path}:{lineno} needs question_id, category and turns.")
+        turns = row["turns"]
+        if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t.strip() for t in turns):
+            raise BenchInputError(f"{path}:{lineno}: turns must be a non-empty list of non-empty strings.")
+        if not isinstance(row["category"], str) or not row["category"]:
+            raise BenchInputError(f"{path}:{lineno}: category must be a non-empty string.")
+        qid = row["question_id"]
+        if not isinstance(qid, (int, str)) or isinstance(qid, bool):
+            raise BenchInputError(f"{path}:{lineno}: question_id must be an integer or a string.")
+        if qid in seen_ids:
+            raise BenchInputError(f"{path}:{lineno}: question_id {qid!r} repeats line {seen_ids[qid]}.")
+        seen_ids[qid] = lineno
+        rows.append((lineno, row))
     if not rows:
         raise BenchInputError(f"{path} holds no questions.")
-    return rows
+    if categories:
+        known = sorted({r["category"] for _, r in rows})
+        unknown = [c for c in categories if c not in known]
+        if unknown:
+            raise BenchInputError(f"unknown categor{'y' if len(unknown) == 1 else 'ies'} {unknown} in "
+                                  f"--categories; {path} has: {', '.join(known)}.")
+        rows = [(n, r) for n, r in rows if r["category"] in categories]
+    picked, count = [], defaultdict(int)
+    for _, row in rows:
+        if per_category and count[row["category"]] >= per_category:
+            continue
+        count[row["category"]] += 1
+        picked.append(row)
+    return picked
 
 
-def parse_methods(text: str) -> list[str]:
-    methods = [m.strip() for m in text.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise BenchInputError(f"unknown method(s) {unknown}. Choose from: {', '.join(METHODS)}.")
-    if "greedy" not in methods:
-        methods.insert(0, "greedy")  # every ratio is against greedy, measured in the same run
-    return methods
+# ------------------------------------------------------------------------------------------- models
+@dataclass(frozen=True)
+class ModelRef:
+    """A --target/--assistant argument resolved without loading: a reference name or a local directory."""
+
+    arg: str
+    reference: str | None  # reference model name, or None for a directory
+    path: Path | None  # the directory (reference models: their cache dir, which may not exist yet)
+
+    @property
+    def loader_arg(self) -> str:
+        return self.reference if self.reference else str(self.path)
+
+    @property
+    def label(self) -> str:
+        if self.reference:
+            return self.reference
+        digest = hashlib.sha1(str(self.path.resolve()).encode()).hexdigest()[:8]
+        return f"{self.path.resolve().name}-{digest}"
+
+    def config(self) -> dict | None:
+        """The model's (text) config.json as a dict, if it is on disk; None if not fetched yet."""
+        file = self.path / "config.json" if self.path else None
+        if file is None or not file.is_file():
+            return None
+        try:
+            cfg = json.loads(file.read_text())
+        except (json.JSONDecodeError, OSError) as err:
+            raise BenchInputError(f"{file} is not readable JSON ({err}).") from err
+        if isinstance(cfg, dict) and isinstance(cfg.get("text_config"), dict):
+            cfg = {**cfg["text_config"], "model_type": cfg["text_config"].get("model_type", cfg.get("model_type"))}
+        return cfg if isinstance(cfg, dict) else None
 
 
-def _generate(model, drafter, method: str, input_ids, max_new_tokens: int):
-    kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": False}
-    if method == "hf-lookup":
-        kwargs["prompt_lookup_num_tokens"] = 10
-    elif method.startswith("oneiro-"):
-        kwargs["assistant_model"] = drafter
-        kwargs["oneiro_mode"] = method.split("-", 1)[1]
+def resolve_model(arg: str, flag: str) -> ModelRef:
+    """A reference model name, or an existing local model directory; anything else is an error."""
+    from .reference_models import REFERENCE_MODELS, reference_model_dir
+
+    text = arg.strip()
+    path = Path(text).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise BenchInputError(f"{flag} {arg}: {path} has no config.json, so it is not a saved model directory.")
+        return ModelRef(arg, None, path)
+    name = text.lower()
+    if name in REFERENCE_MODELS:
+        return ModelRef(arg, name, reference_model_dir(name))
+    raise BenchInputError(
+        f"{flag} {arg!r} is neither a reference model name ({', '.join(REFERENCE_MODELS)}) nor an existing "
+        "local model directory. Model repo ids cannot be downloaded by the benchmark: download the model "
+        "first and pass its local directory."
+    )
+
+
+def check_drafter(drafter_arg: str | None, target: ModelRef, target_cfg: dict | None) -> tuple[str, str]:
+    """Resolve --drafter and check it against the target's config before any weights load.
+
+    Returns (value for the loader, human description).
+    """
+    from .configuration_oneiro import OneiroDrafterConfig
+    from .loading import default_drafter_dir
+    from .modeling_oneiro import SUPPORTED_MODEL_TYPES
+
+    if target_cfg is not None and target_cfg.get("model_type") not in SUPPORTED_MODEL_TYPES:
+        raise BenchInputError(
+            f"the oneiro-* methods need a target of a supported architecture ({', '.join(SUPPORTED_MODEL_TYPES)}); "
+            f"{target.arg} is '{target_cfg.get('model_type')}'. Fix: drop the oneiro-* methods or pick another target."
+        )
+    if drafter_arg == "fresh":
+        return "fresh", "fresh (untrained, built from the target)"
+    if drafter_arg is None:
+        shipped = default_drafter_dir(target.reference) if target.reference else None
+        if shipped is None:
+            return "fresh", "fresh (untrained: no shipped drafter for this target)"
+        path, how = shipped, "shipped"
+    else:
+        path, how = Path(drafter_arg).expanduser(), "given"
+        if not path.is_dir():
+            raise BenchInputError(
+                f"--drafter {drafter_arg}: no such directory. Pass a drafter directory (written by "
+                "save_pretrained), 'fresh' for an untrained one, or leave it out for the shipped one."
+            )
+    cfg_file = path / "config.json"
+    try:
+        cfg = json.loads(cfg_file.read_text())
+    except FileNotFoundError as err:
+        raise BenchInputError(f"--drafter {path}: no config.json, not a drafter checkpoint.") from err
+    except (json.JSONDecodeError, OSError) as err:
+        raise BenchInputError(f"--drafter {path}: config.json is not readable JSON ({err}).") from err
+    if not isinstance(cfg, dict) or cfg.get("model_type") != OneiroDrafterConfig.model_type:
+        kind = cfg.get("model_type") if isinstance(cfg, dict) else None
+        raise BenchInputError(f"--drafter {path} holds a '{kind}' model, not a OneiroDrafter checkpoint.")
+    if target_cfg is not None:
+        drafter_type = (cfg.get("target_config") or {}).get("model_type")
+        problems = [
+            f"{name}: drafter expects {want}, target has {have}"
+            for name, want, have in (
+                ("model_type", drafter_type, target_cfg.get("model_type")),
+                ("vocab_size", cfg.get("vocab_size"), target_cfg.get("vocab_size")),
+                ("hidden_size", cfg.get("hidden_size"), target_cfg.get("hidden_size")),
+                ("num_hidden_layers", cfg.get("num_target_layers"), target_cfg.get("num_hidden_layers")),
+            )
+            if want != have
+        ]
+        if problems:
+            raise BenchInputError(
+                f"--drafter {path} was made for another target than {target.arg}:\n  - " + "\n  - ".join(problems)
+                + "\nFix: pass the drafter trained for this target, or --drafter fresh."
+            )
+    return str(path), f"{how}: {path}"
+
+
+def default_profile_path(target: ModelRef, device: str, dtype: str) -> Path:
+    """Where `oneiro-bench profile` saves, and a run looks for, the target's t(k) profile."""
+    from .reference_models import default_cache_dir
+
+    return default_cache_dir() / "latency" / f"{target.label}-{device.split(':')[0]}-{dtype}.json"
+
+
+# ------------------------------------------------------------------------------------------- plan
+@dataclass
+class Plan:
+    """Everything a run needs, resolved and checked before any model loads."""
+
+    questions: list[dict]
+    specs: list[MethodSpec]
+    target: ModelRef
+    target_cfg: dict | None
+    drafter: str | None = None
+    drafter_desc: str | None = None
+    assistant: ModelRef | None = None
+    profile_path: Path | None = None
+    profile: dict | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _check_common(args) -> None:
+    if args.dtype not in DTYPES:
+        raise BenchInputError(f"--dtype {args.dtype}: choose one of {', '.join(DTYPES)}.")
+    if args.threads is not None and args.threads < 1:
+        raise BenchInputError("--threads must be >= 1.")
+    if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", args.device):
+        raise BenchInputError(f"--device {args.device}: use cpu, cuda, cuda:N or mps.")
+
+
+def plan_run(args) -> Plan:
+    """Validate every argument and input file; BenchInputError on the first problem. Loads no model."""
+    _check_common(args)
+    if args.max_new_tokens < 1:
+        raise BenchInputError("--max-new-tokens must be >= 1.")
+    if args.per_category is not None and args.per_category < 0:
+        raise BenchInputError("--per-category must be >= 0 (0: every question).")
+    if args.early_exit_layer < 1:
+        raise BenchInputError("--early-exit-layer must be >= 1.")
+    specs = parse_methods(args.methods, args.early_exit_layer)
+    categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
+    questions = load_questions(args.questions, args.per_category, categories)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise BenchInputError(f"--out {out} exists and is not a directory.")
+    target = resolve_model(args.target, "--target")
+    target_cfg = target.config()
+    plan = Plan(questions, specs, target, target_cfg)
+    names = [s.name for s in specs]
+    if "hf-early-exit" in names and target_cfg is not None:
+        layers = target_cfg.get("num_hidden_layers")
+        if isinstance(layers, int) and args.early_exit_layer >= layers:
+            raise BenchInputError(
+                f"--early-exit-layer {args.early_exit_layer} must be below the target's {layers} layers."
+            )
+    if any(s.uses_drafter for s in specs):
+        plan.drafter, plan.drafter_desc = check_drafter(args.drafter, target, target_cfg)
+    if "hf-assistant" in names:
+        if not args.assistant:
+            raise BenchInputError("method hf-assistant needs --assistant MODEL (a small model with the target's "
+                                  "tokenizer: a reference name or a local directory).")
+        plan.assistant = resolve_model(args.assistant, "--assistant")
+        a_cfg = plan.assistant.config()
+        if a_cfg is not None and target_cfg is not None and a_cfg.get("vocab_size") != target_cfg.get("vocab_size"):
+            raise BenchInputError(
+                f"--assistant {args.assistant} has vocab_size {a_cfg.get('vocab_size')}, the target "
+                f"{target_cfg.get('vocab_size')}: hf-assistant needs the same tokenizer."
+            )
+    elif args.assistant:
+        plan.notes.append("--assistant is ignored: hf-assistant is not among --methods.")
+    if args.latency_profile and args.no_profile:
+        raise BenchInputError("--latency-profile and --no-profile contradict each other; pass one.")
+    if plan.drafter is not None and not args.no_profile:
+        from .latency import load_profile
+
+        path = Path(args.latency_profile) if args.latency_profile else default_profile_path(
+            target, args.device, args.dtype)
+        if args.latency_profile and not path.is_file():
+            raise BenchInputError(f"--latency-profile {path} does not exist. Fix: run `oneiro-bench profile`.")
+        if path.is_file():
+            try:
+                plan.profile = load_profile(path)
+            except (ValueError, OSError, KeyError, TypeError) as err:  # json errors are ValueErrors
+                raise BenchInputError(f"latency profile {path} is unusable ({err}). Fix: re-run "
+                                      "`oneiro-bench profile` or pass --no-profile.") from err
+            plan.profile_path = path
+    return plan
+
+
+# ------------------------------------------------------------------------------------------- steps
+class StepRecorder:
+    """Logs, per target verification pass of assisted decoding, the draft length and accepted drafts.
+
+    It wraps each candidate generator the target builds (any kind: prompt lookup, early exit,
+    assistant model, OneiroDraft), reading only what transformers' loop passes between them, and the
+    time spent inside the generator (drafting and its bookkeeping).
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.draft_lengths: list[int] = []
+        self.accepted: list[int] = []
+        self.draft_s = 0.0
+
+    def install(self, model) -> None:
+        original = model._get_candidate_generator  # the drafter's instance hook, or the class method
+
+        def get_candidate_generator(*args, **kwargs):
+            generator = original(*args, **kwargs)
+            self._wrap(generator)
+            return generator
+
+        model._get_candidate_generator = get_candidate_generator
+
+    def _wrap(self, generator) -> None:
+        get_candidates, update = generator.get_candidates, generator.update_candidate_strategy
+        pending = {"length": 0}
+
+        def timed_get_candidates(input_ids, *args, **kwargs):
+            start = time.perf_counter()
+            out = get_candidates(input_ids, *args, **kwargs)
+            self.draft_s += time.perf_counter() - start
+            pending["length"] = int(out[0].shape[-1] - input_ids.shape[-1])
+            return out
+
+        def timed_update(input_ids, scores, num_matches, *args, **kwargs):
+            start = time.perf_counter()
+            result = update(input_ids, scores, num_matches, *args, **kwargs)
+            self.draft_s += time.perf_counter() - start
+            self.draft_lengths.append(pending["length"])
+            self.accepted.append(int(num_matches))
+            return result
+
+        generator.get_candidates = timed_get_candidates
+        generator.update_candidate_strategy = timed_update
+
+
+@dataclass
+class BenchContext:
+    model: Any
+    tokenizer: Any
+    drafter: Any
+    assistant: Any
+    specs: dict[str, MethodSpec]
+    recorder: StepRecorder
+    policy_states: dict[str, Any] = field(default_factory=dict)
+
+
+_ONEIRO_STAT_KEYS = ("latent_steps", "lookup_steps", "empty_steps", "draft_time_s", "verify_time_s",
+                     "drafted_by_source", "accepted_by_source")
+
+
+def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int) -> dict:
+    """One timed generate call with `method`: new token ids, seconds, and the per-step draft log."""
+    import torch
+
+    spec = ctx.specs[method]
+    model = ctx.model
+    kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": False,
+                              "attention_mask": torch.ones_like(input_ids)}
+    if model.generation_config.pad_token_id is None:
+        pad = ctx.tokenizer.pad_token_id if ctx.tokenizer.pad_token_id is not None else ctx.tokenizer.eos_token_id
+        if pad is not None:
+            kwargs["pad_token_id"] = pad
+    kwargs.update(spec.generate_kwargs)
+    if spec.uses_assistant:
+        kwargs["assistant_model"] = ctx.assistant
+    if spec.uses_drafter:
+        kwargs["assistant_model"] = ctx.drafter
+        kwargs.update({f"oneiro_{k}": v for k, v in spec.oneiro_settings.items()})
+        # each oneiro method keeps its own learned policy (calibration, t(k)), as if it ran alone
+        object.__setattr__(ctx.drafter, "_policy_state", ctx.policy_states.get(method))
+    ctx.recorder.reset()
+    cuda = input_ids.device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
     start = time.perf_counter()
     out = model.generate(input_ids, **kwargs)
+    if cuda:
+        torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
-    stats = drafter.last_stats if method.startswith("oneiro-") else None
-    return out[0, input_ids.shape[1]:].tolist(), elapsed, stats
+    result = {
+        "tokens": out[0, input_ids.shape[1]:].tolist(),
+        "wall_time": elapsed,
+        "draft_lengths": list(ctx.recorder.draft_lengths),
+        "accepted": list(ctx.recorder.accepted),
+        "draft_time_s": ctx.recorder.draft_s,
+        "oneiro_stats": None,
+    }
+    if spec.uses_drafter:
+        ctx.policy_states[method] = ctx.drafter._policy_state
+        stats = ctx.drafter.last_stats.as_dict()
+        result["oneiro_stats"] = {k: stats[k] for k in _ONEIRO_STAT_KEYS if k in stats}
+    return result
 
 
-def run_question(model, tokenizer, drafter, method, question, max_new_tokens) -> dict:
+def encode_prompt(tokenizer, messages: list[dict]):
+    if tokenizer.chat_template:
+        enc = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                            return_dict=True)
+        return enc["input_ids"]
+    return tokenizer("\n\n".join(m["content"] for m in messages), return_tensors="pt").input_ids
+
+
+def _add_stats(total: dict | None, stats: dict | None) -> dict | None:
+    if stats is None:
+        return total
+    if total is None:
+        return copy.deepcopy(stats)
+    for k, v in stats.items():
+        if isinstance(v, dict):
+            for kk, vv in v.items():
+                total[k][kk] = total[k].get(kk, 0) + vv
+        else:
+            total[k] = total.get(k, 0) + v
+    return total
+
+
+def run_question(ctx: BenchContext, method: str, question: dict, max_new_tokens: int) -> dict:
     """All turns of one question with one method; later turns see this method's own earlier answers."""
-    messages, turns, new_tokens, wall, accept_lengths = [], [], [], [], []
-    draft_s = verify_s = 0.0
+    messages: list[dict] = []
+    choice: dict[str, list] = {k: [] for k in ("turns", "new_tokens", "wall_time", "decoding_steps",
+                                               "accept_lengths", "draft_lengths", "output_ids")}
+    draft_s, oneiro_stats = 0.0, None
     for turn in question["turns"]:
         messages.append({"role": "user", "content": turn})
-        if tokenizer.chat_template:
-            enc = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
-                                                return_dict=True)
-            input_ids = enc["input_ids"]
-        else:
-            input_ids = tokenizer("\n\n".join(m["content"] for m in messages), return_tensors="pt").input_ids
-        input_ids = input_ids.to(model.device)
-        tokens, elapsed, stats = _generate(model, drafter, method, input_ids, max_new_tokens)
-        text = tokenizer.decode(tokens, skip_special_tokens=True)
+        input_ids = encode_prompt(ctx.tokenizer, messages).to(ctx.model.device)
+        res = generate_once(ctx, method, input_ids, max_new_tokens)
+        text = ctx.tokenizer.decode(res["tokens"], skip_special_tokens=True)
         messages.append({"role": "assistant", "content": text})
-        turns.append(text)
-        new_tokens.append(len(tokens))
-        wall.append(elapsed)
-        if stats is not None:
-            accept_lengths.extend(stats.accept_lengths)
-            draft_s += stats.draft_time_s
-            verify_s += stats.verify_time_s
-    return {
+        choice["turns"].append(text)
+        choice["new_tokens"].append(len(res["tokens"]))
+        choice["wall_time"].append(res["wall_time"])
+        choice["output_ids"].append(res["tokens"])
+        steps = len(res["accepted"])
+        choice["decoding_steps"].append(steps if steps else len(res["tokens"]))
+        choice["accept_lengths"].extend(a + 1 for a in res["accepted"])
+        choice["draft_lengths"].extend(res["draft_lengths"])
+        draft_s += res["draft_time_s"]
+        oneiro_stats = _add_stats(oneiro_stats, res["oneiro_stats"])
+    record = {
         "question_id": question["question_id"],
         "category": question["category"],
         "answer_id": f"{question['question_id']}-{method}",
         "model_id": method,
-        "choices": [{"index": 0, "turns": turns, "new_tokens": new_tokens, "wall_time": wall,
-                     "accept_lengths": accept_lengths}],
+        "choices": [{"index": 0, **choice}],
         "tstamp": time.time(),
         "draft_time_s": draft_s,
-        "verify_time_s": verify_s,
     }
+    if oneiro_stats is not None:
+        record["oneiro_stats"] = oneiro_stats
+    return record
 
 
-def summarize(records: dict[str, list[dict]]) -> dict:
-    """summary.json: per method, overall and per category, with ratios against greedy on the same prompts."""
-    greedy_text = {r["question_id"]: r["choices"][0]["turns"] for r in records.get("greedy", [])}
-
-    def block(rows: list[dict], greedy_rows: list[dict]) -> dict:
-        tokens = sum(sum(r["choices"][0]["new_tokens"]) for r in rows)
-        wall = sum(sum(r["choices"][0]["wall_time"]) for r in rows)
-        g_tokens = sum(sum(r["choices"][0]["new_tokens"]) for r in greedy_rows)
-        g_wall = sum(sum(r["choices"][0]["wall_time"]) for r in greedy_rows)
-        acc = [a for r in rows for a in r["choices"][0]["accept_lengths"]]
-        draft = sum(r.get("draft_time_s", 0.0) for r in rows)
-        same = [r["choices"][0]["turns"] == greedy_text.get(r["question_id"]) for r in rows]
-        tps = tokens / wall if wall else 0.0
-        g_tps = g_tokens / g_wall if g_wall else 0.0
-        return {
-            "tokens_per_s": tps,
-            "speedup_vs_greedy": tps / g_tps if g_tps else None,
-            "mean_accepted_tokens": statistics.fmean(acc) if acc else None,
-            "draft_time_share": draft / wall if wall else 0.0,
-            "identical_to_greedy": sum(same) / len(same) if same else None,
-            "n_prompts": len(rows),
-            "new_tokens": tokens,
-        }
-
-    summary: dict[str, Any] = {"methods": {}}
-    greedy_rows = records.get("greedy", [])
-    for method, rows in records.items():
-        cats = sorted({r["category"] for r in rows})
-        entry = {"overall": block(rows, greedy_rows), "categories": {}}
-        for cat in cats:
-            entry["categories"][cat] = block([r for r in rows if r["category"] == cat],
-                                             [r for r in greedy_rows if r["category"] == cat])
-        summary["methods"][method] = entry
-        if method in LOSSLESS and entry["overall"]["identical_to_greedy"] not in (None, 1.0):
-            summary.setdefault("lossless_violations", []).append(method)
-    return summary
+# ------------------------------------------------------------------------------------------- answers
+def read_answers(path: Path) -> tuple[list[dict], int]:
+    """Complete answer records of one method's file (last one per question) and how many lines were dropped."""
+    if not path.exists():
+        return [], 0
+    by_id: dict[Any, dict] = {}
+    dropped = 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            choice = rec["choices"][0]
+            ok = isinstance(rec.get("question_id"), (int, str)) and len(choice["turns"]) == len(choice["new_tokens"])
+        except (json.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
+            ok = False
+        if not ok:
+            dropped += 1  # a line cut by an interruption: that question is re-run
+            continue
+        by_id[rec["question_id"]] = rec
+    return list(by_id.values()), dropped
 
 
-def report_markdown(summary: dict) -> str:
-    methods = list(summary["methods"])
-    cats = sorted({c for m in methods for c in summary["methods"][m]["categories"]})
-    lines = ["| category | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
-    for cat in cats + ["overall"]:
-        cells = []
-        for m in methods:
-            e = summary["methods"][m]["overall"] if cat == "overall" else summary["methods"][m]["categories"].get(cat)
-            if not e:
-                cells.append("")
-                continue
-            tau = e["mean_accepted_tokens"]
-            cells.append(f"{e['speedup_vs_greedy']:.2f}x ({e['tokens_per_s']:.1f} tok/s"
-                         + (f", tau {tau:.2f}" if tau else "") + ")")
-        lines.append(f"| {'**overall**' if cat == 'overall' else cat} | " + " | ".join(cells) + " |")
-    lines.append("")
-    lines.append("| method | draft share of wall time | identical to greedy |")
-    lines.append("|---|---|---|")
-    for m in methods:
-        e = summary["methods"][m]["overall"]
-        lines.append(f"| {m} | {e['draft_time_share']:.1%} | {e['identical_to_greedy']:.0%} |")
-    if summary.get("lossless_violations"):
-        lines.insert(0, f"**LOSSLESS VIOLATION: {summary['lossless_violations']} differ from greedy.**\n")
-    return "\n".join(lines) + "\n"
+def _write_answers(path: Path, records: list[dict]) -> None:
+    """Rewrite a method's file with only complete records (so new lines never join a cut one)."""
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+_RESUME_KEYS = ("target", "dtype", "device", "max_new_tokens", "threads")
+_RESUME_METHOD_KEYS = {"drafter": "oneiro-", "early_exit_layer": "hf-early-exit", "assistant": "hf-assistant"}
+
+
+def resume_conflicts(stored: dict, current: dict, methods_with_answers: list[str]) -> list[str]:
+    """Settings that differ from the run being resumed, where they matter for answers already written."""
+    keys = list(_RESUME_KEYS)
+    for key, prefix in _RESUME_METHOD_KEYS.items():
+        if any(m.startswith(prefix) for m in methods_with_answers):
+            keys.append(key)
+    return [f"{k}: was {stored.get(k)!r}, now {current.get(k)!r}" for k in keys if stored.get(k) != current.get(k)]
+
+
+# ------------------------------------------------------------------------------------------- CLI
+def _run_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="oneiro-bench", formatter_class=argparse.RawDescriptionHelpFormatter, description=__doc__,
+        epilog="Subcommand: `oneiro-bench profile --help` measures the target's verification latency t(k).",
+    )
+    p.add_argument("--target", default="smollm2-135m-instruct",
+                   help="reference model name or local model directory (default: %(default)s)")
+    p.add_argument("--drafter", default=None,
+                   help="drafter directory, 'fresh' (untrained), or leave out for the shipped one (else fresh)")
+    p.add_argument("--assistant", default=None, help="small model for hf-assistant (reference name or directory)")
+    p.add_argument("--questions", default=DEFAULT_QUESTIONS, help="Spec-Bench question.jsonl")
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated; greedy is always added")
+    p.add_argument("--categories", default=None, help="comma-separated categories to keep (default: all)")
+    p.add_argument("--per-category", type=int, default=3, help="first N questions per category (0: all)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="per turn")
+    p.add_argument("--early-exit-layer", type=int, default=4, help="draft layers of hf-early-exit")
+    p.add_argument("--dtype", default="float32", help=f"one of {', '.join(DTYPES)}")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--latency-profile", default=None,
+                   help="t(k) JSON from `oneiro-bench profile` (default: the cached one for target/device/dtype)")
+    p.add_argument("--no-profile", action="store_true", help="do not seed the drafters with a latency profile")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--out", default="runs/bench", help="output directory (default: %(default)s)")
+    p.add_argument("--resume", action="store_true", help="keep finished answers in --out and run the rest")
+    return p
+
+
+def _profile_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="oneiro-bench profile",
+        description="Measure the target's verification latency t(k), k=1..max-k, and save it as JSON; later "
+                    "runs on the same target, device and dtype load it automatically.",
+    )
+    p.add_argument("--target", default="smollm2-135m-instruct", help="reference model name or local directory")
+    p.add_argument("--out", default=None, help="JSON file (default: <cache>/latency/<target>-<device>-<dtype>.json)")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--max-k", type=int, default=16)
+    p.add_argument("--context-len", type=int, default=200)
+    p.add_argument("--repeats", type=int, default=7)
+    return p
+
+
+def _fail(err: Exception) -> int:
+    print(f"oneiro-bench: error: {err}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def profile_main(argv: list[str]) -> int:
+    args = _profile_parser().parse_args(argv)
+    try:
+        _check_common(args)
+        if args.max_k < 1 or args.context_len < 1 or args.repeats < 1:
+            raise BenchInputError("--max-k, --context-len and --repeats must be >= 1.")
+        target = resolve_model(args.target, "--target")
+    except BenchInputError as err:
+        return _fail(err)
+    out = Path(args.out) if args.out else default_profile_path(target, args.device, args.dtype)
+    import torch
+
+    from . import loading
+    from .latency import profile_verification_latency, save_profile
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, _, _ = loading.load_target_and_drafter(target.loader_arg, None, args.dtype, needs_drafter=False,
+                                                  device=args.device)
+    profile = profile_verification_latency(model, tuple(range(1, args.max_k + 1)), args.context_len, args.repeats)
+    profile.update(target=target.label, threads=torch.get_num_threads())
+    save_profile(profile, out)
+    print(f"t(1) = {profile['t1_s'] * 1000:.2f} ms; t(k)/t(1): "
+          + ", ".join(f"{k}:{v:.2f}" for k, v in profile["ratios"].items()))
+    print(f"saved {out}")
+    return EXIT_OK
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="oneiro-bench", description=__doc__)
-    parser.add_argument("--target", default="smollm2-135m-instruct", help="reference model name or HF path")
-    parser.add_argument("--drafter", default=None, help="drafter dir; default: the shipped one, else a fresh one")
-    parser.add_argument("--questions", default="../shared/data/spec_bench/question.jsonl")
-    parser.add_argument("--methods", default=",".join(METHODS))
-    parser.add_argument("--per-category", type=int, default=3)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--latency-profile", default=None, help="JSON from profile_verification_latency")
-    parser.add_argument("--out", default="runs/bench")
-    parser.add_argument("--resume", action="store_true")
-    args = parser.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "profile":
+        return profile_main(argv[1:])
+    if argv and argv[0] == "run":
+        argv = argv[1:]
+    args = _run_parser().parse_args(argv)
+    try:
+        plan = plan_run(args)  # every check that needs no model; nothing has loaded yet
+    except BenchInputError as err:
+        return _fail(err)
+    for note in plan.notes:
+        print(f"oneiro-bench: note: {note}", file=sys.stderr)
 
-    questions = load_questions(args.questions, args.per_category)  # fail before any model loads
-    methods = parse_methods(args.methods)
     out = Path(args.out)
-    (out / "answers").mkdir(parents=True, exist_ok=True)
-    done: dict[str, set] = {m: set() for m in methods}
-    records: dict[str, list[dict]] = {m: [] for m in methods}
-    for m in methods:
-        f = out / "answers" / f"{m}.jsonl"
-        if f.exists() and not args.resume:
-            f.unlink()
-        elif f.exists():
-            for line in f.read_text().splitlines():
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut by an interruption: that question is re-run
-                records[m].append(rec)
-                done[m].add(rec["question_id"])
+    answers_dir = out / "answers"
+    answers_dir.mkdir(parents=True, exist_ok=True)
+    run_config = {"target": plan.target.loader_arg, "dtype": args.dtype, "device": args.device,
+                  "max_new_tokens": args.max_new_tokens, "threads": args.threads, "drafter": plan.drafter,
+                  "early_exit_layer": args.early_exit_layer,
+                  "assistant": plan.assistant.loader_arg if plan.assistant else None}
+    names = [s.name for s in plan.specs]
+    if args.resume:
+        stored_file = out / "run_config.json"
+        stored = json.loads(stored_file.read_text()) if stored_file.is_file() else None
+        with_answers = [m for m in names if (answers_dir / f"{m}.jsonl").exists()]
+        conflicts = resume_conflicts(stored, run_config, with_answers) if stored and with_answers else []
+        if conflicts:
+            return _fail(BenchInputError(
+                f"--resume into {out} with other settings than its answers were made with: " + "; ".join(conflicts)
+                + ". Fix: use the same settings, or a new --out."))
+    else:
+        for old in list(answers_dir.glob("*.jsonl")) + list((out / "plots").glob("*.png")):
+            old.unlink()
+    (out / "run_config.json").write_text(json.dumps(run_config, indent=2))
+
+    selected = {q["question_id"]: q for q in plan.questions}
+    records: dict[str, list[dict]] = {}
+    done: dict[str, set] = {}
+    for m in names:
+        file = answers_dir / f"{m}.jsonl"
+        recs, dropped = read_answers(file)
+        if dropped:
+            print(f"oneiro-bench: {file}: dropped {dropped} incomplete line(s); those questions re-run",
+                  file=sys.stderr)
+        if file.exists():
+            _write_answers(file, recs)
+        records[m] = recs
+        done[m] = {r["question_id"] for r in recs}
+    todo = [q for q in plan.questions if any(q["question_id"] not in done[m] for m in names)]
 
     import torch
     from tqdm import tqdm
 
-    from .loading import load_target_and_drafter
+    from . import loading
 
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    model, tokenizer, drafter = load_target_and_drafter(args.target, args.drafter, args.dtype,
-                                                        needs_drafter=any(m.startswith("oneiro") for m in methods))
-    if drafter is not None and args.latency_profile:
-        from .latency import load_profile
+    needs_drafter = any(s.uses_drafter for s in plan.specs)
+    assistant = None
+    if todo:
+        model, tokenizer, drafter = loading.load_target_and_drafter(
+            plan.target.loader_arg, plan.drafter, args.dtype, needs_drafter=needs_drafter, device=args.device)
+        if plan.assistant is not None:
+            assistant, a_tok, _ = loading.load_target_and_drafter(
+                plan.assistant.loader_arg, None, args.dtype, needs_drafter=False, device=args.device)
+            if a_tok.get_vocab() != tokenizer.get_vocab():
+                return _fail(BenchInputError(f"--assistant {args.assistant} has another tokenizer than the target; "
+                                             "hf-assistant needs the same one."))
+        if drafter is not None:
+            for spec in plan.specs:
+                if spec.relaxed:
+                    try:
+                        drafter.drafting_settings(**spec.oneiro_settings)
+                    except (TypeError, ValueError) as err:
+                        return _fail(BenchInputError(
+                            f"method {spec.name} needs relaxed verification (oneiro_verification="
+                            f"{spec.oneiro_settings['verification']!r}), which this oneiro-hf cannot run: {err}. "
+                            f"Fix: drop {spec.name} from --methods, or update oneiro-hf."))
+            if plan.profile is not None:
+                drafter.use_latency_profile(plan.profile)
+                measured = plan.profile.get("threads")
+                if args.device == "cpu" and measured and measured != torch.get_num_threads():
+                    print(f"oneiro-bench: note: the latency profile {plan.profile_path} was measured with {measured} "
+                          f"threads, this run uses {torch.get_num_threads()}; re-run `oneiro-bench profile "
+                          f"--threads {torch.get_num_threads()}` for a matching one.", file=sys.stderr)
+        recorder = StepRecorder()
+        recorder.install(model)
+        ctx = BenchContext(model, tokenizer, drafter, assistant, {s.name: s for s in plan.specs}, recorder)
+        if drafter is not None:
+            initial = drafter._policy_state
+            ctx.policy_states = {s.name: copy.deepcopy(initial) for s in plan.specs if s.uses_drafter}
+        warm = encode_prompt(tokenizer, [{"role": "user", "content": "Warm up the caches."}]).to(model.device)
+        for m in names:
+            generate_once(ctx, m, warm, WARMUP_TOKENS)
 
-        drafter.use_latency_profile(load_profile(args.latency_profile))
-    warm = tokenizer("Warm up the caches.", return_tensors="pt").input_ids.to(model.device)
-    for m in methods:
-        _generate(model, drafter, m, warm, 8)
-    todo = [q for q in questions if any(q["question_id"] not in done[m] for m in methods)]
-    for i, q in enumerate(tqdm(todo, desc="questions")):
-        order = methods[i % len(methods):] + methods[: i % len(methods)]
-        for m in order:
-            if q["question_id"] in done[m]:
-                continue
-            rec = run_question(model, tokenizer, drafter, m, q, args.max_new_tokens)
-            records[m].append(rec)
-            with open(out / "answers" / f"{m}.jsonl", "a") as fh:
-                fh.write(json.dumps(rec) + "\n")
-    summary = summarize(records)
-    summary["config"] = {k: v for k, v in vars(args).items()}
+    interrupted = False
+    try:
+        with tqdm(total=len(todo), desc="questions", unit="q", dynamic_ncols=True) as bar:
+            for i, q in enumerate(todo):
+                order = names[i % len(names):] + names[: i % len(names)]
+                for m in order:
+                    if q["question_id"] in done[m]:
+                        continue
+                    bar.set_postfix_str(f"{q['category']} {q['question_id']} {m}")
+                    rec = run_question(ctx, m, q, args.max_new_tokens)
+                    records[m].append(rec)
+                    with open(answers_dir / f"{m}.jsonl", "a", encoding="utf-8") as fh:
+                        fh.write(json.dumps(rec) + "\n")
+                bar.update(1)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("\noneiro-bench: interrupted; finished answers are kept, re-run with --resume to continue.",
+              file=sys.stderr)
+
+    summary = summarize(records, selected)
+    import transformers
+
+    summary["partial"] = interrupted
+    summary["config"] = {
+        **vars(args),
+        "methods": names,
+        "n_questions": len(plan.questions),
+        "drafter_resolved": plan.drafter_desc,
+        "latency_profile_used": str(plan.profile_path) if plan.profile_path else None,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    (out / "report.md").write_text(report_markdown(summary))
-    print(report_markdown(summary))
+    plots = {}
+    if not args.no_plots:
+        plots = make_plots(summary, records, out)
+    report = report_markdown(summary, plots)
+    (out / "report.md").write_text(report)
+    print(report)
+    print(f"oneiro-bench: wrote {out / 'summary.json'} and {out / 'report.md'}", file=sys.stderr)
     if summary.get("lossless_violations"):
-        print(f"LOSSLESS VIOLATION: {summary['lossless_violations']}", file=sys.stderr)
-        return 2
-    return 0
+        print(f"oneiro-bench: LOSSLESS VIOLATION: {', '.join(summary['lossless_violations'])} differ from greedy "
+              f"(questions: {summary['lossless_violation_questions']})", file=sys.stderr)
+        return EXIT_LOSSLESS_VIOLATION
+    return EXIT_INTERRUPTED if interrupted else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -15,8 +15,13 @@ def default_drafter_dir(target_name: str) -> Path | None:
     return candidate if (candidate / "config.json").is_file() else None
 
 
-def load_target_and_drafter(target: str, drafter: str | None, dtype: str = "float32", needs_drafter: bool = True):
-    """(model, tokenizer, drafter). drafter=None: the shipped drafter, else a fresh untrained one."""
+def load_target_and_drafter(
+    target: str, drafter: str | None, dtype: str = "float32", needs_drafter: bool = True, device: str = "cpu"
+):
+    """(model, tokenizer, drafter). drafter=None: the shipped drafter, else a fresh untrained one.
+
+    The drafter follows the target's device and dtype when it binds, so only the target is moved.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from . import OneiroDrafter
@@ -24,10 +29,10 @@ def load_target_and_drafter(target: str, drafter: str | None, dtype: str = "floa
 
     torch_dtype = getattr(torch, dtype)
     if target in REFERENCE_MODELS:
-        model, tokenizer = load_reference_model(target, dtype=torch_dtype)
+        model, tokenizer = load_reference_model(target, dtype=torch_dtype, device=device)
     else:
         tokenizer = AutoTokenizer.from_pretrained(target)
-        model = AutoModelForCausalLM.from_pretrained(target, dtype=torch_dtype).eval()
+        model = AutoModelForCausalLM.from_pretrained(target, dtype=torch_dtype).to(device).eval()
         materialize_parameters(model)
     if not needs_drafter:
         return model, tokenizer, None

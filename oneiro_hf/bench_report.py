@@ -1,0 +1,489 @@
+"""Scoring, summary and report of an oneiro-bench run: summary.json, report.md and PNG plots.
+
+Quality against greedy
+    ``rouge_l_vs_greedy`` is the ROUGE-L F1 of each answer turn against plain greedy's turn, averaged
+    over turns, then over questions. ``exact_match_vs_greedy`` is the share of turns whose text equals
+    greedy's exactly. These are what the ``evaluate`` library's ``rouge`` and ``exact_match`` metrics
+    compute, but ``evaluate.load(...)`` fetches each metric's script from the model hub, which this
+    machine cannot reach (it fails offline with "Couldn't find a module script"). So ROUGE-L is computed
+    directly with the ``rouge_score`` package, which is what evaluate's ``rouge`` metric wraps (same
+    defaults: ``RougeScorer(["rougeL"], use_stemmer=False)``), and exact match is plain string equality,
+    which is evaluate's ``exact_match`` with its default arguments.
+
+Task scores (only where the Spec-Bench questions file carries references)
+    * ``math_reasoning`` (GSM8K): the last number in the answer equals the number after ``####`` in
+      the reference solution (``answer_accuracy``).
+    * ``rag`` (Natural Questions with retrieved passages): the normalised answer contains one of the
+      reference aliases (``contains_answer``, SQuAD-style normalisation).
+    * ``translation`` (WMT14 de-en) and ``summarization`` (CNN/DM): ROUGE-L F1 against the reference
+      (``rouge_l_vs_reference``).
+    * ``qa`` has no references in the file; the MT-bench categories (writing, roleplay, reasoning, math,
+      coding, extraction, stem, humanities) are open-ended and judged by an LLM in MT-bench, their
+      references are hints for that judge: neither is scored, and the summary says why.
+
+Speculative steps
+    Every answer record carries, for each target verification pass, the number of drafted tokens
+    (``draft_lengths``) and the tokens it produced (``accept_lengths`` = accepted drafts + 1), so
+    ``mean_accepted_tokens`` (tau) is new tokens per target pass and ``acceptance_by_position[j-1]`` is
+    P(draft token j accepted | a draft of at least j tokens was verified).
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import string
+from collections import Counter
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+LOSSLESS = frozenset(
+    {"greedy", "hf-lookup", "hf-early-exit", "hf-assistant", "oneiro-lookup", "oneiro-latent", "oneiro-hybrid"}
+)
+TASK_METRICS = {
+    "math_reasoning": "answer_accuracy",
+    "rag": "contains_answer",
+    "translation": "rouge_l_vs_reference",
+    "summarization": "rouge_l_vs_reference",
+}
+MAX_POSITIONS = 16  # acceptance by draft position is reported for positions 1..16
+
+
+def is_lossless(method: str) -> bool:
+    return method in LOSSLESS
+
+
+def is_relaxed(method: str) -> bool:
+    return method.startswith(("oneiro-topk-", "oneiro-threshold-"))
+
+
+# ------------------------------------------------------------------------------------------- metrics
+@lru_cache(maxsize=1)
+def _rouge_scorer():
+    from rouge_score import rouge_scorer
+
+    return rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
+
+
+def rouge_l(prediction: str, reference: str) -> float:
+    """ROUGE-L F1 (rouge_score's tokenizer: lowercase ASCII words); two texts without words score 1 if equal."""
+    if prediction == reference:
+        return 1.0
+    score = _rouge_scorer().score(reference, prediction)["rougeL"]
+    return float(score.fmeasure)
+
+
+def exact_match(prediction: str, reference: str) -> float:
+    return 1.0 if prediction == reference else 0.0
+
+
+def _squad_normalize(text: str) -> str:
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def _to_number(text: str) -> float | None:
+    try:
+        return float(text.replace(",", "").rstrip("."))
+    except ValueError:
+        return None
+
+
+def last_number(text: str) -> float | None:
+    """The last number written in `text` (commas as thousands separators), or None."""
+    found = _NUMBER.findall(text)
+    return _to_number(found[-1]) if found else None
+
+
+def gsm8k_reference_answer(reference: str) -> float | None:
+    """The final answer of a GSM8K solution: the number after '####'."""
+    if "####" not in reference:
+        return None
+    return last_number(reference.split("####")[-1])
+
+
+def task_score(category: str, answer_turns: list[str], reference: Any) -> float | None:
+    """Score of one answer against its Spec-Bench reference, or None if the category/reference isn't scored."""
+    metric = TASK_METRICS.get(category)
+    if metric is None or not reference or not answer_turns:
+        return None
+    first_ref = reference[0] if isinstance(reference, list) else reference
+    answer = answer_turns[0]
+    if metric == "answer_accuracy":
+        if not isinstance(first_ref, str):
+            return None
+        want, got = gsm8k_reference_answer(first_ref), last_number(answer)
+        if want is None:
+            return None
+        return 1.0 if got is not None and abs(got - want) < 1e-6 else 0.0
+    if metric == "contains_answer":
+        aliases = first_ref if isinstance(first_ref, list) else [first_ref]
+        norm = _squad_normalize(answer)
+        aliases = [_squad_normalize(str(a)) for a in aliases if str(a).strip()]
+        if not aliases:
+            return None
+        return 1.0 if any(a and a in norm for a in aliases) else 0.0
+    if not isinstance(first_ref, str):
+        return None
+    return rouge_l(answer, first_ref)
+
+
+# ------------------------------------------------------------------------------------------- summary
+def _choice(rec: dict) -> dict:
+    return rec["choices"][0]
+
+
+def _turn_ids(rec: dict) -> list | None:
+    return _choice(rec).get("output_ids")
+
+
+def same_as_greedy(rec: dict, greedy_rec: dict | None) -> bool | None:
+    """Token-exact when both records hold output ids, else text-exact; None without a greedy answer."""
+    if greedy_rec is None:
+        return None
+    a, b = _turn_ids(rec), _turn_ids(greedy_rec)
+    if a is not None and b is not None:
+        return a == b
+    return _choice(rec)["turns"] == _choice(greedy_rec)["turns"]
+
+
+def acceptance_by_position(draft_lengths: list[int], accepted: list[int], max_pos: int = MAX_POSITIONS) -> list:
+    """rate[j-1] = P(draft token j accepted | the verified draft had >= j tokens); None where never drafted."""
+    rates = []
+    for j in range(1, max_pos + 1):
+        drafted = [a for d, a in zip(draft_lengths, accepted) if d >= j]
+        rates.append(sum(a >= j for a in drafted) / len(drafted) if drafted else None)
+    while rates and rates[-1] is None:
+        rates.pop()
+    return rates
+
+
+def _steps(rows: list[dict]) -> tuple[list[int], list[int]]:
+    """Per verification pass: drafted tokens and accepted drafts, over all rows."""
+    drafted, accepted = [], []
+    for r in rows:
+        c = _choice(r)
+        dl, al = c.get("draft_lengths"), c.get("accept_lengths") or []
+        if dl is None or len(dl) != len(al):
+            continue  # records written before draft lengths were logged
+        drafted.extend(dl)
+        accepted.extend(a - 1 for a in al)
+    return drafted, accepted
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def method_block(rows: list[dict], greedy_by_id: dict, questions: dict | None, category: str | None) -> dict:
+    """The summary numbers of one method over `rows` (all of one category when `category` is set)."""
+    matched_greedy = [greedy_by_id[r["question_id"]] for r in rows if r["question_id"] in greedy_by_id]
+    tokens = sum(sum(_choice(r)["new_tokens"]) for r in rows)
+    wall = sum(sum(_choice(r)["wall_time"]) for r in rows)
+    g_tokens = sum(sum(_choice(r)["new_tokens"]) for r in matched_greedy)
+    g_wall = sum(sum(_choice(r)["wall_time"]) for r in matched_greedy)
+    acc = [a for r in rows for a in _choice(r).get("accept_lengths", [])]
+    draft_s = sum(r.get("draft_time_s", 0.0) for r in rows)
+    same = [s for s in (same_as_greedy(r, greedy_by_id.get(r["question_id"])) for r in rows) if s is not None]
+    rouge, em = [], []
+    for r in rows:
+        g = greedy_by_id.get(r["question_id"])
+        if g is None:
+            continue
+        pairs = list(zip(_choice(r)["turns"], _choice(g)["turns"]))
+        if pairs:
+            rouge.append(statistics.fmean(rouge_l(a, b) for a, b in pairs))
+            em.extend(exact_match(a, b) for a, b in pairs)
+    drafted, accepted = _steps(rows)
+    tps = tokens / wall if wall else 0.0
+    g_tps = g_tokens / g_wall if g_wall else 0.0
+    block: dict[str, Any] = {
+        "tokens_per_s": tps,
+        "speedup_vs_greedy": tps / g_tps if g_tps else None,
+        "mean_accepted_tokens": _mean(acc),
+        "draft_time_share": draft_s / wall if wall else 0.0,
+        "identical_to_greedy": sum(same) / len(same) if same else None,
+        "n_prompts": len(rows),
+        "new_tokens": tokens,
+        "rouge_l_vs_greedy": _mean(rouge),
+        "exact_match_vs_greedy": _mean(em),
+        "verification_steps": len(acc),
+        "acceptance_rate": sum(accepted) / sum(drafted) if sum(drafted) else None,
+    }
+    if category is not None and questions is not None and category in TASK_METRICS:
+        scores = []
+        for r in rows:
+            q = questions.get(r["question_id"], {})
+            s = task_score(category, _choice(r)["turns"], q.get("reference"))
+            if s is not None:
+                scores.append(s)
+        block["task_score"] = (
+            {"metric": TASK_METRICS[category], "score": _mean(scores), "n": len(scores)} if scores else None
+        )
+    return block
+
+
+def _oneiro_sources(rows: list[dict]) -> dict | None:
+    drafted: Counter = Counter()
+    accepted: Counter = Counter()
+    found = False
+    for r in rows:
+        stats = r.get("oneiro_stats")
+        if not stats:
+            continue
+        found = True
+        drafted.update(stats.get("drafted_by_source", {}))
+        accepted.update(stats.get("accepted_by_source", {}))
+    if not found:
+        return None
+    return {"drafted_by_source": dict(drafted), "accepted_by_source": dict(accepted)}
+
+
+def task_score_coverage(questions: dict) -> dict:
+    """Which categories get a task score, and why the others don't."""
+    cats: dict[str, list[dict]] = {}
+    for q in questions.values():
+        cats.setdefault(q["category"], []).append(q)
+    scored, skipped = {}, {}
+    for cat, qs in sorted(cats.items()):
+        has_ref = any(q.get("reference") for q in qs)
+        if cat in TASK_METRICS and has_ref:
+            scored[cat] = TASK_METRICS[cat]
+        elif not has_ref:
+            skipped[cat] = "no reference answers in the questions file"
+        else:
+            skipped[cat] = "open-ended (MT-bench style, judged by an LLM): references are judge hints, not scored"
+    return {"scored": scored, "skipped": skipped}
+
+
+def summarize(records: dict[str, list[dict]], questions: dict | None = None) -> dict:
+    """summary.json: per method, overall and per category, ratios against greedy on the same prompts.
+
+    `questions` maps question_id -> question (for task scores); records of question ids not in it
+    are left out, so a resumed run with a smaller selection summarises only that selection.
+    """
+    if questions is not None:
+        records = {m: [r for r in rows if r["question_id"] in questions] for m, rows in records.items()}
+    greedy_by_id = {r["question_id"]: r for r in records.get("greedy", [])}
+    summary: dict[str, Any] = {"methods": {}, "lossless_violations": []}
+    violations: dict[str, list] = {}
+    for method, rows in records.items():
+        overall = method_block(rows, greedy_by_id, questions, None)
+        drafted, accepted = _steps(rows)
+        overall["acceptance_by_position"] = acceptance_by_position(drafted, accepted)
+        sources = _oneiro_sources(rows)
+        if sources:
+            overall.update(sources)
+        entry: dict[str, Any] = {
+            "lossless": is_lossless(method),
+            "relaxed": is_relaxed(method),
+            "overall": overall,
+            "categories": {},
+        }
+        for cat in sorted({r["category"] for r in rows}):
+            cat_rows = [r for r in rows if r["category"] == cat]
+            entry["categories"][cat] = method_block(cat_rows, greedy_by_id, questions, cat)
+        summary["methods"][method] = entry
+        if is_lossless(method) and method != "greedy":
+            bad = [r["question_id"] for r in rows if same_as_greedy(r, greedy_by_id.get(r["question_id"])) is False]
+            if bad:
+                summary["lossless_violations"].append(method)
+                violations[method] = bad
+    summary["lossless_violation_questions"] = violations
+    if questions is not None:
+        summary["task_scores"] = task_score_coverage(questions)
+    return summary
+
+
+# ------------------------------------------------------------------------------------------- report
+def _fmt(value, spec: str = ".2f", suffix: str = "") -> str:
+    if value is None:
+        return "—"
+    return f"{value:{spec}}{suffix}"
+
+
+def report_markdown(summary: dict, plots: dict[str, str] | None = None) -> str:
+    methods = list(summary["methods"])
+    cats = sorted({c for m in methods for c in summary["methods"][m]["categories"]})
+    cfg = summary.get("config", {})
+    lines: list[str] = ["# oneiro-bench report", ""]
+    if summary.get("lossless_violations"):
+        lines += [
+            "> **LOSSLESS VIOLATION:** " + ", ".join(summary["lossless_violations"])
+            + " produced output that differs from plain greedy decoding (questions: "
+            + "; ".join(f"{m}: {q}" for m, q in summary.get("lossless_violation_questions", {}).items())
+            + "). A lossless method must reproduce greedy token for token.",
+            "",
+        ]
+    if summary.get("partial"):
+        lines += ["> **Partial run** (interrupted): re-run with `--resume` to finish it.", ""]
+    if cfg:
+        shown = ("target", "drafter_resolved", "device", "dtype", "threads", "max_new_tokens", "n_questions",
+                 "latency_profile_used", "torch", "transformers")
+        lines += ["| setting | value |", "|---|---|"]
+        lines += [f"| {k} | {cfg.get(k)} |" for k in shown if k in cfg]
+        lines.append("")
+
+    lines += ["## Speedup over greedy by category", "",
+              "Cell: speedup (tokens/s, tau = new tokens per target pass).", ""]
+    lines += ["| category | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
+    for cat in cats + ["overall"]:
+        cells = []
+        for m in methods:
+            entry = summary["methods"][m]
+            e = entry["overall"] if cat == "overall" else entry["categories"].get(cat)
+            if not e:
+                cells.append("")
+                continue
+            tau = e["mean_accepted_tokens"]
+            cells.append(f"{_fmt(e['speedup_vs_greedy'])}x ({e['tokens_per_s']:.1f} tok/s"
+                         + (f", tau {tau:.2f}" if tau else "") + ")")
+        lines.append(f"| {'**overall**' if cat == 'overall' else cat} | " + " | ".join(cells) + " |")
+
+    lines += ["", "## Methods", "",
+              ("| method | kind | speedup | tau | acceptance | draft share of wall time | identical to greedy "
+              "| exact match vs greedy | ROUGE-L vs greedy |"),
+              "|---|---|---|---|---|---|---|---|---|"]
+    for m in methods:
+        entry = summary["methods"][m]
+        e = entry["overall"]
+        kind = "lossless" if entry["lossless"] else ("relaxed" if entry["relaxed"] else "other")
+        flag = " **VIOLATION**" if m in summary.get("lossless_violations", []) else ""
+        lines.append(
+            f"| {m} | {kind}{flag} | {_fmt(e['speedup_vs_greedy'])}x | {_fmt(e['mean_accepted_tokens'])} "
+            f"| {_fmt(e['acceptance_rate'], '.1%')} | {e['draft_time_share']:.1%} "
+            f"| {_fmt(e['identical_to_greedy'], '.0%')} | {_fmt(e['exact_match_vs_greedy'], '.0%')} "
+            f"| {_fmt(e['rouge_l_vs_greedy'], '.3f')} |"
+        )
+
+    coverage = summary.get("task_scores")
+    if coverage:
+        lines += ["", "## Task scores", ""]
+        if coverage["scored"]:
+            scored = list(coverage["scored"])
+            lines += ["| category (metric) | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
+            for cat in scored:
+                cells = []
+                for m in methods:
+                    ts = summary["methods"][m]["categories"].get(cat, {}).get("task_score")
+                    cells.append(f"{ts['score']:.3f} (n={ts['n']})" if ts else "—")
+                lines.append(f"| {cat} ({coverage['scored'][cat]}) | " + " | ".join(cells) + " |")
+        else:
+            lines.append("No category in this run has reference answers that are scored here.")
+        if coverage["skipped"]:
+            lines += ["", "Not scored: " + "; ".join(f"{c} ({why})" for c, why in coverage["skipped"].items()) + "."]
+
+    spec_methods = [m for m in methods if summary["methods"][m]["overall"].get("acceptance_by_position")]
+    if spec_methods:
+        width = max(len(summary["methods"][m]["overall"]["acceptance_by_position"]) for m in spec_methods)
+        width = min(width, 8)
+        lines += ["", "## Acceptance by draft position", "",
+                  "P(draft token j accepted | a draft of at least j tokens was verified).", "",
+                  "| method | " + " | ".join(str(j) for j in range(1, width + 1)) + " |",
+                  "|---" * (width + 1) + "|"]
+        for m in spec_methods:
+            rates = summary["methods"][m]["overall"]["acceptance_by_position"][:width]
+            rates = rates + [None] * (width - len(rates))
+            lines.append(f"| {m} | " + " | ".join(_fmt(r, ".0%") for r in rates) + " |")
+
+    if plots:
+        lines += ["", "## Plots", ""]
+        for title, rel in plots.items():
+            lines += [f"### {title}", "", f"![{title}]({rel})", ""]
+    lines += ["", ("Speedup: (new tokens / wall time) of a method over greedy's on the same questions, measured "
+              "in the same run with the methods interleaved per question. tau: new tokens per target "
+              "verification pass. Draft share: time inside the candidate generator over wall time.")]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------- plots
+def make_plots(summary: dict, records: dict[str, list[dict]], out_dir: str | Path) -> dict[str, str]:
+    """Write the PNG plots under out_dir/plots; return {title: path relative to out_dir}."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    out_dir = Path(out_dir)
+    plot_dir = out_dir / "plots"
+    plot_dir.mkdir(parents=True, exist_ok=True)
+    made: dict[str, str] = {}
+    methods = [m for m in summary["methods"] if m != "greedy"]
+
+    def save(fig, name: str, title: str) -> None:
+        fig.tight_layout()
+        fig.savefig(plot_dir / name, dpi=110)
+        plt.close(fig)
+        made[title] = f"plots/{name}"
+
+    # 1. speedup per category per method (grouped bars)
+    if methods:
+        cats = sorted({c for m in methods for c in summary["methods"][m]["categories"]}) + ["overall"]
+        fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(cats) * max(1, len(methods)) / 2 + 3), 4.2))
+        width = 0.8 / len(methods)
+        for i, m in enumerate(methods):
+            vals = []
+            for c in cats:
+                e = summary["methods"][m]["overall"] if c == "overall" else summary["methods"][m]["categories"].get(c)
+                vals.append((e or {}).get("speedup_vs_greedy") or 0.0)
+            ax.bar([k + (i - (len(methods) - 1) / 2) * width for k in range(len(cats))], vals, width, label=m)
+        ax.axhline(1.0, color="black", lw=0.8, ls="--")
+        ax.set_xticks(range(len(cats)))
+        ax.set_xticklabels(cats, rotation=30, ha="right")
+        ax.set_ylabel("speedup over greedy")
+        ax.legend(fontsize=8)
+        save(fig, "speedup_by_category.png", "Speedup by category")
+
+    # 2. histogram of accepted lengths per oneiro method
+    oneiro = [m for m in methods if m.startswith("oneiro-") and any(
+        _choice(r).get("accept_lengths") for r in records.get(m, []))]
+    if oneiro:
+        fig, axes = plt.subplots(1, len(oneiro), figsize=(3.2 * len(oneiro) + 1, 3.2), squeeze=False)
+        for ax, m in zip(axes[0], oneiro):
+            vals = [a for r in records[m] for a in _choice(r).get("accept_lengths", [])]
+            top = max(vals)
+            ax.hist(vals, bins=[b - 0.5 for b in range(1, top + 2)], color="tab:blue")
+            ax.set_title(m, fontsize=9)
+            ax.set_xlabel("tokens per target pass")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes[0][0].set_ylabel("verification steps")
+        save(fig, "accepted_lengths.png", "Accepted tokens per verification step")
+
+    # 3. acceptance rate by draft position
+    spec = [m for m in methods if summary["methods"][m]["overall"].get("acceptance_by_position")]
+    if spec:
+        fig, ax = plt.subplots(figsize=(6, 3.8))
+        for m in spec:
+            rates = summary["methods"][m]["overall"]["acceptance_by_position"]
+            xs = [j + 1 for j, r in enumerate(rates) if r is not None]
+            ax.plot(xs, [r for r in rates if r is not None], marker="o", label=m)
+        ax.set_xlabel("draft position j")
+        ax.set_ylabel("P(accepted | drafted)")
+        ax.set_ylim(0, 1.02)
+        ax.legend(fontsize=8)
+        save(fig, "acceptance_by_position.png", "Acceptance rate by draft position")
+
+    # 4. speedup vs quality (ROUGE-L to greedy); relaxed methods are the point of this plot
+    points = [(m, summary["methods"][m]["overall"]) for m in methods]
+    points = [(m, e) for m, e in points if e.get("rouge_l_vs_greedy") is not None and e.get("speedup_vs_greedy")]
+    if points:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for m, e in points:
+            relaxed = is_relaxed(m)
+            ax.scatter(e["rouge_l_vs_greedy"], e["speedup_vs_greedy"], marker="o" if relaxed else "s",
+                       color="tab:red" if relaxed else "tab:gray", s=40)
+            ax.annotate(m, (e["rouge_l_vs_greedy"], e["speedup_vs_greedy"]), fontsize=7,
+                        xytext=(4, 3), textcoords="offset points")
+        ax.axhline(1.0, color="black", lw=0.8, ls="--")
+        ax.set_xlabel("ROUGE-L vs greedy (1 = same output)")
+        ax.set_ylabel("speedup over greedy")
+        ax.set_title("relaxed (red) vs lossless (grey)", fontsize=9)
+        save(fig, "speedup_vs_quality.png", "Speedup vs quality")
+    return made

@@ -1,0 +1,441 @@
+"""oneiro-bench end to end on a tiny random llama saved to disk with a tiny word-level tokenizer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import make_model
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from oneiro_hf import OneiroDrafter, bench
+from oneiro_hf.bench_report import acceptance_by_position, summarize, task_score, task_score_coverage
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ '<|' + m['role'] + '|> ' + m['content'] + ' ' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|> ' }}{% endif %}"
+)
+QUESTIONS = [
+    {"question_id": 1, "category": "writing", "turns": ["w1 w2 w3 w1 w2", "w4 w5 w1 w2"]},
+    {"question_id": 2, "category": "math_reasoning", "turns": ["w7 w8 w9 w7 w8 w9"],
+     "reference": ["so 3 + 4 = 7\n#### 7"]},
+    {"question_id": 3, "category": "writing", "turns": ["w10 w11 w12"]},
+    {"question_id": 4, "category": "math_reasoning", "turns": ["w20 w21 w22 w20 w21"],
+     "reference": ["#### 12"]},
+]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _tokenizer() -> PreTrainedTokenizerFast:
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, "<|user|>": 3, "<|assistant|>": 4}
+    vocab.update({f"w{i}": 5 + i for i in range(123)})  # 128 ids, the tiny model's vocabulary
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", bos_token="<s>",
+                                  eos_token="</s>", pad_token="<unk>")
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bench")
+    tok = _tokenizer()
+    target = make_model("llama", strength="prefix", name=str(root / "target"))
+    target.save_pretrained(root / "target")
+    tok.save_pretrained(root / "target")
+    assistant = make_model("llama", layers=2, seed=1)
+    assistant.save_pretrained(root / "assistant")
+    tok.save_pretrained(root / "assistant")
+    OneiroDrafter.from_target(target).save_pretrained(root / "drafter")
+    OneiroDrafter.from_target(make_model("llama", hidden=96)).save_pretrained(root / "other_drafter")
+    qfile = root / "questions.jsonl"
+    qfile.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    return root
+
+
+def _args(env, out, *extra, questions=None):
+    return ["--target", str(env / "target"), "--questions", str(questions or env / "questions.jsonl"),
+            "--out", str(out), "--max-new-tokens", "6", "--per-category", "0", "--no-profile", "--threads", "1",
+            "--early-exit-layer", "2", *extra]
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _fake_result(tokens):
+    return {"tokens": tokens, "wall_time": 0.01, "draft_lengths": [], "accepted": [], "draft_time_s": 0.0,
+            "oneiro_stats": None}
+
+
+# ------------------------------------------------------------------------------------------- full run
+def test_full_run_schema_report_and_plots(env, tmp_path, capsys):
+    out = tmp_path / "run"
+    methods = "greedy,hf-lookup,hf-early-exit,hf-assistant,oneiro-lookup,oneiro-hybrid"
+    rc = bench.main(_args(env, out, "--methods", methods, "--assistant", str(env / "assistant"),
+                          "--drafter", str(env / "drafter")))
+    assert rc == 0, capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary["methods"]) == methods.split(",")
+    assert summary["lossless_violations"] == []
+    keys = {"tokens_per_s", "speedup_vs_greedy", "mean_accepted_tokens", "draft_time_share", "identical_to_greedy",
+            "n_prompts", "new_tokens", "rouge_l_vs_greedy", "exact_match_vs_greedy"}
+    for method, entry in summary["methods"].items():
+        assert keys <= set(entry["overall"]), method
+        assert set(entry["categories"]) == {"writing", "math_reasoning"}
+        for block in entry["categories"].values():
+            assert keys <= set(block)
+        assert entry["overall"]["n_prompts"] == 4
+        assert entry["overall"]["identical_to_greedy"] == 1.0
+        assert entry["overall"]["rouge_l_vs_greedy"] == pytest.approx(1.0)
+        assert entry["overall"]["exact_match_vs_greedy"] == 1.0
+        assert entry["categories"]["math_reasoning"]["task_score"]["metric"] == "answer_accuracy"
+        assert "task_score" not in entry["categories"]["writing"]
+    assert summary["methods"]["greedy"]["overall"]["speedup_vs_greedy"] == pytest.approx(1.0)
+    assert summary["task_scores"]["skipped"] == {"writing": "no reference answers in the questions file"}
+    for method in methods.split(",")[1:]:
+        assert summary["methods"][method]["overall"]["mean_accepted_tokens"] >= 1.0
+        for rec in _lines(out / "answers" / f"{method}.jsonl"):
+            choice = rec["choices"][0]
+            # one entry per target pass, and the passes produced exactly the new tokens
+            assert sum(choice["accept_lengths"]) == sum(choice["new_tokens"])
+            assert len(choice["draft_lengths"]) == len(choice["accept_lengths"]) == sum(choice["decoding_steps"])
+    greedy = _lines(out / "answers" / "greedy.jsonl")
+    assert [r["question_id"] for r in greedy] == [1, 2, 3, 4]
+    assert len(greedy[0]["choices"][0]["turns"]) == 2  # the two-turn question
+    report = (out / "report.md").read_text()
+    assert "Speedup over greedy by category" in report and "LOSSLESS VIOLATION" not in report
+    for png in ("speedup_by_category", "accepted_lengths", "acceptance_by_position", "speedup_vs_quality"):
+        assert (out / "plots" / f"{png}.png").stat().st_size > 1000
+        assert f"plots/{png}.png" in report
+
+
+# ------------------------------------------------------------------------------------------- resume
+def test_resume_runs_only_missing_questions_and_drops_cut_lines(env, tmp_path, monkeypatch):
+    q1, q2 = tmp_path / "q1.jsonl", tmp_path / "q2.jsonl"
+    q1.write_text(json.dumps(QUESTIONS[0]) + "\n")
+    q2.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS[:2]))
+    out = tmp_path / "run"
+    common = ("--methods", "greedy,hf-lookup", "--no-plots")
+    assert bench.main(_args(env, out, *common, questions=q1)) == 0
+    first = {m: _lines(out / "answers" / f"{m}.jsonl") for m in ("greedy", "hf-lookup")}
+    assert all(len(v) == 1 for v in first.values())
+
+    calls = []
+    real = bench.generate_once
+    monkeypatch.setattr(bench, "generate_once", lambda ctx, m, ids, n: calls.append(m) or real(ctx, m, ids, n))
+    assert bench.main(_args(env, out, *common, "--resume", questions=q2)) == 0
+    for m in ("greedy", "hf-lookup"):
+        recs = _lines(out / "answers" / f"{m}.jsonl")
+        assert [r["question_id"] for r in recs] == [1, 2]
+        assert recs[0] == first[m][0]  # untouched, same tstamp
+    assert len(calls) == 2 + 2  # warm-up of both methods + the one-turn question 2 for both
+
+    # an interruption that cut the last line: that answer alone is re-run
+    path = out / "answers" / "hf-lookup.jsonl"
+    text = path.read_text()
+    path.write_text(text[: len(text) - 40])
+    calls.clear()
+    assert bench.main(_args(env, out, *common, "--resume", questions=q2)) == 0
+    assert calls == ["greedy", "hf-lookup", "hf-lookup"]
+    recs = _lines(path)
+    assert [r["question_id"] for r in recs] == [1, 2] and recs[0] == first["hf-lookup"][0]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["methods"]["hf-lookup"]["overall"]["n_prompts"] == 2
+
+    # resuming with settings that change the answers is refused before anything loads
+    monkeypatch.setattr("oneiro_hf.loading.load_target_and_drafter", _must_not_load)
+    args = _args(env, out, *common, "--resume", questions=q2)
+    args[args.index("--max-new-tokens") + 1] = "9"
+    assert bench.main(args) == 2
+
+
+def test_nothing_left_to_run_loads_no_model(env, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    q1 = tmp_path / "q1.jsonl"
+    q1.write_text(json.dumps(QUESTIONS[2]) + "\n")
+    assert bench.main(_args(env, out, "--methods", "greedy", "--no-plots", questions=q1)) == 0
+    monkeypatch.setattr("oneiro_hf.loading.load_target_and_drafter", _must_not_load)
+    assert bench.main(_args(env, out, "--methods", "greedy", "--no-plots", "--resume", questions=q1)) == 0
+
+
+# ------------------------------------------------------------------------------------------- interleaving
+def test_methods_rotate_per_question(env, tmp_path, monkeypatch):
+    calls = []
+
+    def fake(ctx, method, input_ids, max_new_tokens):
+        calls.append(method)
+        return _fake_result([5, 6, 7])
+
+    monkeypatch.setattr(bench, "generate_once", fake)
+    methods = ["greedy", "hf-lookup", "hf-early-exit"]
+    assert bench.main(_args(env, tmp_path / "run", "--methods", ",".join(methods), "--no-plots")) == 0
+    assert calls[:3] == methods  # warm-up
+    expected = []
+    for i, q in enumerate(QUESTIONS):
+        order = methods[i % 3:] + methods[: i % 3]
+        for m in order:
+            expected += [m] * len(q["turns"])
+    assert calls[3:] == expected
+
+
+# ------------------------------------------------------------------------------------------- lossless check
+def test_lossy_lossless_method_is_flagged(env, tmp_path, monkeypatch, capsys):
+    real = bench.generate_once
+
+    def lossy(ctx, method, input_ids, max_new_tokens):
+        result = real(ctx, method, input_ids, max_new_tokens)
+        if method == "hf-lookup" and result["tokens"]:
+            result["tokens"][-1] = 5 + (result["tokens"][-1] + 1) % 120
+        return result
+
+    monkeypatch.setattr(bench, "generate_once", lossy)
+    out = tmp_path / "run"
+    rc = bench.main(_args(env, out, "--methods", "greedy,hf-lookup,hf-early-exit", "--no-plots"))
+    assert rc == bench.EXIT_LOSSLESS_VIOLATION != 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["lossless_violations"] == ["hf-lookup"]
+    assert summary["lossless_violation_questions"]["hf-lookup"] == [1, 2, 3, 4]
+    assert summary["methods"]["hf-lookup"]["overall"]["identical_to_greedy"] == 0.0
+    assert summary["methods"]["hf-early-exit"]["overall"]["identical_to_greedy"] == 1.0
+    assert "LOSSLESS VIOLATION" in (out / "report.md").read_text()
+    assert "LOSSLESS VIOLATION" in capsys.readouterr().err
+
+
+def test_relaxed_method_is_not_a_violation():
+    records = {
+        m: [{"question_id": 1, "category": "qa", "choices": [{"turns": [t], "new_tokens": [3], "wall_time": [1.0],
+                                                               "output_ids": [ids]}]}]
+        for m, t, ids in (("greedy", "a b c", [1, 2, 3]), ("oneiro-topk-2", "a b d", [1, 2, 4]))
+    }
+    summary = summarize(records)
+    assert summary["lossless_violations"] == []
+    entry = summary["methods"]["oneiro-topk-2"]
+    assert entry["relaxed"] and not entry["lossless"]
+    assert entry["overall"]["exact_match_vs_greedy"] == 0.0
+    assert entry["overall"]["rouge_l_vs_greedy"] == pytest.approx(2 / 3)
+
+
+# ------------------------------------------------------------------------------------------- bad inputs
+def _must_not_load(*args, **kwargs):
+    raise AssertionError("a model was loaded although the inputs are invalid")
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    import transformers
+
+    monkeypatch.setattr("oneiro_hf.loading.load_target_and_drafter", _must_not_load)
+    monkeypatch.setattr("oneiro_hf.reference_models.load_reference_model", _must_not_load)
+    monkeypatch.setattr("oneiro_hf.reference_models.fetch_reference_model", _must_not_load)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", _must_not_load)
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("missing_questions", "does not exist"),
+        ("malformed_line", "bad.jsonl:2 is not valid JSON"),
+        ("missing_turns", "bad.jsonl:1 needs question_id, category and turns"),
+        ("unknown_method", "unknown method 'beam-search'"),
+        ("bad_topk", "K must be an integer"),
+        ("unknown_target", "neither a reference model name"),
+        ("drafter_mismatch", "hidden_size: drafter expects 96, target has 64"),
+        ("drafter_not_a_drafter", "not a OneiroDrafter"),
+        ("drafter_missing", "no such directory"),
+        ("assistant_missing", "needs --assistant"),
+        ("unknown_category", "unknown category ['poetry']"),
+        ("early_exit_too_deep", "must be below the target's 4 layers"),
+        ("profile_missing", "does not exist. Fix: run `oneiro-bench profile`"),
+    ],
+)
+def test_bad_inputs_fail_before_any_model_loads(env, tmp_path, no_loading, capsys, case, message):
+    bad = tmp_path / "bad.jsonl"
+    args = _args(env, tmp_path / "run")
+    if case == "missing_questions":
+        args += ["--questions", str(tmp_path / "nope.jsonl")]
+    elif case == "malformed_line":
+        bad.write_text(json.dumps(QUESTIONS[0]) + "\n{not json\n")
+        args += ["--questions", str(bad)]
+    elif case == "missing_turns":
+        bad.write_text(json.dumps({"question_id": 1, "category": "x"}) + "\n")
+        args += ["--questions", str(bad)]
+    elif case == "unknown_method":
+        args += ["--methods", "greedy,beam-search"]
+    elif case == "bad_topk":
+        args += ["--methods", "oneiro-topk-zero"]
+    elif case == "unknown_target":
+        args += ["--target", "no-such-model/anywhere"]
+    elif case == "drafter_mismatch":
+        args += ["--methods", "oneiro-hybrid", "--drafter", str(env / "other_drafter")]
+    elif case == "drafter_not_a_drafter":
+        args += ["--methods", "oneiro-hybrid", "--drafter", str(env / "target")]
+    elif case == "drafter_missing":
+        args += ["--methods", "oneiro-hybrid", "--drafter", str(tmp_path / "nowhere")]
+    elif case == "assistant_missing":
+        args += ["--methods", "hf-assistant"]
+    elif case == "unknown_category":
+        args += ["--categories", "writing,poetry"]
+    elif case == "early_exit_too_deep":
+        args += ["--methods", "hf-early-exit", "--early-exit-layer", "4"]
+    elif case == "profile_missing":
+        args.remove("--no-profile")
+        args += ["--methods", "oneiro-hybrid", "--drafter", "fresh", "--latency-profile", str(tmp_path / "p.json")]
+    assert bench.main(args) == bench.EXIT_BAD_INPUT
+    assert message in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------- methods
+def test_relaxed_methods_map_to_oneiro_verification_kwargs():
+    topk = bench.parse_method("oneiro-topk-3")
+    assert topk.oneiro_settings == {"mode": "hybrid", "verification": "topk", "verification_topk": 3}
+    thr = bench.parse_method("oneiro-threshold-0.25")
+    assert thr.oneiro_settings == {"mode": "hybrid", "verification": "threshold", "verification_threshold": 0.25}
+    assert bench.parse_method("hf-early-exit", 7).generate_kwargs == {"assistant_early_exit": 7}
+    for bad in ("oneiro-topk-0", "oneiro-threshold-x", "oneiro-threshold--1", "oneiro-fast"):
+        with pytest.raises(bench.BenchInputError):
+            bench.parse_method(bad)
+    assert [s.name for s in bench.parse_methods("oneiro-hybrid,hf-lookup,oneiro-hybrid")] == [
+        "greedy", "oneiro-hybrid", "hf-lookup"]
+
+
+def test_generate_once_passes_relaxed_kwargs():
+    seen = {}
+
+    class FakeModel:
+        generation_config = type("G", (), {"pad_token_id": 0})()
+
+        def generate(self, input_ids, **kwargs):
+            seen.update(kwargs)
+            return torch.cat([input_ids, torch.tensor([[9, 10]])], dim=1)
+
+    class FakeDrafter:
+        _policy_state = None
+        last_stats = type("S", (), {"as_dict": staticmethod(lambda: {"latent_steps": 1})})()
+
+    spec = bench.parse_method("oneiro-threshold-0.1")
+    ctx = bench.BenchContext(FakeModel(), None, FakeDrafter(), None, {spec.name: spec}, bench.StepRecorder())
+    res = bench.generate_once(ctx, spec.name, torch.tensor([[1, 2, 3]]), 2)
+    assert res["tokens"] == [9, 10]
+    assert seen["oneiro_verification"] == "threshold" and seen["oneiro_verification_threshold"] == 0.1
+    assert seen["oneiro_mode"] == "hybrid" and seen["assistant_model"] is ctx.drafter
+
+
+def _relaxed_supported() -> bool:
+    drafter = OneiroDrafter.from_target(make_model("llama"))
+    try:
+        drafter.drafting_settings(verification="topk", verification_topk=2)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def test_relaxed_method_runs(env, tmp_path):
+    if not _relaxed_supported():
+        pytest.skip("this oneiro-hf has no relaxed verification yet")
+    out = tmp_path / "run"
+    assert bench.main(_args(env, out, "--methods", "greedy,oneiro-topk-2,oneiro-threshold-0.5", "--drafter",
+                            "fresh", "--no-plots")) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["methods"]["oneiro-topk-2"]["relaxed"] and summary["lossless_violations"] == []
+
+
+def test_relaxed_method_unsupported_fails_clearly(env, tmp_path, monkeypatch, capsys):
+    real = OneiroDrafter.drafting_settings
+
+    def without_relaxed(self, **overrides):
+        if "verification" in overrides:
+            raise TypeError("unknown oneiro setting 'verification'")
+        return real(self, **overrides)
+
+    monkeypatch.setattr(OneiroDrafter, "drafting_settings", without_relaxed)
+    calls = []
+    monkeypatch.setattr(bench, "generate_once", lambda *a: calls.append(a) or _fake_result([5]))
+    rc = bench.main(_args(env, tmp_path / "run", "--methods", "greedy,oneiro-topk-2", "--drafter", "fresh"))
+    assert rc == bench.EXIT_BAD_INPUT and not calls
+    assert "oneiro-topk-2 needs relaxed verification" in capsys.readouterr().err
+
+
+def test_interrupted_run_keeps_answers_and_resumes(env, tmp_path, monkeypatch):
+    calls = []
+
+    def fake(ctx, method, input_ids, max_new_tokens):
+        calls.append(method)
+        if len(calls) == 2 + 2 * 2 + 1:  # warm-up, question 1 (two turns) for both methods, then stop
+            raise KeyboardInterrupt
+        return _fake_result([5, 6])
+
+    monkeypatch.setattr(bench, "generate_once", fake)
+    out = tmp_path / "run"
+    args = _args(env, out, "--methods", "greedy,hf-lookup", "--no-plots")
+    assert bench.main(args) == bench.EXIT_INTERRUPTED
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["partial"] and summary["methods"]["greedy"]["overall"]["n_prompts"] == 1
+    assert all(len(_lines(out / "answers" / f"{m}.jsonl")) == 1 for m in ("greedy", "hf-lookup"))
+    calls.clear()
+    monkeypatch.setattr(bench, "generate_once", lambda *a: calls.append(a[1]) or _fake_result([5, 6]))
+    assert bench.main(args + ["--resume"]) == 0
+    assert len(calls) == 2 + 2 * 3  # warm-up + questions 2..4 (one turn each) for both methods
+    assert [r["question_id"] for r in _lines(out / "answers" / "greedy.jsonl")] == [1, 2, 3, 4]
+
+
+# ------------------------------------------------------------------------------------------- profile
+def test_profile_subcommand_and_automatic_use(env, tmp_path, monkeypatch):
+    monkeypatch.setenv("ONEIRO_HF_CACHE", str(tmp_path / "cache"))
+    assert bench.main(["profile", "--target", str(env / "target"), "--max-k", "3", "--context-len", "8",
+                       "--repeats", "1", "--threads", "1"]) == 0
+    files = list((tmp_path / "cache" / "latency").glob("target-*-cpu-float32.json"))
+    assert len(files) == 1
+    profile = json.loads(files[0].read_text())
+    assert set(profile["ratios"]) == {"1", "2", "3"} and profile["t1_s"] > 0
+
+    used = []
+    monkeypatch.setattr(OneiroDrafter, "use_latency_profile", lambda self, p: used.append(p))
+    args = [a for a in _args(env, tmp_path / "run", "--methods", "oneiro-lookup", "--drafter", "fresh",
+                             "--no-plots", questions=None) if a != "--no-profile"]
+    q1 = tmp_path / "q1.jsonl"
+    q1.write_text(json.dumps(QUESTIONS[2]) + "\n")
+    args[args.index("--questions") + 1] = str(q1)
+    assert bench.main(args) == 0
+    assert len(used) == 1 and used[0]["ratios"] == {1: 1.0, 2: profile["ratios"]["2"], 3: profile["ratios"]["3"]}
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["config"]["latency_profile_used"] == str(files[0])
+
+
+# ------------------------------------------------------------------------------------------- scoring
+def test_task_scores_and_coverage():
+    assert task_score("math_reasoning", ["so the total is $1,000."], ["... #### 1000"]) == 1.0
+    assert task_score("math_reasoning", ["it is 999"], ["#### 1000"]) == 0.0
+    assert task_score("rag", ["It was George Harrison, I think."], [["James Ray", "George Harrison"]]) == 1.0
+    assert task_score("rag", ["Nobody knows."], [["James Ray"]]) == 0.0
+    assert task_score("translation", ["All tickets remain valid"], ["All tickets remain valid ."]) == 1.0
+    assert task_score("qa", ["anything"], None) is None
+    assert task_score("writing", ["anything"], ["hint"]) is None
+    coverage = task_score_coverage({1: {"category": "qa"}, 2: {"category": "math", "reference": ["3"]},
+                                    3: {"category": "rag", "reference": [["x"]]}})
+    assert coverage["scored"] == {"rag": "contains_answer"}
+    assert "no reference" in coverage["skipped"]["qa"] and "judge" in coverage["skipped"]["math"]
+
+
+def test_acceptance_by_position():
+    # drafts of 3, 3, 1, 0 tokens with 3, 1, 0, 0 accepted
+    rates = acceptance_by_position([3, 3, 1, 0], [3, 1, 0, 0])
+    assert rates == [2 / 3, 1 / 2, 1 / 2]
+
+
+def test_read_answers_drops_incomplete_lines(tmp_path):
+    good = {"question_id": 1, "category": "c", "choices": [{"turns": ["x"], "new_tokens": [1], "wall_time": [0.1]}]}
+    path = tmp_path / "a.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps({"question_id": 2}) + "\n" + json.dumps(good)[:20])
+    recs, dropped = bench.read_answers(path)
+    assert recs == [good] and dropped == 2
