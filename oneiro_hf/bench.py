@@ -355,6 +355,14 @@ def plan_run(args) -> Plan:
     if args.early_exit_layer < 1:
         raise BenchInputError("--early-exit-layer must be >= 1.")
     specs = parse_methods(args.methods, args.early_exit_layer)
+    import importlib.util
+
+    needed = ["rouge_score"] + ([] if args.no_plots else ["matplotlib"])
+    missing = [m for m in needed if importlib.util.find_spec(m) is None]
+    if missing:
+        hint = "" if args.no_plots else "; --no-plots drops the need for matplotlib"
+        raise BenchInputError(f"the benchmark needs {', '.join(missing)} for scoring/plots. Fix: pip install "
+                              f"{' '.join(missing)} (both come with oneiro-hf[dev]){hint}.")
     categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
     questions = load_questions(args.questions, args.per_category, categories)
     out = Path(args.out)
