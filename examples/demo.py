@@ -6,6 +6,7 @@ import time
 
 import torch
 
+from oneiro_hf.latency import profile_verification_latency
 from oneiro_hf.loading import default_drafter_dir, load_target_and_drafter
 
 TARGET = "smollm2-135m-instruct"
@@ -22,6 +23,11 @@ def main() -> None:
     model, tokenizer, drafter = load_target_and_drafter(TARGET, None)
     shipped = default_drafter_dir(TARGET)
     print(f"target: {TARGET}   drafter: {shipped or 'fresh, untrained (from the target layers)'}")
+    # A few seconds of calibration: how much a k-token verification costs on this machine.
+    profile = profile_verification_latency(model, ks=(1, 2, 3, 4, 5, 6, 8), repeats=3)
+    drafter.use_latency_profile(profile)
+    ratios = ", ".join(f"t({k})={r:.2f}" for k, r in profile["ratios"].items())
+    print(f"verification latency: t(1)={profile['t1_s'] * 1000:.1f} ms; {ratios} x t(1)")
     for prompt in PROMPTS:
         enc = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
                                             return_tensors="pt", return_dict=True)
