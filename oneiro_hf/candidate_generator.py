@@ -18,6 +18,7 @@ from .draft_policy import DraftPolicyState
 from .kv_cache import DrafterKVCache
 from .lookup import NgramIndex
 from .stats import DraftStats
+from .verification import RelaxedAcceptanceProcessor, check_relaxed_supported, warn_lossy_once
 
 
 class OneiroCandidateGenerator(CandidateGenerator):
@@ -33,6 +34,8 @@ class OneiroCandidateGenerator(CandidateGenerator):
         settings: dict[str, Any],
         user_wants_hidden_states: bool = False,
     ) -> None:
+        verification = settings.get("verification", "strict")
+        check_relaxed_supported(verification, bool(generation_config.do_sample))
         self.drafter = drafter
         self.settings = settings
         self.mode = settings["mode"]
@@ -55,8 +58,21 @@ class OneiroCandidateGenerator(CandidateGenerator):
         if drafter._policy_state is None:
             object.__setattr__(drafter, "_policy_state", DraftPolicyState())
         self.policy: DraftPolicyState = drafter._policy_state
-        self.stats = DraftStats()
+        self.stats = DraftStats(verification=verification)
         object.__setattr__(drafter, "last_stats", self.stats)
+        # absolute positions of drafted tokens the loop kept (debugging / tests; bounded by max_length)
+        self.accepted_positions: list[int] = []
+        # relaxed verification: judged by a processor appended last to the loop's own processor list
+        self.relaxed: RelaxedAcceptanceProcessor | None = None
+        if verification != "strict":
+            warn_lossy_once(verification)
+            self.relaxed = RelaxedAcceptanceProcessor(
+                verification,
+                settings["verification_topk"],
+                settings["verification_threshold"],
+                settings.get("verification_min_entropy", 0.0),
+            )
+            logits_processor.append(self.relaxed)
         self._proposal: dict[str, Any] | None = None
         self._verify_started: float | None = None
 
@@ -76,6 +92,8 @@ class OneiroCandidateGenerator(CandidateGenerator):
             self.stats.verify_time_s += elapsed
             if self._proposal is not None:
                 self.policy.observe_verify(self._proposal["length"] + 1, elapsed)
+        if self.relaxed is not None:
+            self.relaxed.clear()
         self._sync_sequence(input_ids, model_outputs, is_first_iteration, int(n_last_matches))
         if model_outputs is None:  # first iteration: the target's pass is the prefill
             self._proposal = None
@@ -85,7 +103,9 @@ class OneiroCandidateGenerator(CandidateGenerator):
         tokens, logits, source, ngram, confidences = self._draft(input_ids)
         self.stats.draft_time_s += time.perf_counter() - now
         self._proposal = {"length": len(tokens), "source": source, "ngram": ngram, "conf": confidences,
-                          "draft_s": time.perf_counter() - now}
+                          "draft_s": time.perf_counter() - now, "start": input_ids.shape[1]}
+        if self.relaxed is not None:
+            self.relaxed.proposals = {input_ids.shape[1] + j: t for j, t in enumerate(tokens)}
         self._verify_started = time.perf_counter()
         if not tokens:
             self.stats.empty_steps += 1
@@ -95,10 +115,18 @@ class OneiroCandidateGenerator(CandidateGenerator):
 
     def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, num_matches: int):
         proposal = self._proposal
+        kept = set()
+        if self.relaxed is not None:
+            kept = self.relaxed.kept
+            self.relaxed.clear()  # inert until the next draft (and after the call)
         if proposal is None:
             return
         n = int(num_matches)
         length = proposal["length"]
+        start = proposal["start"]
+        self.accepted_positions.extend(range(start, start + min(n, length)))
+        if n < length and start + n in kept:  # a kept draft the loop counted as the bonus (EOS cut)
+            self.accepted_positions.append(start + n)
         self.stats.steps += 1
         self.stats.accept_lengths.append(n + 1)
         if length == 0:

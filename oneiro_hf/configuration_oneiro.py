@@ -36,6 +36,10 @@ class OneiroDrafterConfig(PretrainedConfig):
         lookup_min_ngram: int = 2,
         lookup_max_ngram: int = 4,
         cost_aware: bool = True,
+        verification: str = "strict",
+        verification_topk: int = 3,
+        verification_threshold: float = 0.3,
+        verification_min_entropy: float = 0.0,
         oneiro_version: str = "1",
         **kwargs: Any,
     ) -> None:
@@ -55,5 +59,10 @@ class OneiroDrafterConfig(PretrainedConfig):
         self.lookup_min_ngram = lookup_min_ngram
         self.lookup_max_ngram = lookup_max_ngram
         self.cost_aware = cost_aware
+        # how drafts are judged (oneiro_hf.verification): "strict" is lossless, "topk"/"threshold" are lossy
+        self.verification = verification
+        self.verification_topk = verification_topk
+        self.verification_threshold = verification_threshold
+        self.verification_min_entropy = verification_min_entropy
         self.oneiro_version = oneiro_version
         super().__init__(**kwargs)

@@ -27,6 +27,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from .compat import check_transformers_version
 from .configuration_oneiro import DRAFT_MODES, OneiroDrafterConfig
 from .kv_cache import DrafterKVCache
+from .verification import validate_verification_settings
 
 _CUDA_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text")
@@ -448,6 +449,10 @@ class OneiroDrafter(PreTrainedModel):
             "lookup_min_ngram": self.config.lookup_min_ngram,
             "lookup_max_ngram": self.config.lookup_max_ngram,
             "cost_aware": self.config.cost_aware,
+            "verification": getattr(self.config, "verification", "strict"),
+            "verification_topk": getattr(self.config, "verification_topk", 3),
+            "verification_threshold": getattr(self.config, "verification_threshold", 0.3),
+            "verification_min_entropy": getattr(self.config, "verification_min_entropy", 0.0),
         }
         for key, value in overrides.items():
             if key not in settings:
@@ -459,4 +464,5 @@ class OneiroDrafter(PreTrainedModel):
             raise ValueError("max_draft_tokens must be >= 1")
         if not 1 <= int(settings["lookup_min_ngram"]) <= int(settings["lookup_max_ngram"]):
             raise ValueError("need 1 <= lookup_min_ngram <= lookup_max_ngram")
+        validate_verification_settings(settings)
         return settings

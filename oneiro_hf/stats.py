@@ -20,6 +20,7 @@ class DraftStats:
     accepted_by_source: dict[str, int] = field(default_factory=lambda: {"latent": 0, "lookup": 0})
     drafted_by_source: dict[str, int] = field(default_factory=lambda: {"latent": 0, "lookup": 0})
     accept_lengths: list[int] = field(default_factory=list)  # tokens gained per step (accepted + 1)
+    verification: str = "strict"  # acceptance criterion of the call; anything else is lossy
 
     @property
     def mean_accepted_tokens(self) -> float:

@@ -1,0 +1,176 @@
+"""Configurable verification: how a drafted token is judged inside transformers' assisted-decoding loop.
+
+`strict` (the default) leaves the loop alone: a drafted token is kept iff it is the target's greedy
+choice (or passes the speculative-sampling test when sampling), so the output is the target's own.
+
+The relaxed criteria are lossy and greedy-only:
+
+* `topk`: keep a drafted token if it is among the target's top `verification_topk` tokens at its
+  position (ties are broken by token id, as `argmax` breaks them, so k=1 is exactly `strict`);
+* `threshold`: keep it if `p(draft) >= verification_threshold * max_v p(v)` under the target's
+  distribution at its position (t=1.0 is `strict` up to exact ties).
+
+Either relaxed rule is only applied where the target's entropy at that position is at least
+`verification_min_entropy` nats (0 = everywhere); where the target is more confident than that, the
+position is judged strictly.
+
+The loop compares drafted tokens with `argmax` of the processed scores, after running its logits
+processors on every candidate position. `RelaxedAcceptanceProcessor`, appended last to that very
+processor list, looks up the token drafted at the position it is called for and, when the rule keeps
+it, raises that token's score above the row's maximum, so the loop's own comparison accepts it. It
+never touches a position without a draft (the bonus token after the last accepted one is the target's
+unchanged choice). See docs/verification.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import numbers
+from typing import Any
+
+import torch
+from transformers.generation.logits_process import LogitsProcessor
+
+logger = logging.getLogger(__name__)
+
+VERIFICATION_CRITERIA = ("strict", "topk", "threshold")
+RELAXED_CRITERIA = ("topk", "threshold")
+
+_warned_lossy: set[str] = set()
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def validate_verification_settings(settings: dict[str, Any]) -> None:
+    """Raise a ValueError naming the bad verification setting and how to fix it."""
+    criterion = settings["verification"]
+    if criterion not in VERIFICATION_CRITERIA:
+        raise ValueError(
+            f"unknown verification criterion {criterion!r}. Fix: choose one of {', '.join(VERIFICATION_CRITERIA)} "
+            "(e.g. oneiro_verification='topk')."
+        )
+    k = settings["verification_topk"]
+    if not isinstance(k, numbers.Integral) or isinstance(k, bool) or int(k) < 1:
+        raise ValueError(
+            f"verification_topk must be an integer >= 1 (got {k!r}). Fix: pass e.g. oneiro_verification_topk=3."
+        )
+    t = settings["verification_threshold"]
+    if not _is_real(t) or not math.isfinite(float(t)) or not 0.0 < float(t) <= 1.0:
+        raise ValueError(
+            f"verification_threshold must be a number in (0, 1] (got {t!r}): a drafted token is kept when "
+            "p(draft) >= threshold * p(target's top token). Fix: pass e.g. oneiro_verification_threshold=0.3."
+        )
+    h = settings["verification_min_entropy"]
+    if not _is_real(h) or not math.isfinite(float(h)) or float(h) < 0.0:
+        raise ValueError(
+            f"verification_min_entropy must be a finite number >= 0 in nats (got {h!r}); 0 applies the relaxed "
+            "rule at every position. Fix: pass e.g. oneiro_verification_min_entropy=0.0."
+        )
+
+
+def check_relaxed_supported(criterion: str, do_sample: bool) -> None:
+    """Relaxed criteria change the greedy comparison only; sampling has no such comparison to relax."""
+    if criterion != "strict" and do_sample:
+        raise ValueError(
+            f"verification={criterion!r} is a greedy-decoding criterion and cannot be honoured with do_sample=True "
+            "(speculative sampling has its own exact acceptance test). Fix: pass do_sample=False, or use "
+            "oneiro_verification='strict' when sampling."
+        )
+
+
+def warn_lossy_once(criterion: str) -> None:
+    """One warning per process and per relaxed criterion."""
+    if criterion in RELAXED_CRITERIA and criterion not in _warned_lossy:
+        _warned_lossy.add(criterion)
+        logger.warning(
+            "oneiro verification=%r is lossy: output may differ from the target's greedy output "
+            "(use verification='strict' for lossless decoding).",
+            criterion,
+        )
+
+
+def relaxed_accepts(
+    scores: torch.Tensor,
+    token: int,
+    criterion: str,
+    topk: int,
+    threshold: float,
+    min_entropy: float = 0.0,
+) -> torch.Tensor:
+    """Whether each row of processed `scores` (rows, vocab) keeps the drafted `token` under `criterion`.
+
+    A token with score -inf (forbidden by a processor) is never kept. Below `min_entropy` (nats) a row
+    keeps the token only if it is that row's argmax, i.e. strictly.
+    """
+    scores = scores.float()
+    own = scores[:, token]
+    top = scores.max(dim=-1).values
+    finite = torch.isfinite(own)
+    # the rank argmax gives the token: strictly larger scores, then equal scores at lower ids
+    rank = (scores > own[:, None]).sum(-1) + (scores[:, :token] == own[:, None]).sum(-1)
+    is_argmax = finite & (rank == 0)
+    if criterion == "topk":
+        keep = finite & (rank < int(topk))
+    elif criterion == "threshold":
+        # p(token) >= t * p(top)  <=>  s(token) - s(top) >= log t (the softmax normaliser cancels)
+        keep = finite & (own - top >= math.log(float(threshold)))
+    elif criterion == "strict":
+        keep = is_argmax
+    else:
+        raise ValueError(f"unknown verification criterion {criterion!r}")
+    if min_entropy > 0.0:
+        logp = scores.log_softmax(dim=-1)
+        entropy = -(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1)
+        keep = torch.where(entropy >= float(min_entropy), keep, is_argmax)
+    return keep
+
+
+class RelaxedAcceptanceProcessor(LogitsProcessor):
+    """Makes the verification loop keep a drafted token that the relaxed criterion accepts.
+
+    `proposals` maps absolute sequence positions to the token drafted there for the current
+    verification pass (the candidate generator fills it when it drafts and clears it after the pass).
+    Called with a prefix of length L, the processor judges the token drafted at position L, if any,
+    under the scores it receives (those of every earlier processor). When the rule keeps it, that
+    token's score is raised to just above the row's maximum, so `argmax` selects it; otherwise the
+    scores are returned untouched and the loop compares the target's own choice. With no proposal
+    (between passes, after the call) the processor is inert.
+    """
+
+    def __init__(self, criterion: str, topk: int, threshold: float, min_entropy: float = 0.0) -> None:
+        if criterion not in RELAXED_CRITERIA:
+            raise ValueError(f"RelaxedAcceptanceProcessor needs one of {RELAXED_CRITERIA}, got {criterion!r}")
+        self.criterion = criterion
+        self.topk = int(topk)
+        self.threshold = float(threshold)
+        self.min_entropy = float(min_entropy)
+        self.proposals: dict[int, int] = {}
+        self.kept: set[int] = set()  # positions whose draft the rule kept in the current pass
+
+    def clear(self) -> None:
+        self.proposals = {}
+        self.kept = set()
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        position = input_ids.shape[-1]
+        token = self.proposals.get(position)
+        if token is None:
+            return scores
+        # only judge the draft on its own path: the prefix must hold the drafted tokens before it
+        start = min(self.proposals)
+        if position > start:
+            prefix = input_ids[0, start:position].tolist()
+            if prefix != [self.proposals[p] for p in range(start, position)]:
+                return scores
+        keep = relaxed_accepts(scores, token, self.criterion, self.topk, self.threshold, self.min_entropy)
+        if not bool(keep.all()):
+            return scores
+        self.kept.add(position)
+        scores = scores.clone()
+        top = scores.max(dim=-1).values
+        raised = torch.maximum(top + 1.0, torch.nextafter(top, torch.full_like(top, math.inf)))
+        scores[:, token] = raised
+        return scores
