@@ -11,9 +11,11 @@ from oneiro_hf.loading import default_drafter_dir, load_target_and_drafter
 
 TARGET = "smollm2-135m-instruct"
 PROMPTS = [
-    "Summarize this in two sentences: The Python standard library contains modules for file I/O, "
-    "system calls, sockets, and even interfaces to graphical user interface toolkits. Many of its "
-    "modules are written in C for speed, while others are pure Python and easy to read.",
+    (
+        "Summarize this in two sentences: The Python standard library contains modules for file I/O, "
+        "system calls, sockets, and even interfaces to graphical user interface toolkits. Many of its "
+        "modules are written in C for speed, while others are pure Python and easy to read."
+    ),
     "Write a Python function that returns the n-th Fibonacci number, with a docstring.",
     "What are three tips for staying focused while studying?",
 ]

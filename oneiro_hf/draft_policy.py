@@ -115,9 +115,7 @@ class DraftPolicyState:
 
     def latent_worth_trying(self, explore_every: int = 8) -> bool:
         """Skip the drafter while it has been losing time, but retry now and then to notice a change."""
-        if self.latent_profit_s >= 0 or self.steps_since_latent >= explore_every:
-            return True
-        return False
+        return self.latent_profit_s >= 0 or self.steps_since_latent >= explore_every
 
     def observe_latent_profit(self, seconds_saved: float) -> None:
         self.latent_profit_s = (1 - EMA) * self.latent_profit_s + EMA * seconds_saved

@@ -90,7 +90,7 @@ class OneiroDrafter(PreTrainedModel):
     base_model_prefix = "oneiro"
     main_input_name = "input_ids"
     _supports_sdpa = True
-    _no_split_modules: list[str] = []
+    _no_split_modules: tuple[str, ...] = ()
 
     def __init__(self, config: OneiroDrafterConfig) -> None:
         super().__init__(config)
@@ -137,7 +137,7 @@ class OneiroDrafter(PreTrainedModel):
         interval: tuple[int, int] | None = None,
         draft_vocab_ids: torch.Tensor | list[int] | None = None,
         **draft_settings: Any,
-    ) -> "OneiroDrafter":
+    ) -> OneiroDrafter:
         """A fresh drafter whose transition copies target layers `interval` (default: the last two)."""
         check_transformers_version()
         text_config = _text_config(model)
@@ -270,7 +270,7 @@ class OneiroDrafter(PreTrainedModel):
                 + "\nFix: use a drafter trained for this target, or build one with OneiroDrafter.from_target(model)."
             )
 
-    def bind(self, model: PreTrainedModel, allow_base_model_mismatch: bool = False) -> "OneiroDrafter":
+    def bind(self, model: PreTrainedModel, allow_base_model_mismatch: bool = False) -> OneiroDrafter:
         """Share the target's embedding, final norm, rotary embedding and LM head; follow its device and dtype."""
         from .integration import install_generate_hook
 

@@ -25,11 +25,17 @@ results: dict = {"torch": torch.__version__, "device": torch.cuda.get_device_nam
 
 
 def tiny(kind: str):
-    from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config,
-                              Qwen2ForCausalLM)
+    from transformers import (
+        Gemma3ForCausalLM,
+        Gemma3TextConfig,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
-    common = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-                  num_key_value_heads=2)
+    common = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+              "num_attention_heads": 4, "num_key_value_heads": 2}
     if kind == "llama":
         return LlamaForCausalLM(LlamaConfig(**common))
     if kind == "qwen2":
@@ -112,7 +118,7 @@ for fn in (profile_real_shapes,) if DEV == "cuda" else (check_lossless,):
         start = time.time()
         fn()
         results[fn.__name__ + "_s"] = round(time.time() - start, 1)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a device run must report every failure, not stop at the first
         results[fn.__name__ + "_error"] = traceback.format_exc()
 (OUT / "device_check.json").write_text(json.dumps(results, indent=2, default=str))
 print(json.dumps(results, indent=2, default=str))

@@ -16,8 +16,10 @@ from oneiro_hf.reference_models import load_reference_model
 pytestmark = pytest.mark.real_model
 
 PROMPTS = [
-    "Summarize in one sentence: The library opens at nine, closes at five, and lends books for two weeks. "
-    "Late books cost ten cents a day. The library opens at nine and closes at five.",
+    (
+        "Summarize in one sentence: The library opens at nine, closes at five, and lends books for two weeks. "
+        "Late books cost ten cents a day. The library opens at nine and closes at five."
+    ),
     "Write a Python function that checks whether a string is a palindrome.",
     "List three primary colors and explain each in one sentence.",
     "Repeat exactly: alpha beta gamma delta, alpha beta gamma delta, alpha beta gamma delta.",

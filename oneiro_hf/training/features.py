@@ -19,6 +19,7 @@ with the data file and an interrupted build resumes where it stopped.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -368,7 +369,21 @@ class FeatureCache:
                 self.index.setdefault(key, (n, start, length, prompt_len))
 
     def _next_shard(self) -> int:
-        return max(self.shard_resid, default=-1) + 1
+        on_disk = [int(f.name.split("-")[1].split(".")[0]) for f in self.dir.glob("shard-*.*")]
+        return max([*self.shard_resid, *on_disk], default=-1) + 1
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Exclusive lock on the directory, so concurrent builders (other runs, other ranks) never collide."""
+        import fcntl
+
+        with open(self.dir / ".lock", "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                self._read_index()  # pick up what others wrote meanwhile
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
 
     def resid_tokens(self) -> int:
         if self.resid_layer is None:
@@ -379,14 +394,18 @@ class FeatureCache:
                 total += length
         return total
 
-    def build(
+    def build(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Compute and store features for the records not cached yet; returns counts and timing."""
+        with self._locked():
+            return self._build(*args, **kwargs)
+
+    def _build(
         self,
         records: Sequence[Mapping[str, Any]],
         batch_tokens: int = 4096,
         with_resid: bool = True,
         progress: bool = True,
     ) -> dict[str, Any]:
-        """Compute and store features for the records not cached yet; returns counts and timing."""
         from safetensors.torch import save_file
 
         todo: dict[str, tuple[list[int], int]] = {}
