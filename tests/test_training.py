@@ -472,6 +472,7 @@ def test_cli_end_to_end(tiny_dir, tmp_path, capsys):
 
     with safe_open(str(out / "model.safetensors"), framework="pt") as fh:
         assert fh.get_tensor("fuse.weight").dtype == torch.bfloat16
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
     # the saved drafter loads onto the target and decodes losslessly
     model = LlamaForCausalLM.from_pretrained(tiny_dir / "model").eval()
     drafter = OneiroDrafter.from_pretrained(str(out), target=model)

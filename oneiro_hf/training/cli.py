@@ -9,6 +9,11 @@ the records (by id hash, stable as the data grows), choose the draft vocabulary 
 compute (or cache) the target's features, fit the fusion in closed form (stage 0), train stage 1 and/or 2
 with the transformers Trainer (resumable: ``--resume_from_checkpoint last``), evaluate held-out acceptance,
 then save the drafter with a model card. Runs unchanged on CPU, one GPU, or ``accelerate launch``.
+
+Several processes: ``accelerate launch --multi_gpu --num_processes N -m oneiro_hf.training.cli ...``. On a machine
+without accelerators that starts N CPU processes joined over gloo (``use_cpu`` is switched on automatically);
+note that ``accelerate launch --cpu --num_processes N`` (or without ``--multi_gpu``) starts a single process.
+Resume an interrupted run with ``--resume_from_checkpoint last`` (same --output_dir and settings).
 """
 
 from __future__ import annotations
@@ -420,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     # ------------------------------------------------------------------ stage 0
     evals: list[tuple[str, dict[str, float]]] = []
     ridge_report: Any = "off"
+    if resume:
+        ridge_report = f"as set up by the run that wrote {resume} (this session resumed it)"
     if eval_ds is not None and not resume and args.should_save:
         m = evaluate_drafter(
             drafter, eval_ds, target, args.eval_rollout_steps, std, args.feature_batch_tokens

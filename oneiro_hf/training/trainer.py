@@ -769,12 +769,12 @@ class OneiroTrainer(Trainer):
             for k, v in drafter.state_dict().items()
         }
         out.mkdir(parents=True, exist_ok=True)
-        old_dtype = getattr(drafter.config, "dtype", None)
-        drafter.config.dtype = str(torch_dtype).replace("torch.", "")
-        try:
-            drafter.save_pretrained(str(out), state_dict=state, safe_serialization=True)
-        finally:
-            drafter.config.dtype = old_dtype
+        drafter.save_pretrained(str(out), state_dict=state, safe_serialization=True)
+        # save_pretrained records the in-memory dtype; record the one the weights were written in
+        config_path = out / "config.json"
+        config = json.loads(config_path.read_text())
+        config["dtype"] = str(torch_dtype).replace("torch.", "")
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         return out
 
 
