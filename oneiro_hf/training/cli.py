@@ -200,6 +200,7 @@ def _model_card(info: dict[str, Any]) -> str:
         f"- response tokens used for training: {info['train_response_tokens']}",
         "- sources: "
         + ", ".join(f"{k} {v}" for k, v in sorted(info["sources"].items(), key=lambda kv: -kv[1])),
+        "- Prompts come from the sources above only; keep evaluation sets (e.g. Spec-Bench) out of them.",
         "",
         "## Settings",
         "",
