@@ -53,6 +53,7 @@ class DraftPolicyState:
     lookup_by_ngram: dict[int, Rate] = field(default_factory=dict)
     latent_profit_s: float = 0.0  # EMA of seconds saved per latent attempt (negative: drafting loses)
     steps_since_latent: int = 0
+    explore_every: int = 8  # doubles (up to 128) while retries keep losing, back to 8 once one pays
 
     # -------------------------------------------------------------- latency
     def load_profile(self, ratios: dict[int, float], t1_s: float) -> None:
@@ -113,9 +114,13 @@ class DraftPolicyState:
                 best_len, best_score = j + 1, score
         return best_len
 
-    def latent_worth_trying(self, explore_every: int = 8) -> bool:
+    def latent_worth_trying(self) -> bool:
         """Skip the drafter while it has been losing time, but retry now and then to notice a change."""
-        return self.latent_profit_s >= 0 or self.steps_since_latent >= explore_every
+        return self.latent_profit_s >= 0 or self.steps_since_latent >= self.explore_every
 
     def observe_latent_profit(self, seconds_saved: float) -> None:
         self.latent_profit_s = (1 - EMA) * self.latent_profit_s + EMA * seconds_saved
+        if self.latent_profit_s < 0:
+            self.explore_every = min(2 * self.explore_every, 128)  # retries cost time too: back off
+        else:
+            self.explore_every = 8

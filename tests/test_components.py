@@ -260,8 +260,15 @@ def test_latent_policy_backs_off_and_retries():
         policy.observe_latent_profit(-1.0)
     assert policy.latent_profit_s < 0
     assert not policy.latent_worth_trying()
-    policy.steps_since_latent = 8
+    # five losing attempts doubled the retry interval from 8 to 128 (its cap)
+    assert policy.explore_every == 128
+    policy.steps_since_latent = 64
+    assert not policy.latent_worth_trying()
+    policy.steps_since_latent = 128
     assert policy.latent_worth_trying()
+    for _ in range(40):  # a drafter that starts paying off is retried at the short interval again
+        policy.observe_latent_profit(+1.0)
+    assert policy.latent_profit_s > 0 and policy.explore_every == 8
 
 
 def test_acceptance_rates_are_binned_and_learned():
