@@ -431,6 +431,10 @@ class OneiroDrafter(PreTrainedModel):
         next_states = self.transition(states, input_ids, position_ids)
         return next_states, self.readout_logits(next_states)
 
+    def reset_drafting_policy(self) -> None:
+        """Forget the learned latencies and acceptance calibration (e.g. after moving to other hardware)."""
+        object.__setattr__(self, "_policy_state", None)
+
     def use_latency_profile(self, profile: dict) -> None:
         """Seed the cost-aware draft length with a measured t(k) profile (see oneiro_hf.latency)."""
         from .draft_policy import DraftPolicyState

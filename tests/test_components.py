@@ -444,6 +444,7 @@ def test_generator_feeds_the_drafter_the_targets_true_states(arch, mode, monkeyp
     monkeypatch.setattr(OneiroCandidateGenerator, "_catch_up", spy)
     for length, cost_aware in ((1, False), (11, False), (11, True)):
         calls.clear()
+        drafter.reset_drafting_policy()  # what earlier calls learned must not stop this one from drafting
         ids = (
             random_prompt(length, seed=8) if mode == "latent" else torch.cat([random_prompt(5, 9)] * 3, dim=1)
         )
