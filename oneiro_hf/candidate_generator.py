@@ -191,8 +191,6 @@ class OneiroCandidateGenerator(CandidateGenerator):
                 rate = self.policy.lookup_rate(ngram).value
                 length = self.policy.best_length([rate] * len(tokens), [0] * len(tokens)) if self.cost_aware \
                     else len(tokens)
-                if self.mode == "lookup" and length == 0 and not self.cost_aware:
-                    length = len(tokens)
                 if length > 0:
                     tokens = self._cut_at_eos(tokens[:length])
                     return tokens, self._one_hot_logits(tokens, input_ids), "lookup", ngram, []
