@@ -12,7 +12,7 @@ SHIPPED_DRAFTERS = Path(__file__).resolve().parent.parent / "drafters"
 def default_drafter_dir(target_name: str) -> Path | None:
     """The drafter shipped in this repository for a reference target, if there is one."""
     candidate = SHIPPED_DRAFTERS / target_name
-    return candidate if (candidate / "config.json").is_file() else None
+    return candidate if candidate.parent == SHIPPED_DRAFTERS and (candidate / "config.json").is_file() else None
 
 
 def load_target_and_drafter(
