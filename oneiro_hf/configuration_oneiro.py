@@ -8,6 +8,10 @@ from transformers import PretrainedConfig
 
 DRAFT_MODES = ("latent", "lookup", "hybrid")
 
+# Checkpoint format (docs/hub.md, "Compatibility"): bumped only when a change would make an older oneiro-hf
+# misread a checkpoint. A reader loads every format up to its own and refuses newer ones by name.
+FORMAT_VERSION = 1
+
 
 class OneiroDrafterConfig(PretrainedConfig):
     """Records the target a drafter belongs to, so a mismatch is caught before any work is done.
@@ -40,7 +44,9 @@ class OneiroDrafterConfig(PretrainedConfig):
         verification_topk: int = 3,
         verification_threshold: float = 0.3,
         verification_min_entropy: float = 0.0,
-        oneiro_version: str = "1",
+        oneiro_version: str = str(FORMAT_VERSION),
+        format_version: int = FORMAT_VERSION,
+        oneiro_hf_version: str | None = None,
         **kwargs: Any,
     ) -> None:
         self.target_config = target_config
@@ -64,5 +70,19 @@ class OneiroDrafterConfig(PretrainedConfig):
         self.verification_topk = verification_topk
         self.verification_threshold = verification_threshold
         self.verification_min_entropy = verification_min_entropy
+        # format_version is authoritative; oneiro_version mirrors it for oneiro-hf 0.1.0, which read the format
+        # from there; oneiro_hf_version is the package that wrote the file (informational, for error messages)
         self.oneiro_version = oneiro_version
+        self.format_version = format_version
+        self.oneiro_hf_version = oneiro_hf_version
         super().__init__(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Stamp what this package writes: its checkpoint format and version, as transformers does for itself."""
+        from . import __version__
+
+        data = super().to_dict()
+        data["format_version"] = FORMAT_VERSION
+        data["oneiro_version"] = str(FORMAT_VERSION)
+        data["oneiro_hf_version"] = __version__
+        return data

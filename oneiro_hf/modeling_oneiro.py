@@ -33,8 +33,78 @@ _CUDA_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTIO
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text")
 
 
+@dataclass(frozen=True)
+class TargetDifference:
+    """One way in which a target differs from the one a drafter was made for."""
+
+    field: str
+    drafter_value: Any  # what the drafter's config records
+    target_value: Any  # what the target has
+
+    def describe(self) -> str:
+        if self.field == "base_model":
+            return (
+                f"base model: drafter was made from '{self.drafter_value}', target is '{self.target_value}' "
+                "(pass allow_base_model_mismatch=True to bind to a fine-tune of the same base on purpose)"
+            )
+        if self.field == "architecture":
+            return f"architecture: drafter expects {self.drafter_value}, target is {self.target_value}"
+        return f"{self.field}: drafter expects {self.drafter_value}, target has {self.target_value}"
+
+
 class DrafterTargetMismatch(ValueError):
-    """The drafter was made for a different target than the one it is being bound to."""
+    """The drafter was made for a different target than the one it is being bound to.
+
+    `differences` lists each differing field with the drafter's and the target's value, so callers (and the
+    model card check in oneiro_hf.hub) can report them without parsing the message.
+    """
+
+    def __init__(
+        self,
+        differences: list[TargetDifference] | str,
+        drafter_name: str | None = None,
+        target: Any = None,
+    ) -> None:
+        if isinstance(differences, str):  # a single free-form problem (e.g. a layer class)
+            self.differences: list[TargetDifference] = []
+            super().__init__(differences)
+            return
+        self.differences = list(differences)
+        which = f" '{drafter_name}'" if drafter_name else ""
+        target_name = getattr(target, "name_or_path", None) or type(target).__name__
+        lines = "\n  - ".join(d.describe() for d in self.differences)
+        fix = (
+            f"use a drafter trained for '{target_name}' (oneiro-train --target <it>), or build an untrained one "
+            "with OneiroDrafter.from_target(model)"
+        )
+        if all(d.field == "base_model" for d in self.differences):
+            fix = "pass allow_base_model_mismatch=True if the target is a fine-tune of the same base, or " + fix
+        super().__init__(
+            f"This drafter{which} was made for another target than '{target_name}':\n  - {lines}\nFix: {fix}."
+        )
+
+
+def target_differences(
+    config: OneiroDrafterConfig, model: PreTrainedModel, allow_base_model_mismatch: bool = False
+) -> list[TargetDifference]:
+    """Every recorded field (architecture, sizes, layer count, base model) in which `model` differs."""
+    text_config = _text_config(model)
+    found = []
+    for field, expected, actual in (
+        ("model_type", (config.target_config or {}).get("model_type"), text_config.model_type),
+        ("hidden_size", config.hidden_size, text_config.hidden_size),
+        ("vocab_size", config.vocab_size, text_config.vocab_size),
+        ("num_hidden_layers", config.num_target_layers, text_config.num_hidden_layers),
+    ):
+        if expected != actual:
+            found.append(TargetDifference(field, expected, actual))
+    if config.target_architecture and config.target_architecture != type(model).__name__:
+        found.append(TargetDifference("architecture", config.target_architecture, type(model).__name__))
+    recorded, actual_name = config.base_model_name_or_path, getattr(model, "name_or_path", None)
+    want, have = _model_identity(recorded), _model_identity(actual_name)
+    if not allow_base_model_mismatch and want and have and want != have:
+        found.append(TargetDifference("base_model", recorded, actual_name))
+    return found
 
 
 class UnsupportedTarget(ValueError):
@@ -210,19 +280,23 @@ class OneiroDrafter(PreTrainedModel):
                 "OneiroDrafter.from_pretrained needs the target it drafts for. Fix: "
                 "OneiroDrafter.from_pretrained(path_or_repo_id, target=model)."
             )
-        from .checkpoint import check_checkpoint_dir
+        from .checkpoint import HUB_KWARGS, CorruptCheckpoint, resolve_checkpoint
 
-        check_checkpoint_dir(pretrained_model_name_or_path, kwargs)
+        hub_kwargs = {key: kwargs.pop(key) for key in HUB_KWARGS if key in kwargs}
+        kwargs.pop("_commit_hash", None)  # AutoModel's; the resolved snapshot below is what gets loaded
+        resolved = resolve_checkpoint(pretrained_model_name_or_path, **hub_kwargs)
         kwargs["output_loading_info"] = True
-        drafter, info = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        drafter, info = super().from_pretrained(resolved.directory, *args, **kwargs)
         missing = sorted(info.get("missing_keys") or [])
         if missing:
-            from .checkpoint import CorruptCheckpoint
-
             raise CorruptCheckpoint(
                 f"{pretrained_model_name_or_path} lacks {len(missing)} drafter weight(s), e.g. {missing[:3]} "
-                "(a partial save or download?). Fix: re-save or re-download the drafter."
+                f"(a partial save or download?). Fix: {resolved.fix()}."
             )
+        if resolved.repo_id is not None:  # name it as the user did, not by its cache folder
+            drafter.name_or_path = resolved.repo_id
+            drafter.config._name_or_path = resolved.repo_id
+            drafter.config._commit_hash = resolved.commit
         drafter.bind(target, allow_base_model_mismatch=allow_base_model_mismatch)
         return drafter
 
@@ -245,30 +319,9 @@ class OneiroDrafter(PreTrainedModel):
 
     def check_target(self, model: PreTrainedModel, allow_base_model_mismatch: bool = False) -> None:
         """Raise DrafterTargetMismatch naming every field in which `model` differs from the recorded target."""
-        text_config = _text_config(model)
-        cfg = self.config
-        problems = []
-        for field, expected, actual in (
-            ("model_type", cfg.target_config.get("model_type"), text_config.model_type),
-            ("hidden_size", cfg.hidden_size, text_config.hidden_size),
-            ("vocab_size", cfg.vocab_size, text_config.vocab_size),
-            ("num_hidden_layers", cfg.num_target_layers, text_config.num_hidden_layers),
-        ):
-            if expected != actual:
-                problems.append(f"{field}: drafter expects {expected}, target has {actual}")
-        if cfg.target_architecture and cfg.target_architecture != type(model).__name__:
-            problems.append(f"architecture: drafter expects {cfg.target_architecture}, target is {type(model).__name__}")
-        want, have = _model_identity(cfg.base_model_name_or_path), _model_identity(getattr(model, "name_or_path", None))
-        if not allow_base_model_mismatch and want and have and want != have:
-            problems.append(
-                f"base model: drafter was made from '{cfg.base_model_name_or_path}', target is '{model.name_or_path}'"
-                " (pass allow_base_model_mismatch=True to bind to a fine-tune of the same base on purpose)"
-            )
-        if problems:
-            raise DrafterTargetMismatch(
-                "This drafter was made for another target:\n  - " + "\n  - ".join(problems)
-                + "\nFix: use a drafter trained for this target, or build one with OneiroDrafter.from_target(model)."
-            )
+        differences = target_differences(self.config, model, allow_base_model_mismatch=allow_base_model_mismatch)
+        if differences:
+            raise DrafterTargetMismatch(differences, drafter_name=self.name_or_path or None, target=model)
 
     def bind(self, model: PreTrainedModel, allow_base_model_mismatch: bool = False) -> OneiroDrafter:
         """Share the target's embedding, final norm, rotary embedding and LM head; follow its device and dtype."""
@@ -282,14 +335,18 @@ class OneiroDrafter(PreTrainedModel):
             if type(layer) is not type(target_layers[start + i]):
                 raise DrafterTargetMismatch(
                     f"drafter layer {i} is {type(layer).__name__} but target layer {start + i} is "
-                    f"{type(target_layers[start + i]).__name__}"
+                    f"{type(target_layers[start + i]).__name__}. Fix: use a drafter made for this target, or "
+                    "build one with OneiroDrafter.from_target(model)."
                 )
         ref = next(target_layers[start].parameters())
         self.to(device=ref.device, dtype=ref.dtype)
         self.draft_vocab_ids = self.draft_vocab_ids.to(device=ref.device)
         lm_head = model.get_output_embeddings()
         if int(self.draft_vocab_ids.max()) >= lm_head.weight.shape[0]:
-            raise DrafterTargetMismatch("draft vocabulary ids exceed the target's LM head size")
+            raise DrafterTargetMismatch(
+                f"draft_vocab_ids: the drafter reads out token {int(self.draft_vocab_ids.max())}, but the target's "
+                f"LM head has {lm_head.weight.shape[0]} rows. Fix: use a drafter made for this target's vocabulary."
+            )
         readout = lm_head.weight.detach()
         identity = self.draft_vocab_ids.numel() == readout.shape[0] and bool(
             (self.draft_vocab_ids == torch.arange(readout.shape[0], device=self.draft_vocab_ids.device)).all()
