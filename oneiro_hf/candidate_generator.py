@@ -17,7 +17,7 @@ from transformers.generation.candidate_generator import CandidateGenerator
 from .draft_policy import DraftPolicyState
 from .kv_cache import DrafterKVCache
 from .lookup import NgramIndex
-from .stats import DraftStats
+from .stats import DraftRound, DraftStats
 from .verification import RelaxedAcceptanceProcessor, check_relaxed_supported, warn_lossy_once
 
 
@@ -59,6 +59,8 @@ class OneiroCandidateGenerator(CandidateGenerator):
             object.__setattr__(drafter, "_policy_state", DraftPolicyState())
         self.policy: DraftPolicyState = drafter._policy_state
         self.stats = DraftStats(verification=verification)
+        if getattr(drafter, "record_draft_rounds", False):  # off by default: on-policy data collection only
+            self.stats.rounds = []
         object.__setattr__(drafter, "last_stats", self.stats)
         # absolute positions of drafted tokens the loop kept (debugging / tests; bounded by max_length)
         self.accepted_positions: list[int] = []
@@ -103,7 +105,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
         tokens, logits, source, ngram, confidences = self._draft(input_ids)
         self.stats.draft_time_s += time.perf_counter() - now
         self._proposal = {"length": len(tokens), "source": source, "ngram": ngram, "conf": confidences,
-                          "draft_s": time.perf_counter() - now, "start": input_ids.shape[1]}
+                          "draft_s": time.perf_counter() - now, "start": input_ids.shape[1], "tokens": tokens}
         if self.relaxed is not None:
             self.relaxed.proposals = {input_ids.shape[1] + j: t for j, t in enumerate(tokens)}
         self._verify_started = time.perf_counter()
@@ -132,6 +134,8 @@ class OneiroCandidateGenerator(CandidateGenerator):
         if length == 0:
             return
         source = proposal["source"]
+        if self.stats.rounds is not None:
+            self.stats.rounds.append(DraftRound(start, list(proposal["tokens"]), min(n, length), source))
         self.stats.drafted_tokens += length
         self.stats.accepted_tokens += n
         self.stats.drafted_by_source[source] += length

@@ -6,6 +6,21 @@ from dataclasses import asdict, dataclass, field
 
 
 @dataclass
+class DraftRound:
+    """One drafting round as verified: recorded only on request (on-policy training needs the error positions)."""
+
+    start: int  # sequence length when drafting began = position of the first drafted token
+    tokens: list[int]  # the drafted tokens, positions start .. start+len-1
+    accepted: int  # how many of them the target accepted
+    source: str  # "latent" or "lookup"
+
+    @property
+    def error_position(self) -> int | None:
+        """The first rejected position, or None when the whole draft was accepted."""
+        return self.start + self.accepted if self.accepted < len(self.tokens) else None
+
+
+@dataclass
 class DraftStats:
     """Counts and timings of one generate call; reset at the start of each call so memory stays flat."""
 
@@ -21,6 +36,8 @@ class DraftStats:
     drafted_by_source: dict[str, int] = field(default_factory=lambda: {"latent": 0, "lookup": 0})
     accept_lengths: list[int] = field(default_factory=list)  # tokens gained per step (accepted + 1)
     verification: str = "strict"  # acceptance criterion of the call; anything else is lossy
+    # every non-empty drafting round, only when the drafter's ``record_draft_rounds`` is True (else None)
+    rounds: list[DraftRound] | None = None
 
     @property
     def mean_accepted_tokens(self) -> float:

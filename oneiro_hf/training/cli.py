@@ -14,6 +14,9 @@ Several processes: ``accelerate launch --multi_gpu --num_processes N -m oneiro_h
 without accelerators that starts N CPU processes joined over gloo (``use_cpu`` is switched on automatically);
 note that ``accelerate launch --cpu --num_processes N`` (or without ``--multi_gpu``) starts a single process.
 Resume an interrupted run with ``--resume_from_checkpoint last`` (same --output_dir and settings).
+
+Stage 3 (on-policy refinement, ``oneiro_hf/training/onpolicy.py``) starts from a finished drafter:
+``oneiro-train --stage 3 --init_drafter drafters/<target> --target ... --data ... --onpolicy_rounds 3``.
 """
 
 from __future__ import annotations
@@ -265,6 +268,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"oneiro-train: {err}", file=sys.stderr)
         return 2
     resume = _resolve_resume(args.resume_from_checkpoint, args.output_dir)
+    if args.stage == "3" and not args.init_drafter:
+        print(
+            "oneiro-train: --stage 3 refines a trained drafter. Fix: pass --init_drafter PATH (a drafter saved by "
+            "oneiro-train, e.g. drafters/<target>).",
+            file=sys.stderr,
+        )
+        return 2
     if data_args.data is None and data_args.prompts is None:
         print(
             "oneiro-train: pass --data FILE.jsonl (self-distillation data) or --prompts FILE.jsonl.",
@@ -340,6 +350,12 @@ def main(argv: list[str] | None = None) -> int:
         len(eval_recs),
         dict(sources),
     )
+
+    if args.stage == "3":  # on-policy refinement of --init_drafter: its own pipeline
+        from .onpolicy import run_stage3
+
+        args.data_files = [str(data_path)]
+        return run_stage3(model_args, data_args, args, target, train_recs, eval_recs, resume, timings, t_start)
 
     # ------------------------------------------------------------------ drafter
     interval = parse_interval(args.interval)

@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 TRAINING_STATE_FILE = "oneiro_training.safetensors"
 TRAINING_INFO_FILE = "oneiro_training.json"
-STAGES = ("1", "2", "1+2")
+STAGES = ("1", "2", "1+2", "3")
 
 
 class CheckpointMismatch(ValueError):
@@ -60,7 +60,8 @@ class OneiroTrainingArguments(TrainingArguments):
     stage: str = field(
         default="1+2",
         metadata={
-            "help": "'1' teacher-forced, '2' joint rollouts, '1+2' stage 1 then stage 2 (see stage1_fraction)"
+            "help": "'1' teacher-forced, '2' joint rollouts, '1+2' stage 1 then stage 2 (see stage1_fraction), "
+            "'3' on-policy refinement of --init_drafter (see the onpolicy_* settings)"
         },
     )
     stage1_fraction: float = field(
@@ -121,6 +122,44 @@ class OneiroTrainingArguments(TrainingArguments):
     remove_unused_columns: bool = field(
         default=False, metadata={"help": "kept False: batches carry extra keys"}
     )
+    # ---- stage 3 (on-policy refinement, oneiro_hf/training/onpolicy.py)
+    init_drafter: str | None = field(
+        default=None, metadata={"help": "stage 3: the trained drafter to refine (a save_pretrained directory)"}
+    )
+    onpolicy_rounds: int = field(default=3, metadata={"help": "stage 3: collect -> train rounds"})
+    onpolicy_prompts_per_round: int = field(
+        default=40, metadata={"help": "stage 3: prompts decoded with the drafter per round (next slice each round)"}
+    )
+    onpolicy_steps_per_round: int = field(
+        default=30, metadata={"help": "stage 3: optimiser steps per round (max_steps = rounds x this)"}
+    )
+    onpolicy_max_new_tokens: int = field(
+        default=128, metadata={"help": "stage 3: new tokens per collected answer"}
+    )
+    onpolicy_draft_tokens: int = field(
+        default=5,
+        metadata={"help": "stage 3: fixed draft length when collecting (cost model off) and rollout steps K"},
+    )
+    onpolicy_mix_ratio: float = field(
+        default=0.7,
+        metadata={"help": "stage 3: share of each batch's loss weight on rounds with a rejection (rest: accepted)"},
+    )
+    onpolicy_error_weight: float = field(
+        default=2.0, metadata={"help": "stage 3: extra loss weight of the first rejected step of a round"}
+    )
+    onpolicy_buffer_size: int = field(
+        default=200, metadata={"help": "stage 3: collected sequences kept in the replay buffer"}
+    )
+    onpolicy_buffer_policy: str = field(
+        default="fifo", metadata={"help": "stage 3: 'fifo' (keep the newest) or 'reservoir' (uniform over all)"}
+    )
+    onpolicy_prompts: str | None = field(
+        default=None,
+        metadata={"help": "stage 3: JSONL of training prompts (records with input_ids); default: --data's train split"},
+    )
+    onpolicy_prompt_offset: int = field(
+        default=0, metadata={"help": "stage 3: skip this many records of the prompt file (e.g. those already trained on)"}
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -140,6 +179,17 @@ class OneiroTrainingArguments(TrainingArguments):
             raise ValueError("draft_vocab_size must be >= 1")
         self.step_weights(self.rollout_steps)
         self.parsed_interval()
+        if self.stage == "3":
+            if min(self.onpolicy_rounds, self.onpolicy_prompts_per_round, self.onpolicy_steps_per_round) < 1:
+                raise ValueError("onpolicy_rounds, onpolicy_prompts_per_round and onpolicy_steps_per_round must be >= 1")
+            if min(self.onpolicy_max_new_tokens, self.onpolicy_draft_tokens, self.onpolicy_buffer_size) < 1:
+                raise ValueError("onpolicy_max_new_tokens, onpolicy_draft_tokens and onpolicy_buffer_size must be >= 1")
+            if not 0.0 <= self.onpolicy_mix_ratio <= 1.0:
+                raise ValueError("onpolicy_mix_ratio must be within [0, 1]")
+            if self.onpolicy_error_weight < 0 or self.onpolicy_prompt_offset < 0:
+                raise ValueError("onpolicy_error_weight and onpolicy_prompt_offset must be >= 0")
+            if self.onpolicy_buffer_policy not in ("fifo", "reservoir"):
+                raise ValueError("onpolicy_buffer_policy must be 'fifo' or 'reservoir'")
 
     def step_weights(self, steps: int) -> list[float]:
         return parse_step_weights(self.rollout_step_weights, steps)
@@ -333,7 +383,11 @@ class DrafterTrainModule(nn.Module):
         states: torch.Tensor,
         target_argmax: torch.LongTensor,
         rollout_steps: int = 1,
+        chain_weights: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
+        """Rollout losses. Without ``chain_weights``: per step, the mean over response positions times the
+        step weight. With ``chain_weights`` (B, K, T-1; stage 3), step k at index i counts with weight
+        ``chain_weights[:, k, i]`` (step weights and normalisation included) and only where it is > 0."""
         drafter = self.drafter
         dtype = drafter.fuse.weight.dtype
         b, t = input_ids.shape
@@ -351,6 +405,8 @@ class DrafterTrainModule(nn.Module):
         for k, out in enumerate(outs):
             m = mask.clone()
             m[:, :k] = False  # index i needs a chain start i-k >= 0
+            if chain_weights is not None:
+                m &= chain_weights[:, k] > 0
             if not bool(m.any()):
                 continue
             pred = out[m]
@@ -373,9 +429,12 @@ class DrafterTrainModule(nn.Module):
                     if bool((lab >= 0).any())
                     else logits.sum() * 0
                 )
-            total = total + self.step_weights[k] * (
-                self.state_loss_weight * s_loss + self.token_loss_weight * t_loss
-            )
+            if chain_weights is None:
+                total = total + self.step_weights[k] * (
+                    self.state_loss_weight * s_loss + self.token_loss_weight * t_loss
+                )
+            else:
+                total = total + self._weighted_loss(diff, logits, tgt, draft_labels[m], chain_weights[:, k][m])
             with torch.no_grad():
                 predicted = drafter.draft_vocab_ids[logits.argmax(-1)]
                 stats[k, 0] = (predicted == labels[m]).sum()
@@ -383,6 +442,23 @@ class DrafterTrainModule(nn.Module):
                 stats[k, 2] = s_loss.detach() * m.sum()
                 stats[k, 3] = t_loss.detach() * m.sum()
         return {"loss": total, "stats": stats}
+
+    def _weighted_loss(
+        self, diff: torch.Tensor, logits: torch.Tensor, tgt: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor
+    ) -> torch.Tensor:
+        """Per-position losses summed with ``weights`` (stage 3 weighs each draft chain on its own)."""
+        if self.state_loss == "mse":
+            s_pos = diff.pow(2).mean(-1)
+        else:
+            s_pos = F.smooth_l1_loss(diff, torch.zeros_like(diff), reduction="none").mean(-1)
+        if self.token_loss == "kl":
+            with torch.no_grad():
+                p_target = self.drafter.readout_logits(tgt).float().softmax(-1)
+            t_pos = (p_target * (p_target.clamp_min(1e-30).log() - logits.log_softmax(-1))).sum(-1)
+        else:
+            t_pos = F.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="none")
+        per_position = self.state_loss_weight * s_pos + self.token_loss_weight * t_pos
+        return (weights.float() * per_position).sum()
 
 
 # ============================================================================================ evaluation
@@ -578,7 +654,7 @@ class OneiroTrainer(Trainer):
 
     def _set_switch_step(self, max_steps: int) -> None:
         stage = self.args.stage
-        if stage == "1":
+        if stage in ("1", "3"):
             self.switch_step = None
         elif stage == "2":
             self.switch_step = 0
@@ -591,11 +667,15 @@ class OneiroTrainer(Trainer):
             return 1
         if stage == "2":
             return self.args.rollout_steps
+        if stage == "3":
+            return self.args.onpolicy_draft_tokens
         if self.switch_step is None:
             self._set_switch_step(self.state.max_steps)
         return 1 if self.state.global_step < self.switch_step else self.args.rollout_steps
 
     def current_stage(self) -> str:
+        if self.args.stage == "3":
+            return "3"
         return "1" if self.current_rollout_steps() == 1 and self.args.stage != "2" else "2"
 
     def _with_features(self, inputs: dict[str, Any]) -> dict[str, Any]:
