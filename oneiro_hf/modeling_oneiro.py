@@ -300,6 +300,39 @@ class OneiroDrafter(PreTrainedModel):
         drafter.bind(target, allow_base_model_mismatch=allow_base_model_mismatch)
         return drafter
 
+    def push_to_hub(
+        self,
+        repo_id: str,
+        *,
+        commit_message: str | None = None,
+        commit_description: str | None = None,
+        private: bool | None = None,
+        token: str | bool | None = None,
+        revision: str | None = None,
+        create_pr: bool = False,
+        tags: list[str] | None = None,
+        **card_kwargs: Any,
+    ):
+        """Publish config.json, model.safetensors (drafter weights and draft vocabulary) and a generated card.
+
+        Card arguments (license, base_model, bench_summary, training_info, hardware, ...) as for
+        oneiro_hf.hub.publish_drafter, which does the work; returns the commit's CommitInfo.
+        """
+        from .hub import publish_drafter
+
+        return publish_drafter(
+            self,
+            repo_id,
+            commit_message=commit_message,
+            commit_description=commit_description,
+            private=private,
+            token=token,
+            revision=revision,
+            create_pr=create_pr,
+            tags=tags,
+            **card_kwargs,
+        )
+
     # ------------------------------------------------------------------ binding
     @staticmethod
     def _base_model(model: PreTrainedModel) -> nn.Module:
