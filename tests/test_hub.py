@@ -295,6 +295,106 @@ def test_local_directories_keep_working_and_typos_are_named(tmp_path):
         OneiroDrafter.from_pretrained(tmp_path / "d" / "config.json", target=model)
 
 
+class DownloadHub:
+    """Serves REPO's files at revisions like the Hub's resolve endpoint (HEAD for metadata, GET for bytes)."""
+
+    def __init__(self, revisions: dict[str, tuple[str, Path]]) -> None:
+        self.revisions = revisions  # name or commit -> (commit, folder of files)
+        self.requests: list[tuple[str, str]] = []
+        self.authorization: set[str | None] = set()
+
+    def __call__(self) -> httpx2.Client:
+        from huggingface_hub.utils._http import hf_request_event_hook
+
+        return httpx2.Client(
+            transport=httpx2.MockTransport(self.handle), event_hooks={"request": [hf_request_event_hook]}
+        )
+
+    def handle(self, request: httpx2.Request) -> httpx2.Response:
+        path = request.url.path
+        if path == AGENT_REGISTRY:
+            return httpx2.Response(404)
+        self.requests.append((request.method, path))
+        self.authorization.add(request.headers.get("authorization"))
+        prefix = f"/{REPO}/resolve/"
+        if not path.startswith(prefix):
+            return httpx2.Response(404, headers={"X-Error-Code": "RepoNotFound"}, text="Repository not found")
+        revision, filename = path[len(prefix):].split("/", 1)
+        if revision not in self.revisions:
+            return httpx2.Response(404, headers={"X-Error-Code": "RevisionNotFound"}, text="Invalid rev id")
+        commit, folder = self.revisions[revision]
+        file = folder / filename
+        if not file.is_file():
+            return httpx2.Response(
+                404, headers={"X-Error-Code": "EntryNotFound", "X-Repo-Commit": commit}, text="Entry not found"
+            )
+        data = file.read_bytes()
+        headers = {"X-Repo-Commit": commit, "ETag": f'"{_git_blob_sha1(data)}"', "Content-Length": str(len(data))}
+        if file.suffix == ".safetensors":  # an LFS file: the Hub links it by its sha256
+            headers.update({"X-Linked-Etag": f'"{hashlib.sha256(data).hexdigest()}"', "X-Linked-Size": str(len(data))})
+        return httpx2.Response(200, headers=headers, content=b"" if request.method == "HEAD" else data)
+
+
+@pytest.fixture
+def download_hub(tmp_path, monkeypatch, client_factory):
+    model, old = _drafter(seed=1)
+    _, new = _drafter(seed=2)
+    old.save_pretrained(tmp_path / "old")
+    new.save_pretrained(tmp_path / "new")
+    revisions = {
+        "main": (COMMIT_NEW, tmp_path / "new"),
+        COMMIT_NEW: (COMMIT_NEW, tmp_path / "new"),
+        "v1": (COMMIT_OLD, tmp_path / "old"),
+        COMMIT_OLD: (COMMIT_OLD, tmp_path / "old"),
+    }
+    hub = client_factory(DownloadHub(revisions))
+    monkeypatch.setattr(constants, "ENDPOINT", ENDPOINT)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    return hub, model, old, new
+
+
+def test_download_through_the_hub_then_offline_from_what_it_cached(download_hub, tmp_path):
+    hub, model, old, new = download_hub
+    cache = tmp_path / "cache"
+    drafter = OneiroDrafter.from_pretrained(REPO, target=model, cache_dir=cache, token="hf_read_token")
+    assert _same_weights(drafter, new) and drafter.config._commit_hash == COMMIT_NEW
+    assert hub.authorization == {"Bearer hf_read_token"}
+    fetched = {p.rsplit("/", 1)[1] for m, p in hub.requests if m == "GET"}
+    assert fetched == {"config.json", "model.safetensors"}  # nothing else of the repo is downloaded
+    tagged = OneiroDrafter.from_pretrained(REPO, target=model, cache_dir=cache, revision="v1")
+    assert _same_weights(tagged, old)
+    # the cache huggingface_hub wrote is what the offline tests build by hand: weights blob named by sha256
+    weights = cache / "models--your-org--tiny-drafter" / "snapshots" / COMMIT_NEW / "model.safetensors"
+    assert weights.is_symlink()
+    assert weights.resolve().name == hashlib.sha256(weights.read_bytes()).hexdigest()
+    assert (cache / "models--your-org--tiny-drafter" / "refs" / "v1").read_text() == COMMIT_OLD
+    hub.requests.clear()
+    offline = OneiroDrafter.from_pretrained(REPO, target=model, cache_dir=cache, local_files_only=True)
+    assert _same_weights(offline, new) and hub.requests == []
+
+
+def test_the_fix_in_the_corrupt_cache_message_works(download_hub, tmp_path):
+    _, model, _, new = download_hub
+    cache = tmp_path / "cache"
+    OneiroDrafter.from_pretrained(REPO, target=model, cache_dir=cache)
+    blob = (cache / "models--your-org--tiny-drafter" / "snapshots" / COMMIT_NEW / "model.safetensors").resolve()
+    data = bytearray(blob.read_bytes())
+    data[-1] ^= 0xFF
+    blob.write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpoint, match="force_download=True"):
+        OneiroDrafter.from_pretrained(REPO, target=model, cache_dir=cache)
+    repaired = OneiroDrafter.from_pretrained(REPO, target=model, cache_dir=cache, force_download=True)
+    assert _same_weights(repaired, new)
+
+
+def test_remote_errors_are_named(download_hub, tmp_path):
+    _, model, *_ = download_hub
+    with pytest.raises(DrafterNotFound, match="was not found"):
+        OneiroDrafter.from_pretrained("your-org/missing", target=model, cache_dir=tmp_path / "c")
+    with pytest.raises(DrafterNotFound, match="no revision 'v7'"):
+        OneiroDrafter.from_pretrained(REPO, target=model, cache_dir=tmp_path / "c", revision="v7")
+
+
 # ====================================================================================== format rule
 def test_format_rule(tmp_path):
     model, drafter = _drafter()
