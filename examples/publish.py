@@ -21,8 +21,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from oneiro_hf import OneiroDrafter
-from oneiro_hf.hub import prepare_upload, publish_drafter
+from oneiro_hf import DrafterTargetMismatch, OneiroDrafter
+from oneiro_hf.hub import ModelCardError, prepare_upload, publish_drafter
 
 TINY_BASE = "your-org/tiny-base"
 
@@ -71,13 +71,17 @@ def main(argv: list[str] | None = None) -> int:
         "training_info": args.training_info,
         "hardware": args.hardware,
     }
-    if args.dry_run:
-        files = prepare_upload(drafter, args.dry_run, repo_id=args.repo_id, dtype=args.dtype, **card)
-        print(f"Dry run: nothing sent. {args.repo_id} would receive, from {Path(args.dry_run)}:")
-        for file in files:
-            print(f"  {file.name:24s} {file.stat().st_size:>12,d} bytes")
-        return 0
-    commit = publish_drafter(drafter, args.repo_id, dtype=args.dtype, private=args.private or None, **card)
+    try:
+        if args.dry_run:
+            files = prepare_upload(drafter, args.dry_run, repo_id=args.repo_id, dtype=args.dtype, **card)
+            print(f"Dry run: nothing sent. {args.repo_id} would receive, from {Path(args.dry_run)}:")
+            for file in files:
+                print(f"  {file.name:24s} {file.stat().st_size:>12,d} bytes")
+            return 0
+        commit = publish_drafter(drafter, args.repo_id, dtype=args.dtype, private=args.private or None, **card)
+    except (ModelCardError, DrafterTargetMismatch, FileExistsError) as err:
+        print(f"publish.py: {err}", file=sys.stderr)
+        return 2
     print(f"Published {args.repo_id}: commit {commit.oid}")
     print(f'Use it: OneiroDrafter.from_pretrained("{args.repo_id}", target=model)')
     return 0

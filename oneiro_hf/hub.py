@@ -466,11 +466,14 @@ def prepare_upload(
         raise RuntimeError("the drafter's state has no draft_vocab_ids; its checkpoint could not be read back.")
     # one file: a sharded checkpoint would leave stale shards next to a later single file on the Hub
     drafter.save_pretrained(str(out), state_dict=state, safe_serialization=True, max_shard_size="1000GB")
+    config_path = out / CONFIG_NAME
+    data = json.loads(config_path.read_text())
     if torch_dtype is not None:  # save_pretrained records the in-memory dtype; record the one written
-        config_path = out / CONFIG_NAME
-        data = json.loads(config_path.read_text())
         data["dtype"] = str(torch_dtype).replace("torch.", "")
-        config_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    # the published drafter belongs to the card's Hub model, not to the local copy it was trained from, so
+    # that from_pretrained(repo_id, target=<that Hub model>) passes the base-model check
+    data["base_model_name_or_path"] = card.data.base_model
+    config_path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     if not (out / WEIGHTS_NAME).is_file():
         raise RuntimeError(f"save_pretrained did not write {WEIGHTS_NAME} into {out}; nothing to publish.")
     card.save(out / CARD_NAME)

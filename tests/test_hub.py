@@ -590,6 +590,14 @@ def test_prepare_upload_writes_exactly_the_published_files(tmp_path):
     assert json.loads((tmp_path / "up" / "config.json").read_text())["dtype"] == "bfloat16"
     with pytest.raises(FileExistsError, match="not empty"):
         prepare_upload(drafter, tmp_path / "up", license="mit")
+    # a drafter trained from a local copy is published as the Hub model's drafter, and loads with it
+    _, local = _drafter(name="/data/checkpoints/tiny-base")
+    prepare_upload(local, tmp_path / "local", license="mit", base_model=BASE)
+    config = json.loads((tmp_path / "local" / "config.json").read_text())
+    assert config["base_model_name_or_path"] == BASE
+    assert local.config.base_model_name_or_path == "/data/checkpoints/tiny-base"  # the live drafter is untouched
+    hub_model = make_model("llama", name=BASE)
+    assert OneiroDrafter.from_pretrained(tmp_path / "local", target=hub_model).target is hub_model
     # a failed card check writes nothing
     with pytest.raises(ModelCardError):
         prepare_upload(drafter, tmp_path / "nothing", license=None)
