@@ -10,7 +10,7 @@ start=$(date +%s)
 nice -n 5 oneiro-train --target smollm2-135m-instruct --stage 3 --init_drafter drafters/smollm2-135m-instruct \
   --data runs/data/smollm2_subset2.jsonl --eval_fraction 0.05 --feature_cache_dir runs/features/smollm2 \
   --max_seq_len 1024 --onpolicy_prompts runs/data/smollm2.jsonl --onpolicy_prompt_offset 1200 \
-  --onpolicy_rounds 3 --onpolicy_prompts_per_round 40 --onpolicy_max_new_tokens 128 --onpolicy_draft_tokens 5 \
+  --onpolicy_rounds 2 --onpolicy_prompts_per_round 40 --onpolicy_max_new_tokens 128 --onpolicy_draft_tokens 5 \
   --onpolicy_steps_per_round 30 --onpolicy_mix_ratio 0.7 --onpolicy_error_weight 2 \
   --onpolicy_buffer_size 120 --onpolicy_buffer_policy fifo \
   --rollout_step_weights 1,0.8,0.6,0.5 --state_loss smooth_l1 --state_loss_weight 1.0 --token_loss kl \
