@@ -8,7 +8,7 @@ from transformers import AutoConfig, AutoModel
 
 from .compat import UnsupportedTransformersVersion, check_transformers_version
 from .configuration_oneiro import OneiroDrafterConfig
-from .modeling_oneiro import DrafterTargetMismatch, OneiroDrafter, UnsupportedTarget
+from .modeling_oneiro import DrafterBusy, DrafterTargetMismatch, OneiroDrafter, UnsupportedTarget
 from .stats import DraftStats
 
 __version__ = "0.1.0"
@@ -18,6 +18,7 @@ AutoModel.register(OneiroDrafterConfig, OneiroDrafter, exist_ok=True)
 
 __all__ = [
     "DraftStats",
+    "DrafterBusy",
     "DrafterTargetMismatch",
     "OneiroDrafter",
     "OneiroDrafterConfig",

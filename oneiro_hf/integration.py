@@ -33,10 +33,15 @@ def _oneiro_generate(self, *args: Any, **kwargs: Any):
             )
         return type(self).generate(self, *args, **kwargs)
     check_transformers_version()
+    with drafter.exclusive_use("generate"):  # held for the whole call: no other thread may re-bind or share it
+        return _generate_holding(self, drafter, oneiro_settings, args, kwargs)
+
+
+def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tuple, kwargs: dict[str, Any]):
     if drafter.target is not self:
         raise ValueError(
-            "This drafter is bound to a different target instance. Fix: drafter.bind(model) before "
-            "model.generate(..., assistant_model=drafter) (one drafter serves one target at a time)."
+            "This drafter is bound to a different target instance (one drafter serves one target at a time). "
+            "Fix: drafter.bind(model) to move it, or other = drafter.copy_for(model) for a second drafter."
         )
     drafter.follow_target()
     settings = drafter.drafting_settings(**oneiro_settings)
@@ -54,18 +59,13 @@ def _oneiro_generate(self, *args: Any, **kwargs: Any):
             "transformers' assisted decoding does. Fix: call generate once per prompt, or without assistant_model "
             "for batched generation."
         )
-    lock = drafter._generate_lock
-    if not lock.acquire(blocking=False):
-        raise RuntimeError(
-            "This drafter is already generating in another thread. Fix: give each thread its own drafter "
-            "(OneiroDrafter.from_pretrained(..., target=model) per thread); drafters are cheap."
-        )
+    # The settings travel on the drafter, which this thread holds: on the target (shared by every thread using
+    # it) a concurrent call with another drafter could replace them before our candidate generator reads them.
+    object.__setattr__(drafter, "_oneiro_pending_settings", settings)
     try:
-        self._oneiro_pending_settings = settings
         return type(self).generate(self, *args, **kwargs)
     finally:
-        self._oneiro_pending_settings = None
-        lock.release()
+        object.__setattr__(drafter, "_oneiro_pending_settings", None)
 
 
 def _oneiro_get_candidate_generator(self, generation_config, *args: Any, **kwargs: Any):
@@ -74,7 +74,7 @@ def _oneiro_get_candidate_generator(self, generation_config, *args: Any, **kwarg
         return type(self)._get_candidate_generator(self, generation_config, *args, **kwargs)
     from .candidate_generator import OneiroCandidateGenerator
 
-    settings = getattr(self, "_oneiro_pending_settings", None) or assistant.drafting_settings()
+    settings = getattr(assistant, "_oneiro_pending_settings", None) or assistant.drafting_settings()
     return OneiroCandidateGenerator(
         assistant,
         generation_config,

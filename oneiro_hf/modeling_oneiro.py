@@ -10,6 +10,8 @@ are never part of the drafter's checkpoint.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import importlib
 import inspect
 import os
@@ -50,6 +52,10 @@ class TargetDifference:
         if self.field == "architecture":
             return f"architecture: drafter expects {self.drafter_value}, target is {self.target_value}"
         return f"{self.field}: drafter expects {self.drafter_value}, target has {self.target_value}"
+
+
+class DrafterBusy(RuntimeError):
+    """The drafter is in use by another generate call (another thread, or an enclosing call in this one)."""
 
 
 class DrafterTargetMismatch(ValueError):
@@ -185,7 +191,11 @@ class OneiroDrafter(PreTrainedModel):
 
         object.__setattr__(self, "last_stats", DraftStats())
         object.__setattr__(self, "_policy_state", None)
+        # One generate call (or re-bind) at a time: the drafter's per-call settings, statistics and binding are
+        # not shareable. _lock_owner is the thread holding the lock, so that thread may re-bind inside its call.
         object.__setattr__(self, "_generate_lock", threading.Lock())
+        object.__setattr__(self, "_lock_owner", None)
+        object.__setattr__(self, "_oneiro_pending_settings", None)  # settings of the running call
 
     @staticmethod
     def build_target_config(config: OneiroDrafterConfig):
@@ -356,8 +366,64 @@ class OneiroDrafter(PreTrainedModel):
         if differences:
             raise DrafterTargetMismatch(differences, drafter_name=self.name_or_path or None, target=model)
 
+    @contextlib.contextmanager
+    def exclusive_use(self, action: str = "generate"):
+        """Hold this drafter for one generate call or re-bind; raise DrafterBusy if it is already held.
+
+        Never waits: a concurrent caller gets a clear error instead of output from an interleaved call. A
+        re-bind inside the holding thread's own call (following a moved target) is allowed; a nested generate
+        is not (it would replace the running call's settings and statistics).
+        """
+        me = threading.get_ident()
+        fix = "Fix: use one drafter per thread and per target; drafter.copy_for(model) makes one cheaply."
+        if self._lock_owner == me:
+            if action == "generate":
+                raise DrafterBusy(
+                    "generate was called with this drafter from inside one of its own generate calls (from a "
+                    f"streamer, stopping criterion or logits processor?). {fix}"
+                )
+            yield
+            return
+        if not self._generate_lock.acquire(blocking=False):
+            if action == "generate":
+                raise DrafterBusy(
+                    "This drafter is already generating in another thread (a drafter serves one generate call at "
+                    f"a time). {fix}"
+                )
+            raise DrafterBusy(
+                f"Cannot {action} this drafter while it is generating in another thread: the running call would "
+                f"go on with another target's embedding and LM head. {fix}"
+            )
+        object.__setattr__(self, "_lock_owner", me)
+        try:
+            yield
+        finally:
+            object.__setattr__(self, "_lock_owner", None)
+            self._generate_lock.release()
+
+    def copy_for(self, target: PreTrainedModel | None = None, allow_base_model_mismatch: bool = False) -> OneiroDrafter:
+        """An independent drafter (own weights, settings and learned policy) bound to `target` (default: this one's).
+
+        A drafter serves one generate call at a time; give each thread, and each target, its own copy.
+        """
+        model = target if target is not None else self.require_bound().model
+        twin = type(self)(copy.deepcopy(self.config))
+        twin.load_state_dict(self.state_dict())
+        twin.name_or_path = self.name_or_path
+        twin.bind(model, allow_base_model_mismatch=allow_base_model_mismatch)
+        if self._policy_state is not None:
+            object.__setattr__(twin, "_policy_state", copy.deepcopy(self._policy_state))
+        return twin
+
     def bind(self, model: PreTrainedModel, allow_base_model_mismatch: bool = False) -> OneiroDrafter:
-        """Share the target's embedding, final norm, rotary embedding and LM head; follow its device and dtype."""
+        """Share the target's embedding, final norm, rotary embedding and LM head; follow its device and dtype.
+
+        Refused (DrafterBusy) while another thread is generating with this drafter.
+        """
+        with self.exclusive_use("bind"):
+            return self._bind(model, allow_base_model_mismatch)
+
+    def _bind(self, model: PreTrainedModel, allow_base_model_mismatch: bool) -> OneiroDrafter:
         from .integration import install_generate_hook
 
         self.check_target(model, allow_base_model_mismatch=allow_base_model_mismatch)
