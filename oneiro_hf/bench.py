@@ -22,6 +22,8 @@ Methods
                          target's top K (oneiro_verification="topk", oneiro_verification_topk=K); lossy
     oneiro-threshold-T   hybrid with relaxed verification at threshold T (oneiro_verification="threshold",
                          oneiro_verification_threshold=T); lossy
+    oneiro-...@NAME      any oneiro method with the drafter named NAME by --extra-drafter NAME=PATH, so
+                         several drafters (before/after a training stage, ablations) compare in one run
 
 Outputs under --out: answers/<method>.jsonl, summary.json, report.md, plots/*.png, run_config.json.
 Exit status: 0 fine, 2 unusable arguments or inputs (checked before any model loads), 3 a lossless
@@ -77,6 +79,7 @@ class MethodSpec:
     name: str
     generate_kwargs: dict = field(default_factory=dict)  # besides assistant_model
     oneiro_settings: dict = field(default_factory=dict)  # passed as oneiro_<key>=value
+    drafter_name: str | None = None  # an --extra-drafter; None: the --drafter one
 
     @property
     def uses_drafter(self) -> bool:
@@ -96,11 +99,22 @@ class MethodSpec:
 
 
 def _method_help() -> str:
-    return f"Known methods: {', '.join(BASE_METHODS)}, and {', '.join(RELAXED_PATTERNS)}."
+    return (f"Known methods: {', '.join(BASE_METHODS)}, and {', '.join(RELAXED_PATTERNS)}; any oneiro-* method "
+            "may end in @NAME to use the drafter given by --extra-drafter NAME=PATH.")
+
+
+DRAFTER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 def parse_method(name: str, early_exit_layer: int = 4) -> MethodSpec:
     """The MethodSpec for a --methods entry; BenchInputError for an unknown or malformed one."""
+    if "@" in name:
+        base, drafter_name = name.split("@", 1)
+        if not base.startswith("oneiro-") or not DRAFTER_NAME.fullmatch(drafter_name):
+            raise BenchInputError(f"method {name!r}: only oneiro-* methods take a drafter suffix, written "
+                                  "oneiro-<mode>@NAME with NAME from --extra-drafter NAME=PATH.")
+        spec = parse_method(base, early_exit_layer)
+        return MethodSpec(name, spec.generate_kwargs, spec.oneiro_settings, drafter_name)
     if name == "greedy":
         return MethodSpec(name)
     if name == "hf-lookup":
@@ -254,7 +268,9 @@ def resolve_model(arg: str, flag: str) -> ModelRef:
     )
 
 
-def check_drafter(drafter_arg: str | None, target: ModelRef, target_cfg: dict | None) -> tuple[str, str]:
+def check_drafter(
+    drafter_arg: str | None, target: ModelRef, target_cfg: dict | None, flag: str = "--drafter"
+) -> tuple[str, str]:
     """Resolve --drafter and check it against the target's config before any weights load.
 
     Returns (value for the loader, human description).
@@ -279,19 +295,19 @@ def check_drafter(drafter_arg: str | None, target: ModelRef, target_cfg: dict | 
         path, how = Path(drafter_arg).expanduser(), "given"
         if not path.is_dir():
             raise BenchInputError(
-                f"--drafter {drafter_arg}: no such directory. Pass a drafter directory (written by "
+                f"{flag} {drafter_arg}: no such directory. Pass a drafter directory (written by "
                 "save_pretrained), 'fresh' for an untrained one, or leave it out for the shipped one."
             )
     cfg_file = path / "config.json"
     try:
         cfg = json.loads(cfg_file.read_text())
     except FileNotFoundError as err:
-        raise BenchInputError(f"--drafter {path}: no config.json, not a drafter checkpoint.") from err
+        raise BenchInputError(f"{flag} {path}: no config.json, not a drafter checkpoint.") from err
     except (json.JSONDecodeError, OSError) as err:
-        raise BenchInputError(f"--drafter {path}: config.json is not readable JSON ({err}).") from err
+        raise BenchInputError(f"{flag} {path}: config.json is not readable JSON ({err}).") from err
     if not isinstance(cfg, dict) or cfg.get("model_type") != OneiroDrafterConfig.model_type:
         kind = cfg.get("model_type") if isinstance(cfg, dict) else None
-        raise BenchInputError(f"--drafter {path} holds a '{kind}' model, not a OneiroDrafter checkpoint.")
+        raise BenchInputError(f"{flag} {path} holds a '{kind}' model, not a OneiroDrafter checkpoint.")
     if target_cfg is not None:
         drafter_type = (cfg.get("target_config") or {}).get("model_type")
         problems = [
@@ -306,7 +322,7 @@ def check_drafter(drafter_arg: str | None, target: ModelRef, target_cfg: dict | 
         ]
         if problems:
             raise BenchInputError(
-                f"--drafter {path} was made for another target than {target.arg}:\n  - " + "\n  - ".join(problems)
+                f"{flag} {path} was made for another target than {target.arg}:\n  - " + "\n  - ".join(problems)
                 + "\nFix: pass the drafter trained for this target, or --drafter fresh."
             )
     return str(path), f"{how}: {path}"
@@ -330,6 +346,7 @@ class Plan:
     target_cfg: dict | None
     drafter: str | None = None
     drafter_desc: str | None = None
+    extra_drafters: dict[str, tuple[str, str]] = field(default_factory=dict)  # NAME -> (loader value, description)
     assistant: ModelRef | None = None
     profile_path: Path | None = None
     profile: dict | None = None
@@ -378,8 +395,22 @@ def plan_run(args) -> Plan:
             raise BenchInputError(
                 f"--early-exit-layer {args.early_exit_layer} must be below the target's {layers} layers."
             )
-    if any(s.uses_drafter for s in specs):
+    if any(s.uses_drafter and s.drafter_name is None for s in specs):
         plan.drafter, plan.drafter_desc = check_drafter(args.drafter, target, target_cfg)
+    for item in args.extra_drafter or []:
+        name, sep, path = item.partition("=")
+        if not sep or not DRAFTER_NAME.fullmatch(name) or not path:
+            raise BenchInputError(f"--extra-drafter {item!r}: write NAME=PATH (NAME of letters, digits, '_.-').")
+        if name in plan.extra_drafters:
+            raise BenchInputError(f"--extra-drafter {name} is given twice.")
+        plan.extra_drafters[name] = check_drafter(path, target, target_cfg, flag=f"--extra-drafter {name}")
+    wanted = {s.drafter_name for s in specs if s.drafter_name}
+    unknown = sorted(wanted - set(plan.extra_drafters))
+    if unknown:
+        raise BenchInputError(f"methods name drafter(s) {unknown} that no --extra-drafter NAME=PATH defines.")
+    unused = sorted(set(plan.extra_drafters) - wanted)
+    if unused:
+        plan.notes.append(f"--extra-drafter {', '.join(unused)} is not used by any method (write oneiro-<mode>@NAME).")
     if "hf-assistant" in names:
         if not args.assistant:
             raise BenchInputError("method hf-assistant needs --assistant MODEL (a small model with the target's "
@@ -395,7 +426,7 @@ def plan_run(args) -> Plan:
         plan.notes.append("--assistant is ignored: hf-assistant is not among --methods.")
     if args.latency_profile and args.no_profile:
         raise BenchInputError("--latency-profile and --no-profile contradict each other; pass one.")
-    if plan.drafter is not None and not args.no_profile:
+    if (plan.drafter is not None or plan.extra_drafters) and not args.no_profile:
         from .latency import load_profile
 
         path = Path(args.latency_profile) if args.latency_profile else default_profile_path(
@@ -471,6 +502,10 @@ class BenchContext:
     specs: dict[str, MethodSpec]
     recorder: StepRecorder
     policy_states: dict[str, Any] = field(default_factory=dict)
+    drafters: dict[str, Any] = field(default_factory=dict)  # --extra-drafter NAME -> drafter
+
+    def drafter_for(self, spec: MethodSpec):
+        return self.drafters[spec.drafter_name] if spec.drafter_name else self.drafter
 
 
 _ONEIRO_STAT_KEYS = ("latent_steps", "lookup_steps", "empty_steps", "draft_time_s", "verify_time_s",
@@ -492,11 +527,12 @@ def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int
     kwargs.update(spec.generate_kwargs)
     if spec.uses_assistant:
         kwargs["assistant_model"] = ctx.assistant
-    if spec.uses_drafter:
-        kwargs["assistant_model"] = ctx.drafter
+    drafter = ctx.drafter_for(spec) if spec.uses_drafter else None
+    if drafter is not None:
+        kwargs["assistant_model"] = drafter
         kwargs.update({f"oneiro_{k}": v for k, v in spec.oneiro_settings.items()})
         # each oneiro method keeps its own learned policy (calibration, t(k)), as if it ran alone
-        object.__setattr__(ctx.drafter, "_policy_state", ctx.policy_states.get(method))
+        object.__setattr__(drafter, "_policy_state", ctx.policy_states.get(method))
     ctx.recorder.reset()
     cuda = input_ids.device.type == "cuda"
     if cuda:
@@ -514,9 +550,9 @@ def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int
         "draft_time_s": ctx.recorder.draft_s,
         "oneiro_stats": None,
     }
-    if spec.uses_drafter:
-        ctx.policy_states[method] = ctx.drafter._policy_state
-        stats = ctx.drafter.last_stats.as_dict()
+    if drafter is not None:
+        ctx.policy_states[method] = drafter._policy_state
+        stats = drafter.last_stats.as_dict()
         result["oneiro_stats"] = {k: stats[k] for k in _ONEIRO_STAT_KEYS if k in stats}
     return result
 
@@ -617,9 +653,16 @@ def resume_conflicts(stored: dict, current: dict, methods_with_answers: list[str
     """Settings that differ from the run being resumed, where they matter for answers already written."""
     keys = list(_RESUME_KEYS)
     for key, prefix in _RESUME_METHOD_KEYS.items():
-        if any(m.startswith(prefix) for m in methods_with_answers):
+        if any(m.startswith(prefix) and "@" not in m for m in methods_with_answers):
             keys.append(key)
-    return [f"{k}: was {stored.get(k)!r}, now {current.get(k)!r}" for k in keys if stored.get(k) != current.get(k)]
+    conflicts = [f"{k}: was {stored.get(k)!r}, now {current.get(k)!r}" for k in keys if stored.get(k) != current.get(k)]
+    for m in methods_with_answers:
+        if "@" in m:
+            name = m.split("@", 1)[1]
+            was, now = (stored.get("extra_drafters") or {}).get(name), (current.get("extra_drafters") or {}).get(name)
+            if was != now:
+                conflicts.append(f"drafter {name} of {m}: was {was!r}, now {now!r}")
+    return conflicts
 
 
 # ------------------------------------------------------------------------------------------- CLI
@@ -632,6 +675,8 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="reference model name or local model directory (default: %(default)s)")
     p.add_argument("--drafter", default=None,
                    help="drafter directory, 'fresh' (untrained), or leave out for the shipped one (else fresh)")
+    p.add_argument("--extra-drafter", action="append", default=None, metavar="NAME=PATH",
+                   help="another drafter (directory or 'fresh') for methods written oneiro-<mode>@NAME; repeatable")
     p.add_argument("--assistant", default=None, help="small model for hf-assistant (reference name or directory)")
     p.add_argument("--questions", default=DEFAULT_QUESTIONS, help="Spec-Bench question.jsonl")
     p.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated; greedy is always added")
@@ -722,6 +767,7 @@ def main(argv: list[str] | None = None) -> int:
     run_config = {"target": plan.target.loader_arg, "dtype": args.dtype, "device": args.device,
                   "max_new_tokens": args.max_new_tokens, "threads": args.threads, "drafter": plan.drafter,
                   "early_exit_layer": args.early_exit_layer,
+                  "extra_drafters": {name: value for name, (value, _) in plan.extra_drafters.items()},
                   "assistant": plan.assistant.loader_arg if plan.assistant else None}
     names = [s.name for s in plan.specs]
     if args.resume:
@@ -761,18 +807,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    needs_drafter = any(s.uses_drafter for s in plan.specs)
+    needs_drafter = any(s.uses_drafter and s.drafter_name is None for s in plan.specs)
     assistant = None
     if todo:
         model, tokenizer, drafter = loading.load_target_and_drafter(
             plan.target.loader_arg, plan.drafter, args.dtype, needs_drafter=needs_drafter, device=args.device)
+        drafters = {None: drafter} if drafter is not None else {}
+        for name, (value, _) in plan.extra_drafters.items():
+            drafters[name] = loading.load_drafter(model, value)
         if plan.assistant is not None:
             assistant, a_tok, _ = loading.load_target_and_drafter(
                 plan.assistant.loader_arg, None, args.dtype, needs_drafter=False, device=args.device)
             if a_tok.get_vocab() != tokenizer.get_vocab():
                 return _fail(BenchInputError(f"--assistant {args.assistant} has another tokenizer than the target; "
                                              "hf-assistant needs the same one."))
-        if drafter is not None:
+        for drafter in drafters.values():
             for spec in plan.specs:
                 if spec.relaxed:
                     try:
@@ -784,17 +833,17 @@ def main(argv: list[str] | None = None) -> int:
                             f"Fix: drop {spec.name} from --methods, or update oneiro-hf."))
             if plan.profile is not None:
                 drafter.use_latency_profile(plan.profile)
-                measured = plan.profile.get("threads")
-                if args.device == "cpu" and measured and measured != torch.get_num_threads():
-                    print(f"oneiro-bench: note: the latency profile {plan.profile_path} was measured with {measured} "
-                          f"threads, this run uses {torch.get_num_threads()}; re-run `oneiro-bench profile "
-                          f"--threads {torch.get_num_threads()}` for a matching one.", file=sys.stderr)
+        measured = plan.profile.get("threads") if plan.profile is not None else None
+        if args.device == "cpu" and measured and measured != torch.get_num_threads():
+            print(f"oneiro-bench: note: the latency profile {plan.profile_path} was measured with {measured} "
+                  f"threads, this run uses {torch.get_num_threads()}; re-run `oneiro-bench profile "
+                  f"--threads {torch.get_num_threads()}` for a matching one.", file=sys.stderr)
         recorder = StepRecorder()
         recorder.install(model)
-        ctx = BenchContext(model, tokenizer, drafter, assistant, {s.name: s for s in plan.specs}, recorder)
-        if drafter is not None:
-            initial = drafter._policy_state
-            ctx.policy_states = {s.name: copy.deepcopy(initial) for s in plan.specs if s.uses_drafter}
+        ctx = BenchContext(model, tokenizer, drafters.get(None), assistant, {s.name: s for s in plan.specs}, recorder,
+                           drafters={k: v for k, v in drafters.items() if k is not None})
+        initial = {name: d._policy_state for name, d in drafters.items()}
+        ctx.policy_states = {s.name: copy.deepcopy(initial[s.drafter_name]) for s in plan.specs if s.uses_drafter}
         warm = encode_prompt(tokenizer, [{"role": "user", "content": "Warm up the caches."}]).to(model.device)
         for m in names:
             generate_once(ctx, m, warm, WARMUP_TOKENS)
@@ -827,6 +876,7 @@ def main(argv: list[str] | None = None) -> int:
         "methods": names,
         "n_questions": len(plan.questions),
         "drafter_resolved": plan.drafter_desc,
+        "extra_drafters_resolved": {name: desc for name, (_, desc) in plan.extra_drafters.items()},
         "latency_profile_used": str(plan.profile_path) if plan.profile_path else None,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,

@@ -50,12 +50,17 @@ TASK_METRICS = {
 MAX_POSITIONS = 16  # acceptance by draft position is reported for positions 1..16
 
 
+def base_method(method: str) -> str:
+    """The method without its `@drafter` suffix (`oneiro-latent@refined` -> `oneiro-latent`)."""
+    return method.split("@", 1)[0]
+
+
 def is_lossless(method: str) -> bool:
-    return method in LOSSLESS
+    return base_method(method) in LOSSLESS
 
 
 def is_relaxed(method: str) -> bool:
-    return method.startswith(("oneiro-topk-", "oneiro-threshold-"))
+    return base_method(method).startswith(("oneiro-topk-", "oneiro-threshold-"))
 
 
 # ------------------------------------------------------------------------------------------- metrics

@@ -42,3 +42,12 @@ def load_target_and_drafter(
     if path is None:
         return model, tokenizer, OneiroDrafter.from_target(model)
     return model, tokenizer, OneiroDrafter.from_pretrained(path, target=model)
+
+
+def load_drafter(model, drafter: str):
+    """A drafter for an already loaded target: a saved drafter directory, or 'fresh' (untrained)."""
+    from . import OneiroDrafter
+
+    if drafter == "fresh":
+        return OneiroDrafter.from_target(model)
+    return OneiroDrafter.from_pretrained(drafter, target=model)

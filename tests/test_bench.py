@@ -11,6 +11,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from oneiro_hf import OneiroDrafter, bench
+from oneiro_hf import loading as bench_loading
 from oneiro_hf.bench_report import acceptance_by_position, summarize, task_score, task_score_coverage
 
 CHAT_TEMPLATE = (
@@ -439,3 +440,57 @@ def test_read_answers_drops_incomplete_lines(tmp_path):
     path.write_text(json.dumps(good) + "\n" + json.dumps({"question_id": 2}) + "\n" + json.dumps(good)[:20])
     recs, dropped = bench.read_answers(path)
     assert recs == [good] and dropped == 2
+
+
+# ------------------------------------------------------------------------------------------- several drafters
+def test_extra_drafters_compare_in_one_run(env, tmp_path, capsys, monkeypatch):
+    """oneiro-<mode>@NAME runs with the --extra-drafter of that name, next to the --drafter one."""
+    short = tmp_path / "short_drafter"  # the same weights, drafting exactly one latent token per step
+    config = json.loads((env / "drafter" / "config.json").read_text())
+    short.mkdir()
+    (short / "config.json").write_text(json.dumps({**config, "max_draft_tokens": 1, "cost_aware": False,
+                                                      "min_draft_confidence": 0.0}))
+    for f in (env / "drafter").iterdir():
+        if f.name != "config.json":
+            (short / f.name).write_bytes(f.read_bytes())
+    loaded = []
+    real_load = bench_loading.load_drafter
+    monkeypatch.setattr(bench_loading, "load_drafter", lambda *a: loaded.append(real_load(*a)) or loaded[-1])
+    out = tmp_path / "run"
+    rc = bench.main(_args(env, out, "--methods", "oneiro-hybrid,oneiro-hybrid@b,oneiro-latent@b", "--no-plots",
+                          "--drafter", str(env / "drafter"), "--extra-drafter", f"b={short}"))
+    assert rc == 0, capsys.readouterr().err
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary["methods"]) == ["greedy", "oneiro-hybrid", "oneiro-hybrid@b", "oneiro-latent@b"]
+    for method in ("oneiro-hybrid@b", "oneiro-latent@b"):
+        assert summary["methods"][method]["overall"]["identical_to_greedy"] == 1.0
+    # drafter b drafted the @b methods: its settings show in their answers, and it was the one generating
+    latent_b = [n for r in _lines(out / "answers" / "oneiro-latent@b.jsonl") for n in r["choices"][0]["draft_lengths"]]
+    assert max(latent_b) == 1
+    assert len(loaded) == 1 and loaded[0].config.max_draft_tokens == 1 and loaded[0].last_stats.steps > 0
+    assert json.loads((out / "run_config.json").read_text())["extra_drafters"] == {"b": str(short)}
+    # resuming with another drafter behind the name is refused
+    rc = bench.main(_args(env, out, "--methods", "oneiro-hybrid@b", "--no-plots", "--resume",
+                          "--extra-drafter", "b=fresh"))
+    assert rc == bench.EXIT_BAD_INPUT and "drafter b of oneiro-hybrid@b" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (("--methods", "oneiro-latent@nope"), "no --extra-drafter NAME=PATH defines"),
+    (("--methods", "hf-lookup@b", "--extra-drafter", "b=fresh"), "only oneiro-* methods take a drafter suffix"),
+    (("--methods", "oneiro-latent@b", "--extra-drafter", "b"), "write NAME=PATH"),
+    (("--methods", "oneiro-latent@b", "--extra-drafter", "b=fresh", "--extra-drafter", "b=fresh"), "given twice"),
+])
+def test_extra_drafter_bad_input(env, tmp_path, monkeypatch, capsys, extra, message):
+    monkeypatch.setattr("oneiro_hf.loading.load_target_and_drafter", _must_not_load)
+    assert bench.main(_args(env, tmp_path / "run", *extra)) == bench.EXIT_BAD_INPUT
+    assert message in capsys.readouterr().err
+
+
+def test_extra_drafter_for_another_target_is_refused(env, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("oneiro_hf.loading.load_target_and_drafter", _must_not_load)
+    rc = bench.main(_args(env, tmp_path / "run", "--methods", "oneiro-latent@o",
+                          "--extra-drafter", f"o={env / 'other_drafter'}"))
+    assert rc == bench.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "--extra-drafter o" in err and "hidden_size: drafter expects 96, target has 64" in err
