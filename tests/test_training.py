@@ -573,3 +573,60 @@ def test_two_process_gloo_accelerate_launch(tiny_dir, tmp_path):
     summary = json.loads((out / "training_summary.json").read_text())
     assert "2 process(es)" in summary["hardware"] and summary["global_step"] == 4
     assert (out / "model.safetensors").is_file()
+
+
+# ------------------------------------------------------------------------------------------ --push_to_hub
+def _tiny_cli_argv(tiny_dir, out, *extra):
+    return ["--target", str(tiny_dir / "model"), "--data", str(tiny_dir / "data.jsonl"), "--output_dir", str(out),
+            "--interval", "2,4", "--draft_vocab_size", "64", "--max_seq_len", "64", "--stage", "1",
+            "--max_steps", "2", "--per_device_train_batch_size", "4", "--save_strategy", "no", "--report_to", "none",
+            "--use_cpu", "true", "--disable_tqdm", "true", "--eval_fraction", "0", "--threads", "1", *extra]
+
+
+def test_cli_push_to_hub_publishes_once_at_the_end(tiny_dir, tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def fake_publish(drafter, repo_id, **kwargs):
+        calls.append((drafter, repo_id, kwargs))
+        return type("Info", (), {"oid": "abc123"})()
+
+    monkeypatch.setattr("oneiro_hf.hub.publish_drafter", fake_publish)
+    out = tmp_path / "drafter"
+    argv = _tiny_cli_argv(tiny_dir, out, "--push_to_hub", "true", "--hub_model_id", "me/tiny-drafter",
+                          "--license", "apache-2.0", "--target_hub_id", "org/tiny-target")
+    assert cli_main(argv) == 0
+    assert "Published to me/tiny-drafter (abc123)" in capsys.readouterr().out
+    [(drafter, repo_id, kwargs)] = calls
+    assert repo_id == "me/tiny-drafter" and isinstance(drafter, OneiroDrafter)
+    assert kwargs["base_model"] == "org/tiny-target" and kwargs["license"] == "apache-2.0"
+    assert kwargs["training_info"] == out / "training_summary.json" and kwargs["dtype"] == "bfloat16"  # --save_dtype default
+    assert (out / "model.safetensors").is_file()  # saved locally before publishing
+
+
+def test_cli_push_to_hub_failure_keeps_the_drafter_and_says_how_to_retry(tiny_dir, tmp_path, monkeypatch, capsys):
+    def failing_publish(*args, **kwargs):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr("oneiro_hf.hub.publish_drafter", failing_publish)
+    out = tmp_path / "drafter"
+    argv = _tiny_cli_argv(tiny_dir, out, "--push_to_hub", "true", "--hub_model_id", "me/tiny-drafter",
+                          "--license", "mit", "--target_hub_id", "org/tiny-target")
+    assert cli_main(argv) == 1
+    err = capsys.readouterr().err
+    assert "publishing to me/tiny-drafter failed (ConnectionError: no network)" in err
+    assert f"The drafter is saved in {out}" in err and "examples/publish.py" in err
+    assert OneiroDrafter.from_pretrained(str(out), target=LlamaForCausalLM.from_pretrained(tiny_dir / "model"))
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (("--push_to_hub", "true", "--license", "mit", "--target_hub_id", "org/t"), "needs --hub_model_id org/name"),
+    (("--push_to_hub", "true", "--hub_model_id", "me/d", "--target_hub_id", "org/t"), "needs --license"),
+    (("--push_to_hub", "true", "--hub_model_id", "me/d", "--license", "mit"), "add --target_hub_id org/name"),
+])
+def test_cli_push_to_hub_bad_input_fails_before_training(tiny_dir, tmp_path, monkeypatch, capsys, extra, message):
+    def must_not_load(*args, **kwargs):
+        raise AssertionError("the target loaded before the arguments were checked")
+
+    monkeypatch.setattr("oneiro_hf.training.cli._load_target", must_not_load)
+    assert cli_main(_tiny_cli_argv(tiny_dir, tmp_path / "d", *extra)) == 2
+    assert message in capsys.readouterr().err

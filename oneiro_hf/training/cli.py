@@ -52,6 +52,20 @@ class ModelArguments:
     reference_cache_dir: str | None = field(
         default=None, metadata={"help": "cache root for reference models"}
     )
+    license: str | None = field(
+        default=None,
+        metadata={
+            "help": "with --push_to_hub: the published drafter's license (its layers are copies of the target's "
+            "weights, so use the target's license, e.g. apache-2.0)"
+        },
+    )
+    target_hub_id: str | None = field(
+        default=None,
+        metadata={
+            "help": "with --push_to_hub: the target's Hub repo id (org/name), the card's base_model "
+            "(default: --target when it is a repo id)"
+        },
+    )
 
 
 @dataclass
@@ -239,6 +253,81 @@ def _model_card(info: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@dataclass
+class HubPlan:
+    """Where and how `--push_to_hub` publishes the finished drafter (checked before any training)."""
+
+    repo_id: str
+    base_model: str
+    license: str
+    target: str
+    private: bool | None
+    token: str | None
+    revision: str | None
+
+
+def plan_hub_push(model_args: ModelArguments, args) -> HubPlan | None:
+    """The publishing plan for --push_to_hub, or None; ValueError naming the missing flag.
+
+    The Trainer's own pushing (a repo created at start, checkpoints uploaded during training) is switched off:
+    the drafter is published once, at the end, with its model card, by `oneiro_hf.hub.publish_drafter`.
+    """
+    import re
+
+    if not args.push_to_hub:
+        return None
+    id_pattern = r"[^/\s]+/[^/\s]+"
+    repo_id = args.hub_model_id
+    if not repo_id or not re.fullmatch(id_pattern, repo_id):
+        raise ValueError(f"--push_to_hub needs --hub_model_id org/name (got {repo_id!r}).")
+    if not model_args.license:
+        raise ValueError(
+            "--push_to_hub needs --license: the drafter's layers are copies of the target's weights, so publish it "
+            "under the target's license (e.g. --license apache-2.0)."
+        )
+    base_model = model_args.target_hub_id
+    if base_model is None and re.fullmatch(id_pattern, model_args.target) and not Path(model_args.target).exists():
+        base_model = model_args.target
+    if base_model is None or not re.fullmatch(id_pattern, base_model):
+        raise ValueError(
+            f"--push_to_hub needs the target's Hub repo id for the card's base_model; --target {model_args.target} "
+            "is not one. Fix: add --target_hub_id org/name."
+        )
+    plan = HubPlan(repo_id, base_model, model_args.license, model_args.target, args.hub_private_repo, args.hub_token,
+                   getattr(args, "hub_revision", None))
+    args.push_to_hub = False
+    return plan
+
+
+def publish_trained_drafter(plan: HubPlan, drafter, out: Path, save_dtype: str) -> int:
+    """Publish the saved drafter; on failure say how to retry (the local drafter stays where it is)."""
+    from ..hub import publish_drafter
+
+    summary = out / "training_summary.json"
+    try:
+        info = publish_drafter(
+            drafter,
+            plan.repo_id,
+            base_model=plan.base_model,
+            license=plan.license,
+            training_info=summary if summary.is_file() else None,
+            dtype=save_dtype,
+            private=plan.private,
+            token=plan.token,
+            revision=plan.revision,
+        )
+    except Exception as err:  # noqa: BLE001 - any failure is reported with the way to retry
+        print(
+            f"oneiro-train: publishing to {plan.repo_id} failed ({type(err).__name__}: {err}). The drafter is saved "
+            f"in {out}; retry with: python examples/publish.py --target {plan.target} --drafter {out} "
+            f"--repo-id {plan.repo_id} --license {plan.license} --base-model {plan.base_model}",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"Published to {plan.repo_id} ({getattr(info, 'oid', None) or info}).")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     model_args, data_args, args = _parse(argv)
     logging.basicConfig(
@@ -268,6 +357,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"oneiro-train: {err}", file=sys.stderr)
         return 2
     resume = _resolve_resume(args.resume_from_checkpoint, args.output_dir)
+    try:
+        hub_plan = plan_hub_push(model_args, args)
+    except ValueError as err:
+        print(f"oneiro-train: {err}", file=sys.stderr)
+        return 2
     if args.stage == "3" and not args.init_drafter:
         print(
             "oneiro-train: --stage 3 refines a trained drafter. Fix: pass --init_drafter PATH (a drafter saved by "
@@ -355,7 +449,14 @@ def main(argv: list[str] | None = None) -> int:
         from .onpolicy import run_stage3
 
         args.data_files = [str(data_path)]
-        return run_stage3(model_args, data_args, args, target, train_recs, eval_recs, resume, timings, t_start)
+        code = run_stage3(model_args, data_args, args, target, train_recs, eval_recs, resume, timings, t_start)
+        if code == 0 and hub_plan is not None and args.should_save:
+            from .. import OneiroDrafter as _Drafter
+
+            out = Path(args.output_dir)
+            code = publish_trained_drafter(hub_plan, _Drafter.from_pretrained(str(out), target=target), out,
+                                           args.save_dtype)
+        return code
 
     # ------------------------------------------------------------------ drafter
     interval = parse_interval(args.interval)
@@ -574,6 +675,8 @@ def main(argv: list[str] | None = None) -> int:
         print("Use it:")
         print(f'    drafter = OneiroDrafter.from_pretrained("{out}", target=model)')
         print("    out = model.generate(**inputs, assistant_model=drafter)")
+        if hub_plan is not None:
+            return publish_trained_drafter(hub_plan, drafter, Path(out), args.save_dtype)
     return 0
 
 
