@@ -6,7 +6,7 @@
 
 `prepare_upload` writes exactly the folder that would be uploaded (for a dry run or a review);
 `build_model_card` / `write_model_card` only make the README.md. The card is rendered from
-model_cards/drafter_card.md with `ModelCard.from_template`, and building it checks that the card describes
+oneiro_hf/model_cards/drafter_card.md with `ModelCard.from_template`, and building it checks that the card describes
 the target the drafter fits (base model, architecture, sizes, layer count), so a card never advertises a
 drafter for a model it cannot be bound to.
 """
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from .modeling_oneiro import OneiroDrafter
 
-DEFAULT_TEMPLATE = Path(__file__).resolve().parent.parent / "model_cards" / "drafter_card.md"
+DEFAULT_TEMPLATE = Path(__file__).resolve().parent / "model_cards" / "drafter_card.md"  # package data
 CARD_NAME = "README.md"
 TRAINING_INFO_NAME = "training_summary.json"
 BASE_TAGS = ("oneiro-hf", "speculative-decoding", "drafter", "oneiro-draft")
@@ -354,7 +354,7 @@ def build_model_card(
     if not template.is_file():
         raise ModelCardError(
             f"model card template {template} does not exist. Fix: pass template_path=... (the template ships in "
-            "the model_cards/ folder of the oneiro-hf source tree)."
+            "oneiro_hf/model_cards/ of the oneiro-hf package; reinstall it if that file is missing)."
         )
     config = drafter.config
     base = _card_base_model(drafter, base_model, allow_base_model_mismatch)

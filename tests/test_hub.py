@@ -569,7 +569,7 @@ def test_write_model_card_and_template_from_model_cards_folder(tmp_path):
     assert path == tmp_path / "README.md"
     text = path.read_text()
     assert text.startswith("---\n") and "base_model: your-org/tiny-base" in text
-    template = ROOT / "model_cards" / "drafter_card.md"
+    template = ROOT / "oneiro_hf" / "model_cards" / "drafter_card.md"
     assert "{{ card_data }}" in template.read_text()
     custom = tmp_path / "mine.md"
     custom.write_text("---\n{{ card_data }}\n---\n\nCustom card for {{ base_model }}\n")
