@@ -100,7 +100,10 @@ def _recorded_training_info(drafter: OneiroDrafter) -> dict | None:
     return _load_json(candidate, "training info") if str(source) and candidate.is_file() else None
 
 
-def _is_repo_id(name: str | None) -> bool:
+REPO_ID_PATTERN = re.compile(r"[^/\s]+/[^/\s]+")  # what publish_drafter accepts as the repository to create
+
+
+def is_repo_id(name: str | None) -> bool:
     """An 'org/name' Hub id (what the card's base_model must be), not a local path or a bare name."""
     if not name or name.count("/") != 1 or Path(name).exists():
         return False
@@ -118,16 +121,16 @@ def _card_base_model(drafter: OneiroDrafter, base_model: str | None, allow_misma
     recorded = drafter.config.base_model_name_or_path
     bound = drafter.target
     if base_model is None:
-        if _is_repo_id(recorded):
+        if is_repo_id(recorded):
             base_model = recorded
-        elif bound is not None and _is_repo_id(getattr(bound, "name_or_path", None)):
+        elif bound is not None and is_repo_id(getattr(bound, "name_or_path", None)):
             base_model = bound.name_or_path
         else:
             raise ModelCardError(
                 f"the drafter records its base model as {recorded!r}, which is not a Hub repo id, so the card cannot "
                 "name the target. Fix: pass base_model='org/name', the Hub id of the model the drafter was made from."
             )
-    if not _is_repo_id(base_model):
+    if not is_repo_id(base_model):
         raise ModelCardError(
             f"base_model {base_model!r} is not a Hub repo id of the form 'org/name'. Fix: pass the Hub id of the "
             "target model the drafter was made from."
@@ -136,9 +139,9 @@ def _card_base_model(drafter: OneiroDrafter, base_model: str | None, allow_misma
     if bound is not None:
         differences += target_differences(drafter.config, bound, allow_base_model_mismatch=allow_mismatch)
         bound_name = getattr(bound, "name_or_path", None)
-        if not allow_mismatch and _is_repo_id(bound_name) and _model_identity(bound_name) != _model_identity(base_model):
+        if not allow_mismatch and is_repo_id(bound_name) and _model_identity(bound_name) != _model_identity(base_model):
             differences.append(TargetDifference("base_model", base_model, bound_name))
-    if not allow_mismatch and _is_repo_id(recorded) and _model_identity(recorded) != _model_identity(base_model):
+    if not allow_mismatch and is_repo_id(recorded) and _model_identity(recorded) != _model_identity(base_model):
         differences.append(TargetDifference("base_model", recorded, base_model))
     if differences:
         raise DrafterTargetMismatch(differences, drafter_name=drafter.name_or_path or None, target=bound or _Named(base_model))
@@ -506,7 +509,7 @@ def publish_drafter(
     """Create `repo_id` if needed and upload the drafter's files and card in one commit; returns its CommitInfo."""
     from huggingface_hub import CommitOperationAdd, HfApi
 
-    if not re.fullmatch(r"[^/\s]+/[^/\s]+", repo_id or ""):
+    if not REPO_ID_PATTERN.fullmatch(repo_id or ""):
         raise ValueError(f"repo_id {repo_id!r} must be 'org/name' (e.g. {EXAMPLE_REPO_ID!r}).")
     api = HfApi(token=token, library_name="oneiro-hf")
     with tempfile.TemporaryDirectory(prefix="oneiro-publish-") as tmp:

@@ -184,15 +184,22 @@ def _fmt_metrics(m: dict[str, float], prefix: str = "eval") -> str:
     )
 
 
-def _model_card(info: dict[str, Any]) -> str:
-    lines = [
+def card_front_matter(base_model: str, title_suffix: str = "") -> list[str]:
+    """YAML metadata and title shared by the local model cards of every training stage."""
+    return [
         "---",
         "library_name: oneiro-hf",
-        f"base_model: {info['base_model']}",
+        f"base_model: {base_model}",
         "tags: [speculative-decoding, oneiro-draft, drafter]",
         "---",
         "",
-        f"# OneiroDraft drafter for {info['base_model']}",
+        f"# OneiroDraft drafter for {base_model}{title_suffix}",
+    ]
+
+
+def _model_card(info: dict[str, Any]) -> str:
+    lines = [
+        *card_front_matter(info["base_model"]),
         "",
         (
             "A latent drafter for lossless speculative decoding with oneiro-hf: copies of the target's decoder "
@@ -272,13 +279,12 @@ def plan_hub_push(model_args: ModelArguments, args) -> HubPlan | None:
     The Trainer's own pushing (a repo created at start, checkpoints uploaded during training) is switched off:
     the drafter is published once, at the end, with its model card, by `oneiro_hf.hub.publish_drafter`.
     """
-    import re
+    from ..hub import REPO_ID_PATTERN, is_repo_id
 
     if not args.push_to_hub:
         return None
-    id_pattern = r"[^/\s]+/[^/\s]+"
     repo_id = args.hub_model_id
-    if not repo_id or not re.fullmatch(id_pattern, repo_id):
+    if not repo_id or not REPO_ID_PATTERN.fullmatch(repo_id):
         raise ValueError(f"--push_to_hub needs --hub_model_id org/name (got {repo_id!r}).")
     if not model_args.license:
         raise ValueError(
@@ -286,9 +292,9 @@ def plan_hub_push(model_args: ModelArguments, args) -> HubPlan | None:
             "under the target's license (e.g. --license apache-2.0)."
         )
     base_model = model_args.target_hub_id
-    if base_model is None and re.fullmatch(id_pattern, model_args.target) and not Path(model_args.target).exists():
+    if base_model is None and is_repo_id(model_args.target):
         base_model = model_args.target
-    if base_model is None or not re.fullmatch(id_pattern, base_model):
+    if not is_repo_id(base_model):  # the same rule the card applies at the end, checked before training
         raise ValueError(
             f"--push_to_hub needs the target's Hub repo id for the card's base_model; --target {model_args.target} "
             "is not one. Fix: add --target_hub_id org/name."

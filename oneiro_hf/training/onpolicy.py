@@ -523,14 +523,10 @@ class OnPolicyTrainer(OneiroTrainer):
 
 # ============================================================================================ CLI
 def _stage3_card(info: dict[str, Any]) -> str:
+    from .cli import card_front_matter
+
     lines = [
-        "---",
-        "library_name: oneiro-hf",
-        f"base_model: {info['base_model']}",
-        "tags: [speculative-decoding, oneiro-draft, drafter]",
-        "---",
-        "",
-        f"# OneiroDraft drafter for {info['base_model']} (stage 3: on-policy refinement)",
+        *card_front_matter(info["base_model"], " (stage 3: on-policy refinement)"),
         "",
         (f"Refined from `{info['init_drafter']}` by {info['rounds']} rounds of on-policy refinement: each round the "
         f"drafter drafted {info['draft_tokens']} latent tokens per step for the target (strict greedy) on "
