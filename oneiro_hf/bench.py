@@ -18,6 +18,10 @@ Methods
     oneiro-lookup        OneiroDraft, n-gram lookup drafts only
     oneiro-latent        OneiroDraft, latent drafts only
     oneiro-hybrid        OneiroDraft, lookup when a match exists, else latent
+    oneiro-latent-fixed-N
+                         latent drafts of exactly N tokens at every step, cost model and confidence cut off:
+                         measures a drafter's acceptance (tau) where oneiro-latent would stop drafting on
+                         hardware with costly verification; lossless
     oneiro-topk-K        hybrid with relaxed verification: a draft token is accepted if it is among the
                          target's top K (oneiro_verification="topk", oneiro_verification_topk=K); lossy
     oneiro-threshold-T   hybrid with relaxed verification at threshold T (oneiro_verification="threshold",
@@ -59,6 +63,7 @@ BASE_METHODS = (
 )
 DEFAULT_METHODS = ("greedy", "hf-lookup", "oneiro-lookup", "oneiro-latent", "oneiro-hybrid")
 RELAXED_PATTERNS = ("oneiro-topk-<K>", "oneiro-threshold-<T>")
+FIXED_LATENT_PATTERN = "oneiro-latent-fixed-<N>"
 DTYPES = ("float32", "bfloat16", "float16")
 DEFAULT_QUESTIONS = "../shared/data/spec_bench/question.jsonl"
 HF_LOOKUP_TOKENS = 10
@@ -99,7 +104,7 @@ class MethodSpec:
 
 
 def _method_help() -> str:
-    return (f"Known methods: {', '.join(BASE_METHODS)}, and {', '.join(RELAXED_PATTERNS)}; any oneiro-* method "
+    return (f"Known methods: {', '.join(BASE_METHODS)}, {FIXED_LATENT_PATTERN}, and {', '.join(RELAXED_PATTERNS)}; any oneiro-* method "
             "may end in @NAME to use the drafter given by --extra-drafter NAME=PATH.")
 
 
@@ -125,6 +130,13 @@ def parse_method(name: str, early_exit_layer: int = 4) -> MethodSpec:
         return MethodSpec(name)
     if name in ("oneiro-lookup", "oneiro-latent", "oneiro-hybrid"):
         return MethodSpec(name, oneiro_settings={"mode": name.split("-", 1)[1]})
+    match = re.fullmatch(r"oneiro-latent-fixed-(\S*)", name)
+    if match:
+        n = int(match.group(1)) if match.group(1).isdigit() else 0
+        if n < 1:
+            raise BenchInputError(f"method {name!r}: N must be an integer >= 1, e.g. oneiro-latent-fixed-4.")
+        return MethodSpec(name, oneiro_settings={"mode": "latent", "max_draft_tokens": n, "cost_aware": False,
+                                                 "min_draft_confidence": 0.0})
     match = re.fullmatch(r"oneiro-topk-(\S+)", name)
     if match:
         try:

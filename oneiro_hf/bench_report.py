@@ -56,7 +56,7 @@ def base_method(method: str) -> str:
 
 
 def is_lossless(method: str) -> bool:
-    return base_method(method) in LOSSLESS
+    return base_method(method) in LOSSLESS or base_method(method).startswith("oneiro-latent-fixed-")
 
 
 def is_relaxed(method: str) -> bool:

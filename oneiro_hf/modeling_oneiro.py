@@ -138,6 +138,19 @@ def _decoder_layer_class(text_config) -> type[nn.Module]:
     return getattr(module, model_cls._no_split_modules[0])
 
 
+TRANSITION_INITS = ("target", "random")
+
+
+def _init_like_target(layer: nn.Module, target: PreTrainedModel) -> None:
+    """Re-initialise `layer` as the target's class initialises a new model (its `_init_weights`, so per-architecture
+    details such as Gemma's zero-centred norms hold)."""
+    for param in layer.parameters():
+        if hasattr(param, "_is_hf_initialized"):
+            del param._is_hf_initialized  # transformers' init functions skip tensors flagged as done
+    for module in layer.modules():
+        target._init_weights(module)
+
+
 def _model_identity(name: str | None) -> str | None:
     """Compare base models by their last two path components, so 'org/name' and a local copy agree."""
     if not name:
@@ -216,10 +229,20 @@ class OneiroDrafter(PreTrainedModel):
         model: PreTrainedModel,
         interval: tuple[int, int] | None = None,
         draft_vocab_ids: torch.Tensor | list[int] | None = None,
+        transition_init: str = "target",
         **draft_settings: Any,
     ) -> OneiroDrafter:
-        """A fresh drafter whose transition copies target layers `interval` (default: the last two)."""
+        """A fresh drafter whose transition copies target layers `interval` (default: the last two).
+
+        `transition_init="random"` initialises those layers the way the target's own class initialises a new
+        model instead of copying them: the baseline of the init ablation (docs/training.md), rarely useful else.
+        """
         check_transformers_version()
+        if transition_init not in TRANSITION_INITS:
+            raise ValueError(
+                f"transition_init must be one of {', '.join(TRANSITION_INITS)} (got {transition_init!r}). Fix: use "
+                "'target' (copy the target's layers, the method) or 'random' (the ablation baseline)."
+            )
         text_config = _text_config(model)
         _check_supported(text_config)
         num_layers = text_config.num_hidden_layers
@@ -263,7 +286,10 @@ class OneiroDrafter(PreTrainedModel):
         target_layers = cls._target_layers(model)
         with torch.no_grad():
             for i, layer in enumerate(drafter.layers):
-                layer.load_state_dict(target_layers[start + i].state_dict())
+                if transition_init == "target":
+                    layer.load_state_dict(target_layers[start + i].state_dict())
+                else:
+                    _init_like_target(layer, model)
             hidden = config.hidden_size
             # Untrained default: the fused input is the embedding of the token just drafted.
             drafter.fuse.weight.zero_()

@@ -494,3 +494,24 @@ def test_extra_drafter_for_another_target_is_refused(env, tmp_path, monkeypatch,
     assert rc == bench.EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert "--extra-drafter o" in err and "hidden_size: drafter expects 96, target has 64" in err
+
+
+def test_fixed_latent_method_drafts_n_tokens_every_step(env, tmp_path):
+    """oneiro-latent-fixed-N switches the cost model off: an untrained drafter, which oneiro-latent would stop
+    using, still drafts N tokens per verification, and the output is still greedy's."""
+    spec = bench.parse_method("oneiro-latent-fixed-3")
+    assert spec.oneiro_settings == {"mode": "latent", "max_draft_tokens": 3, "cost_aware": False,
+                                    "min_draft_confidence": 0.0}
+    assert spec.lossless and not spec.relaxed
+    for bad in ("oneiro-latent-fixed-0", "oneiro-latent-fixed-x", "oneiro-latent-fixed-"):
+        with pytest.raises(bench.BenchInputError, match="N must be an integer"):
+            bench.parse_method(bad)
+    out = tmp_path / "run"
+    assert bench.main(_args(env, out, "--methods", "greedy,oneiro-latent,oneiro-latent-fixed-3", "--drafter",
+                            "fresh", "--no-plots", "--max-new-tokens", "24")) == 0
+    methods = json.loads((out / "summary.json").read_text())["methods"]
+    fixed, adaptive = methods["oneiro-latent-fixed-3"]["overall"], methods["oneiro-latent"]["overall"]
+    assert fixed["identical_to_greedy"] == 1.0
+    # 3 per step except where fewer tokens remain before max_new_tokens
+    assert 2 * fixed["verification_steps"] < fixed["drafted_by_source"]["latent"] <= 3 * fixed["verification_steps"]
+    assert adaptive["drafted_by_source"]["latent"] < fixed["drafted_by_source"]["latent"]

@@ -470,3 +470,31 @@ def test_generator_feeds_the_drafter_the_targets_true_states(arch, mode, monkeyp
         if not cost_aware:  # (the policy may stop drafting for this weak drafter)
             stats = drafter.last_stats
             assert 0 < stats.accepted_tokens < stats.drafted_tokens  # both accepted and rejected drafts
+
+
+# ------------------------------------------------------------------------------------ transition init
+@pytest.mark.parametrize("arch", ARCHS)
+def test_random_transition_init_uses_the_target_classes_own_initialisation(arch):
+    """The init ablation's baseline: no weight is copied, linears follow initializer_range, norms are reset."""
+    model = make_model(arch)
+    with torch.no_grad():  # move every target weight away from any init value, so a copy would be visible
+        for param in model.model.layers.parameters():
+            param.add_(0.5)
+    copied = OneiroDrafter.from_target(model, interval=(2, 4))
+    fresh = OneiroDrafter.from_target(model, interval=(2, 4), transition_init="random")
+    reference = type(model)(model.config)  # what the target's class gives a new model
+    std = model.config.initializer_range
+    for name, param in fresh.layers.named_parameters():
+        target_param = dict(model.model.layers.named_parameters())[f"{2 + int(name[0])}{name[1:]}"]
+        assert torch.equal(dict(copied.layers.named_parameters())[name], target_param)
+        assert not torch.equal(param, target_param), name
+        if param.dim() == 2:
+            assert abs(param.std().item() - std) < 0.25 * std, name
+        else:  # norms: the class's init value (ones for llama-style, zeros for Gemma's 1 + w)
+            ref = dict(reference.model.layers.named_parameters())[f"{2 + int(name[0])}{name[1:]}"]
+            assert torch.equal(param, ref), name
+
+
+def test_unknown_transition_init_is_refused():
+    with pytest.raises(ValueError, match="transition_init must be one of target, random"):
+        OneiroDrafter.from_target(make_model(), transition_init="zeros")

@@ -481,7 +481,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     full_vocab = vocab_ids.numel() >= text_config.vocab_size
     drafter = OneiroDrafter.from_target(
-        target, interval=interval, draft_vocab_ids=None if full_vocab else vocab_ids
+        target,
+        interval=interval,
+        draft_vocab_ids=None if full_vocab else vocab_ids,
+        transition_init=args.transition_init,
     )
     coverage = vocab_coverage(eval_recs or train_recs, drafter.draft_vocab_ids.cpu())
     logger.info(
@@ -633,6 +636,7 @@ def main(argv: list[str] | None = None) -> int:
         info = {
             "base_model": model_args.target,
             "interval": list(interval),
+            "transition_init": args.transition_init,
             "output_dir": str(out),
             "data_files": [str(data_path)],
             "records": len(records),

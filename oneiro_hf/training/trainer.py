@@ -88,6 +88,10 @@ class OneiroTrainingArguments(TrainingArguments):
         default=None,
         metadata={"help": "target layers copied into the drafter, 'start,end' (default: last two)"},
     )
+    transition_init: str = field(
+        default="target",
+        metadata={"help": "'target': copy the interval's layers (the method); 'random': fresh weights (ablation)"},
+    )
     max_seq_len: int = field(default=1024, metadata={"help": "prompt + response tokens kept per sequence"})
     ridge_init: bool = field(default=True, metadata={"help": "stage 0: fit the fusion in closed form first"})
     ridge_positions: int = field(
@@ -177,6 +181,8 @@ class OneiroTrainingArguments(TrainingArguments):
             raise ValueError("save_dtype must be bfloat16, float16 or float32")
         if self.draft_vocab_size < 1:
             raise ValueError("draft_vocab_size must be >= 1")
+        if self.transition_init not in ("target", "random"):
+            raise ValueError(f"transition_init must be 'target' or 'random' (got {self.transition_init!r})")
         self.step_weights(self.rollout_steps)
         self.parsed_interval()
         if self.stage == "3":
