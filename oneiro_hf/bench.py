@@ -2,6 +2,7 @@
 
     oneiro-bench --target smollm2-135m-instruct --methods greedy,hf-lookup,oneiro-hybrid --per-category 3
     oneiro-bench profile --target smollm2-135m-instruct          # measure t(k) once, reused by later runs
+    oneiro-bench breakdown --run DIR                              # where a finished run's time went
 
 Methods run interleaved per question (the order rotates from one question to the next), after a
 warm-up, so their ratios hold on a noisy machine. Every ratio is against plain greedy decoding measured
@@ -759,10 +760,43 @@ def profile_main(argv: list[str]) -> int:
     return EXIT_OK
 
 
+def _breakdown_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="oneiro-bench breakdown",
+        description="Split a finished run's wall time into verification, drafting and the rest, and bound each "
+                    "method's speedup (see oneiro_hf/bench_breakdown.py). Writes RUN/breakdown.{md,json}.",
+    )
+    p.add_argument("--run", required=True, help="the --out directory of a finished oneiro-bench run")
+    p.add_argument("--latency-profile", default=None, help="t(k) JSON (default: the one the run used)")
+    p.add_argument("--target-speedup", type=float, action="append", default=None,
+                   help="print the tau each method would need for this speedup (repeatable; default 1.8)")
+    return p
+
+
+def breakdown_main(argv: list[str]) -> int:
+    args = _breakdown_parser().parse_args(argv)
+    from .bench_breakdown import breakdown_markdown, time_breakdown
+    from .latency import load_profile
+
+    try:
+        profile = load_profile(args.latency_profile) if args.latency_profile else None
+        result = time_breakdown(args.run, profile)
+    except (FileNotFoundError, ValueError) as err:
+        return _fail(err)
+    text = breakdown_markdown(result, tuple(args.target_speedup or (1.8,)))
+    run = Path(args.run)
+    (run / "breakdown.md").write_text(text)
+    (run / "breakdown.json").write_text(json.dumps(result, indent=2))
+    print(text + f"\nsaved {run / 'breakdown.md'} and breakdown.json")
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "profile":
         return profile_main(argv[1:])
+    if argv and argv[0] == "breakdown":
+        return breakdown_main(argv[1:])
     if argv and argv[0] == "run":
         argv = argv[1:]
     args = _run_parser().parse_args(argv)

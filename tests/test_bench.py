@@ -515,3 +515,47 @@ def test_fixed_latent_method_drafts_n_tokens_every_step(env, tmp_path):
     # 3 per step except where fewer tokens remain before max_new_tokens
     assert 2 * fixed["verification_steps"] < fixed["drafted_by_source"]["latent"] <= 3 * fixed["verification_steps"]
     assert adaptive["drafted_by_source"]["latent"] < fixed["drafted_by_source"]["latent"]
+
+
+# ----------------------------------------------------------------------------------------- breakdown
+def test_breakdown_splits_time_and_bounds_speedup(env, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert bench.main(_args(env, out, "--methods", "greedy,oneiro-lookup,oneiro-latent-fixed-2", "--drafter",
+                            "fresh", "--no-plots", "--max-new-tokens", "16")) == 0
+    ratios = {1: 1.0, 2: 1.5, 3: 1.8, 4: 2.0}
+    profile = tmp_path / "tk.json"
+    profile.write_text(json.dumps({"t1_s": 0.01, "ratios": ratios}))
+    assert bench.main(["breakdown", "--run", str(out), "--latency-profile", str(profile)]) == 0
+    result = json.loads((out / "breakdown.json").read_text())
+    assert "| oneiro-latent-fixed-2 |" in (out / "breakdown.md").read_text()
+    greedy = result["methods"]["greedy"]["overall"]
+    assert greedy["tau"] == greedy["modelled_speedup"] == greedy["measured_speedup"] == 1.0
+    assert greedy["verify_share"] == pytest.approx(1.0) and greedy["other_share"] == pytest.approx(0.0)
+    greedy_lines = _lines(out / "answers" / "greedy.jsonl")
+    greedy_s_per_token = (sum(sum(c["wall_time"]) for r in greedy_lines for c in r["choices"])
+                          / sum(sum(c["new_tokens"]) for r in greedy_lines for c in r["choices"]))
+    for method in ("oneiro-lookup", "oneiro-latent-fixed-2"):
+        lines = _lines(out / "answers" / f"{method}.jsonl")
+        drafts = [d for r in lines for c in r["choices"] for d in c["draft_lengths"]]
+        tokens = sum(sum(c["new_tokens"]) for r in lines for c in r["choices"])
+        wall = sum(sum(c["wall_time"]) for r in lines for c in r["choices"])
+        units = sum(ratios[min(d + 1, 4)] for d in drafts)
+        row = result["methods"][method]["overall"]
+        assert row["tau"] == pytest.approx(tokens / len(drafts))
+        assert row["mean_verify_cost"] == pytest.approx(units / len(drafts))
+        assert row["modelled_speedup"] == pytest.approx(tokens / units)
+        assert row["measured_speedup"] == pytest.approx(greedy_s_per_token / (wall / tokens))
+        assert row["verify_share"] == pytest.approx(units * greedy_s_per_token / wall)
+        assert row["verify_share"] + row["draft_share"] + row["other_share"] == pytest.approx(1.0)
+    fixed = result["methods"]["oneiro-latent-fixed-2"]["overall"]
+    assert fixed["mean_verify_cost"] > 1.5  # it verified 2 drafts (3 tokens) at nearly every pass
+    assert set(result["methods"]["oneiro-lookup"]["categories"]) == {"writing", "math_reasoning"}
+
+
+def test_breakdown_refuses_what_it_cannot_read(env, tmp_path, capsys):
+    assert bench.main(["breakdown", "--run", str(tmp_path)]) == bench.EXIT_BAD_INPUT
+    assert "greedy.jsonl not found" in capsys.readouterr().err
+    out = tmp_path / "run"
+    assert bench.main(_args(env, out, "--methods", "greedy", "--no-plots")) == 0
+    assert bench.main(["breakdown", "--run", str(out)]) == bench.EXIT_BAD_INPUT  # ran with --no-profile
+    assert "names no readable latency profile" in capsys.readouterr().err

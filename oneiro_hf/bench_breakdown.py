@@ -1,0 +1,142 @@
+"""Where a benchmark run's time went, and what bounds each method's speedup on the measured hardware.
+
+`oneiro-bench breakdown --run DIR` reads a finished run (answers + the t(k) profile it used) and splits each
+method's wall time into target verification (the recorded verification widths priced by t(k), with greedy's
+own measured seconds per token as t(1)), drafting (timed inside the candidate generator) and the rest (the
+assisted loop's bookkeeping, prefills, noise). Two bounds follow from the same numbers:
+
+* `modelled_speedup` = tokens / sum of t(k)/t(1) over verification passes: the speedup if drafting and the
+  loop were free, on this hardware's t(k). Measured speedup below it is drafting and overhead.
+* `tau`: the speedup if a k-token verification cost a 1-token step (nearly so on a GPU for small k).
+  The gap between tau and the modelled speedup is the price of this hardware's t(k).
+
+`tau_needed_for(x)` says how many tokens per pass a method would need for speedup x at its current mean
+verification cost. No model is loaded; this is arithmetic on recorded runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from .bench_report import base_method
+
+
+def _verify_ratio(ratios: dict[int, float], k: int) -> float:
+    """t(k)/t(1), k clipped to the profiled range."""
+    return ratios[min(max(k, 1), max(ratios))]
+
+
+def _load_answers(run: Path) -> dict[str, list[dict]]:
+    answers = {}
+    for path in sorted((run / "answers").glob("*.jsonl")):
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        answers[path.stem] = records
+    return answers
+
+
+def _totals(records: list[dict], ratios: dict[int, float]) -> dict[str, float]:
+    t = defaultdict(float)
+    for rec in records:
+        for choice in rec["choices"]:
+            t["tokens"] += sum(choice["new_tokens"])
+            t["wall_s"] += sum(choice["wall_time"])
+            drafts = choice.get("draft_lengths") or []
+            if drafts:  # assisted: one verification pass per recorded draft (k = drafted + 1 tokens)
+                t["passes"] += len(drafts)
+                t["verify_units"] += sum(_verify_ratio(ratios, d + 1) for d in drafts)
+            else:  # plain decoding: one 1-token pass per new token
+                t["passes"] += sum(choice["new_tokens"])
+                t["verify_units"] += sum(choice["new_tokens"])
+        t["draft_s"] += float(rec.get("draft_time_s") or 0.0)
+    return t
+
+
+def time_breakdown(run_dir: str | Path, profile: dict | None = None) -> dict:
+    """Per method (overall and per category): seconds split into verification / drafting / other, tau,
+    mean verification cost, modelled and measured speedup. `profile` defaults to the one the run used."""
+    run = Path(run_dir)
+    if not (run / "answers" / "greedy.jsonl").is_file():
+        raise FileNotFoundError(f"{run}/answers/greedy.jsonl not found: a breakdown needs a finished oneiro-bench "
+                                "run with greedy in it. Fix: pass the --out directory of such a run.")
+    if profile is None:
+        summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
+        path = (summary.get("config") or {}).get("latency_profile_used")
+        if not path or not Path(path).is_file():
+            raise FileNotFoundError(f"the run in {run} names no readable latency profile. Fix: pass "
+                                    "--latency-profile (from `oneiro-bench profile` on the same hardware).")
+        from .latency import load_profile
+
+        profile = load_profile(path)
+    ratios = {int(k): float(v) for k, v in profile["ratios"].items()}
+    answers = _load_answers(run)
+    greedy_ids = {(r["question_id"]) for r in answers["greedy"]}
+    result: dict[str, dict] = {"t1_ratios": ratios, "methods": {}}
+    for method, records in answers.items():
+        # compare on the questions both finished, so an interrupted run stays fair
+        common = [r for r in records if r["question_id"] in greedy_ids]
+        ids = {r["question_id"] for r in common}
+        groups: dict[str, list[dict]] = defaultdict(list)
+        for r in common:
+            groups[r["category"]].append(r)
+        greedy_by_cat: dict[str, list[dict]] = defaultdict(list)
+        for r in answers["greedy"]:
+            if r["question_id"] in ids:
+                greedy_by_cat[r["category"]].append(r)
+        entry = {"overall": _row(_totals(common, ratios), _totals(sum(greedy_by_cat.values(), []), ratios))}
+        entry["categories"] = {c: _row(_totals(rs, ratios), _totals(greedy_by_cat[c], ratios))
+                               for c, rs in sorted(groups.items())}
+        result["methods"][method] = entry
+    return result
+
+
+def _row(t: dict[str, float], greedy: dict[str, float]) -> dict[str, float]:
+    if not t["tokens"] or not greedy["tokens"]:
+        return {"n_tokens": 0}
+    sec_per_unit = greedy["wall_s"] / greedy["verify_units"]  # greedy's measured seconds per 1-token step
+    verify_s = t["verify_units"] * sec_per_unit
+    other_s = t["wall_s"] - verify_s - t["draft_s"]
+    return {
+        "n_tokens": int(t["tokens"]),
+        "tau": t["tokens"] / t["passes"],
+        "mean_verify_cost": t["verify_units"] / t["passes"],  # t(k)/t(1) averaged over passes
+        "modelled_speedup": (t["tokens"] / t["verify_units"]) * (greedy["verify_units"] / greedy["tokens"]),
+        "measured_speedup": (greedy["wall_s"] / greedy["tokens"]) / (t["wall_s"] / t["tokens"]),
+        "verify_share": verify_s / t["wall_s"],
+        "draft_share": t["draft_s"] / t["wall_s"],
+        "other_share": other_s / t["wall_s"],
+    }
+
+
+def tau_needed_for(speedup: float, row: dict[str, float]) -> float:
+    """Tokens per pass needed for `speedup` at the row's mean verification cost, drafting and loop free."""
+    return speedup * row["mean_verify_cost"]
+
+
+def breakdown_markdown(result: dict, targets: tuple[float, ...] = (1.8,)) -> str:
+    lines = ["| method | tau | mean t(k)/t(1) | modelled speedup | measured | verification | drafting | other | "
+             + " | ".join(f"tau for {x}x" for x in targets) + " |",
+             "|---" * (8 + len(targets)) + "|"]
+    for method, entry in result["methods"].items():
+        r = entry["overall"]
+        if not r.get("n_tokens"):
+            continue
+        lines.append(
+            f"| {method} | {r['tau']:.2f} | {r['mean_verify_cost']:.2f} | {r['modelled_speedup']:.2f}x | "
+            f"{r['measured_speedup']:.2f}x | {r['verify_share']:.0%} | {r['draft_share']:.1%} | "
+            f"{r['other_share']:.0%} | " + " | ".join(f"{tau_needed_for(x, r):.2f}" for x in targets) + " |"
+        )
+    cats = sorted({c for e in result["methods"].values() for c in e["categories"]})
+    shown = [m for m in result["methods"] if base_method(m) != "greedy"]
+    if cats and shown:
+        lines += ["", "Per category, measured speedup (modelled; tau):", "",
+                  "| category | " + " | ".join(shown) + " |", "|---" * (1 + len(shown)) + "|"]
+        for c in cats:
+            cells = []
+            for m in shown:
+                r = result["methods"][m]["categories"].get(c, {})
+                cells.append(f"{r['measured_speedup']:.2f}x ({r['modelled_speedup']:.2f}x; {r['tau']:.2f})"
+                             if r.get("n_tokens") else "-")
+            lines.append(f"| {c} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
