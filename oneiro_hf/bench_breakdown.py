@@ -71,7 +71,7 @@ def time_breakdown(run_dir: str | Path, profile: dict | None = None) -> dict:
         profile = load_profile(path)
     ratios = {int(k): float(v) for k, v in profile["ratios"].items()}
     answers = _load_answers(run)
-    greedy_ids = {(r["question_id"]) for r in answers["greedy"]}
+    greedy_ids = {r["question_id"] for r in answers["greedy"]}
     result: dict[str, dict] = {"t1_ratios": ratios, "methods": {}}
     for method, records in answers.items():
         # compare on the questions both finished, so an interrupted run stays fair
@@ -80,11 +80,11 @@ def time_breakdown(run_dir: str | Path, profile: dict | None = None) -> dict:
         groups: dict[str, list[dict]] = defaultdict(list)
         for r in common:
             groups[r["category"]].append(r)
+        greedy_common = [r for r in answers["greedy"] if r["question_id"] in ids]
         greedy_by_cat: dict[str, list[dict]] = defaultdict(list)
-        for r in answers["greedy"]:
-            if r["question_id"] in ids:
-                greedy_by_cat[r["category"]].append(r)
-        entry = {"overall": _row(_totals(common, ratios), _totals(sum(greedy_by_cat.values(), []), ratios))}
+        for r in greedy_common:
+            greedy_by_cat[r["category"]].append(r)
+        entry = {"overall": _row(_totals(common, ratios), _totals(greedy_common, ratios))}
         entry["categories"] = {c: _row(_totals(rs, ratios), _totals(greedy_by_cat[c], ratios))
                                for c, rs in sorted(groups.items())}
         result["methods"][method] = entry
