@@ -3,6 +3,7 @@
     oneiro-bench --target smollm2-135m-instruct --methods greedy,hf-lookup,oneiro-hybrid --per-category 3
     oneiro-bench profile --target smollm2-135m-instruct          # measure t(k) once, reused by later runs
     oneiro-bench breakdown --run DIR                              # where a finished run's time went
+    oneiro-bench merge RUN_A RUN_B --into DIR                     # shards split by --categories, as one run
 
 Methods run interleaved per question (the order rotates from one question to the next), after a
 warm-up, so their ratios hold on a noisy machine. Every ratio is against plain greedy decoding measured
@@ -791,12 +792,43 @@ def breakdown_main(argv: list[str]) -> int:
     return EXIT_OK
 
 
+def _merge_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="oneiro-bench merge",
+        description="Merge runs that split one benchmark by --categories (same methods and settings, disjoint "
+                    "questions) into one answers/summary/report, as if one run had made them.",
+    )
+    p.add_argument("runs", nargs="+", help="the --out directories of the shards")
+    p.add_argument("--into", required=True, help="directory for the merged run")
+    p.add_argument("--questions", default=None, help="questions file (default: the one the first run read)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    return p
+
+
+def merge_main(argv: list[str]) -> int:
+    args = _merge_parser().parse_args(argv)
+    from .bench_merge import MergeError, merge_runs
+
+    try:
+        summary = merge_runs(args.runs, args.into, plots=not args.no_plots, questions=args.questions)
+    except (MergeError, BenchInputError) as err:
+        return _fail(err)
+    print(f"oneiro-bench: merged {len(args.runs)} runs ({summary['config']['n_questions']} questions) into "
+          f"{args.into}", file=sys.stderr)
+    if summary.get("lossless_violations"):
+        print(f"oneiro-bench: LOSSLESS VIOLATION: {', '.join(summary['lossless_violations'])}", file=sys.stderr)
+        return EXIT_LOSSLESS_VIOLATION
+    return EXIT_OK
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "profile":
         return profile_main(argv[1:])
     if argv and argv[0] == "breakdown":
         return breakdown_main(argv[1:])
+    if argv and argv[0] == "merge":
+        return merge_main(argv[1:])
     if argv and argv[0] == "run":
         argv = argv[1:]
     args = _run_parser().parse_args(argv)

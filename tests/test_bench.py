@@ -559,3 +559,38 @@ def test_breakdown_refuses_what_it_cannot_read(env, tmp_path, capsys):
     assert bench.main(_args(env, out, "--methods", "greedy", "--no-plots")) == 0
     assert bench.main(["breakdown", "--run", str(out)]) == bench.EXIT_BAD_INPUT  # ran with --no-profile
     assert "names no readable latency profile" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------- merge
+def test_merge_of_category_shards_is_one_run(env, tmp_path, capsys):
+    methods = ("--methods", "greedy,oneiro-lookup", "--drafter", "fresh", "--no-plots")
+    a, b, merged = tmp_path / "a", tmp_path / "b", tmp_path / "merged"
+    assert bench.main(_args(env, a, *methods, "--categories", "writing")) == 0
+    assert bench.main(_args(env, b, *methods, "--categories", "math_reasoning")) == 0
+    assert bench.main(["merge", str(a), str(b), "--into", str(merged), "--no-plots"]) == 0
+    summary = json.loads((merged / "summary.json").read_text())
+    shards = [json.loads((d / "summary.json").read_text()) for d in (a, b)]
+    for method in ("greedy", "oneiro-lookup"):
+        for shard, category in zip(shards, ("writing", "math_reasoning")):
+            assert summary["methods"][method]["categories"][category] == shard["methods"][method]["categories"][category]
+        overall = summary["methods"][method]["overall"]
+        assert overall["n_prompts"] == 4
+        assert overall["new_tokens"] == sum(s["methods"][method]["overall"]["new_tokens"] for s in shards)
+        ids = [r["question_id"] for r in _lines(merged / "answers" / f"{method}.jsonl")]
+        assert sorted(ids) == [1, 2, 3, 4]
+    assert "math_reasoning" in summary["task_scores"]["scored"]  # references came from the questions file
+    assert summary["config"]["merged_from"] == [str(a), str(b)] and (merged / "report.md").is_file()
+
+    # what does not split one benchmark is refused, naming the difference
+    c = tmp_path / "c"
+    assert bench.main(_args(env, c, *methods, "--categories", "writing", "--max-new-tokens", "5")) == 0
+    assert bench.main(["merge", str(a), str(c), "--into", str(tmp_path / "x")]) == bench.EXIT_BAD_INPUT
+    err = capsys.readouterr().err
+    assert "max_new_tokens" in err and "question 1 is in both" in err
+    d = tmp_path / "d"
+    assert bench.main(_args(env, d, "--methods", "greedy", "--no-plots", "--categories", "math_reasoning")) == 0
+    assert bench.main(["merge", str(a), str(d), "--into", str(tmp_path / "y")]) == bench.EXIT_BAD_INPUT
+    assert "methods:" in capsys.readouterr().err
+    assert bench.main(["merge", str(a), str(b), "--into", str(a)]) == bench.EXIT_BAD_INPUT
+    assert bench.main(["merge", str(a), str(tmp_path / "nothing"), "--into", str(tmp_path / "z")]) == bench.EXIT_BAD_INPUT
+    assert "not a finished oneiro-bench run" in capsys.readouterr().err
