@@ -60,8 +60,8 @@ def time_breakdown(run_dir: str | Path, profile: dict | None = None) -> dict:
     if not (run / "answers" / "greedy.jsonl").is_file():
         raise FileNotFoundError(f"{run}/answers/greedy.jsonl not found: a breakdown needs a finished oneiro-bench "
                                 "run with greedy in it. Fix: pass the --out directory of such a run.")
+    summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
     if profile is None:
-        summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
         path = (summary.get("config") or {}).get("latency_profile_used")
         if not path or not Path(path).is_file():
             raise FileNotFoundError(f"the run in {run} names no readable latency profile. Fix: pass "
@@ -71,6 +71,9 @@ def time_breakdown(run_dir: str | Path, profile: dict | None = None) -> dict:
         profile = load_profile(path)
     ratios = {int(k): float(v) for k, v in profile["ratios"].items()}
     answers = _load_answers(run)
+    methods = (summary.get("config") or {}).get("methods")
+    if methods:  # answers left in the directory by an earlier run with other methods are not this run's
+        answers = {m: recs for m, recs in answers.items() if m in methods}
     greedy_ids = {r["question_id"] for r in answers["greedy"]}
     result: dict[str, dict] = {"t1_ratios": ratios, "methods": {}}
     for method, records in answers.items():

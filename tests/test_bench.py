@@ -525,8 +525,11 @@ def test_breakdown_splits_time_and_bounds_speedup(env, tmp_path, capsys):
     ratios = {1: 1.0, 2: 1.5, 3: 1.8, 4: 2.0}
     profile = tmp_path / "tk.json"
     profile.write_text(json.dumps({"t1_s": 0.01, "ratios": ratios}))
+    stale = out / "answers" / "oneiro-hybrid.jsonl"  # left by an earlier run with other methods: not this run's
+    stale.write_text((out / "answers" / "greedy.jsonl").read_text())
     assert bench.main(["breakdown", "--run", str(out), "--latency-profile", str(profile)]) == 0
     result = json.loads((out / "breakdown.json").read_text())
+    assert set(result["methods"]) == {"greedy", "oneiro-lookup", "oneiro-latent-fixed-2"}
     assert "| oneiro-latent-fixed-2 |" in (out / "breakdown.md").read_text()
     greedy = result["methods"]["greedy"]["overall"]
     assert greedy["tau"] == greedy["modelled_speedup"] == greedy["measured_speedup"] == 1.0
