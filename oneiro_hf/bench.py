@@ -823,12 +823,9 @@ def merge_main(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "profile":
-        return profile_main(argv[1:])
-    if argv and argv[0] == "breakdown":
-        return breakdown_main(argv[1:])
-    if argv and argv[0] == "merge":
-        return merge_main(argv[1:])
+    subcommands = {"profile": profile_main, "breakdown": breakdown_main, "merge": merge_main}
+    if argv and argv[0] in subcommands:
+        return subcommands[argv[0]](argv[1:])
     if argv and argv[0] == "run":
         argv = argv[1:]
     args = _run_parser().parse_args(argv)
