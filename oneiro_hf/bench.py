@@ -683,7 +683,8 @@ def resume_conflicts(stored: dict, current: dict, methods_with_answers: list[str
 def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="oneiro-bench", formatter_class=argparse.RawDescriptionHelpFormatter, description=__doc__,
-        epilog="Subcommand: `oneiro-bench profile --help` measures the target's verification latency t(k).",
+        epilog="Subcommands: `oneiro-bench profile` measures the target's verification latency t(k); `oneiro-bench "
+               "breakdown` splits a finished run's time; `oneiro-bench merge` joins runs sharded by --categories.",
     )
     p.add_argument("--target", default="smollm2-135m-instruct",
                    help="reference model name or local model directory (default: %(default)s)")
