@@ -279,7 +279,8 @@ def test_cli_stage3_end_to_end_and_its_errors(tiny_files, tmp_path, capsys):
     summary = json.loads((out / "training_summary.json").read_text())
     assert summary["global_step"] == 4 and len(summary["round_logs"]) == 2
     assert "collect_tau" in summary["round_logs"][1] and "round_train_loss" in summary["round_logs"][1]
-    assert "stage 3" in (out / "README.md").read_text()
+    card = (out / "README.md").read_text()
+    assert "stage 3" in card and f'OneiroDrafter.from_pretrained("{out}", target=model)' in card
     from transformers import LlamaForCausalLM
 
     model = LlamaForCausalLM.from_pretrained(tiny_files / "model").eval()

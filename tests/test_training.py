@@ -467,6 +467,7 @@ def test_cli_end_to_end(tiny_dir, tmp_path, capsys):
     assert "assistant_model=drafter" in printed
     card = (out / "README.md").read_text()
     assert "base_model:" in card and "records: 48" in card and "synthetic" in card and "tau" in card
+    assert f'OneiroDrafter.from_pretrained("{out}", target=model)' in card
     assert not (out / "model.safetensors").exists() or (out / "config.json").is_file()
     from safetensors import safe_open
 

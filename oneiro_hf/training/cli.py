@@ -197,6 +197,18 @@ def card_front_matter(base_model: str, title_suffix: str = "") -> list[str]:
     ]
 
 
+def card_usage(drafter_path: str) -> list[str]:
+    """The two-line usage block of every local model card."""
+    return [
+        "```python",
+        "from oneiro_hf import OneiroDrafter",
+        "",
+        f'drafter = OneiroDrafter.from_pretrained("{drafter_path}", target=model)',
+        "out = model.generate(**inputs, assistant_model=drafter)",
+        "```",
+    ]
+
+
 def _model_card(info: dict[str, Any]) -> str:
     lines = [
         *card_front_matter(info["base_model"]),
@@ -210,12 +222,7 @@ def _model_card(info: dict[str, Any]) -> str:
         "",
         "## Use",
         "",
-        "```python",
-        "from oneiro_hf import OneiroDrafter",
-        "",
-        f'drafter = OneiroDrafter.from_pretrained("{info["output_dir"]}", target=model)',
-        "out = model.generate(**inputs, assistant_model=drafter)",
-        "```",
+        *card_usage(info["output_dir"]),
         "",
         "## Training data (self-distillation: the target's own greedy answers)",
         "",

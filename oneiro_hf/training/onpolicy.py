@@ -523,7 +523,7 @@ class OnPolicyTrainer(OneiroTrainer):
 
 # ============================================================================================ CLI
 def _stage3_card(info: dict[str, Any]) -> str:
-    from .cli import card_front_matter
+    from .cli import card_front_matter, card_usage
 
     lines = [
         *card_front_matter(info["base_model"], " (stage 3: on-policy refinement)"),
@@ -534,12 +534,7 @@ def _stage3_card(info: dict[str, Any]) -> str:
         f"drafting rounds from a {info['buffer_policy']} replay buffer of {info['buffer_size']} sequences (rejected "
         f"rounds' share of the loss {info['mix_ratio']}, error-step weight {info['error_weight']})."),
         "",
-        "```python",
-        "from oneiro_hf import OneiroDrafter",
-        "",
-        f'drafter = OneiroDrafter.from_pretrained("{info["output_dir"]}", target=model)',
-        "out = model.generate(**inputs, assistant_model=drafter)",
-        "```",
+        *card_usage(info["output_dir"]),
         "",
         f"Prompts: {info['prompts']}. Held-out records (by id hash) are never used as prompts.",
         "",
