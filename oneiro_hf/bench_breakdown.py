@@ -29,11 +29,9 @@ def _verify_ratio(ratios: dict[int, float], k: int) -> float:
 
 
 def _load_answers(run: Path) -> dict[str, list[dict]]:
-    answers = {}
-    for path in sorted((run / "answers").glob("*.jsonl")):
-        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        answers[path.stem] = records
-    return answers
+    from .bench import read_answers  # the runner's reader: complete records only, last one per question
+
+    return {path.stem: read_answers(path)[0] for path in sorted((run / "answers").glob("*.jsonl"))}
 
 
 def _totals(records: list[dict], ratios: dict[int, float]) -> dict[str, float]:

@@ -181,8 +181,11 @@ class OneiroTrainingArguments(TrainingArguments):
             raise ValueError("save_dtype must be bfloat16, float16 or float32")
         if self.draft_vocab_size < 1:
             raise ValueError("draft_vocab_size must be >= 1")
-        if self.transition_init not in ("target", "random"):
-            raise ValueError(f"transition_init must be 'target' or 'random' (got {self.transition_init!r})")
+        from ..modeling_oneiro import TRANSITION_INITS
+
+        if self.transition_init not in TRANSITION_INITS:
+            raise ValueError(f"transition_init must be one of {', '.join(TRANSITION_INITS)} "
+                             f"(got {self.transition_init!r})")
         self.step_weights(self.rollout_steps)
         self.parsed_interval()
         if self.stage == "3":
