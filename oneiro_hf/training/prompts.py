@@ -37,8 +37,16 @@ logger = logging.getLogger(__name__)
 
 Prompt = dict[str, Any]
 
-SOURCES: tuple[str, ...] = ("stdlib", "synthetic", "debian", "magpie")
-DEFAULT_WEIGHTS: dict[str, float] = {"stdlib": 3.0, "synthetic": 4.0, "debian": 1.0, "magpie": 2.0}
+SOURCES: tuple[str, ...] = ("stdlib", "synthetic", "debian", "magpie", "sharegpt", "arena_hard", "ifeval")
+DEFAULT_WEIGHTS: dict[str, float] = {
+    "stdlib": 3.0,
+    "synthetic": 4.0,
+    "debian": 1.0,
+    "magpie": 2.0,
+    "sharegpt": 8.0,
+    "arena_hard": 1.0,
+    "ifeval": 1.0,
+}
 DEBIAN_DOC_ROOTS: tuple[str, ...] = ("/usr/share/doc", "/usr/share/common-licenses")
 
 _MAX_CODE_CHARS = 1800
@@ -1664,13 +1672,21 @@ def parse_sources(sources: str | Iterable[str]) -> list[tuple[str, float]]:
 
 
 def iter_prompts(
-    sources: str | Sequence[str], limit: int, seed: int = 0, tokenizer: Any = None, model: Any = None
+    sources: str | Sequence[str],
+    limit: int,
+    seed: int = 0,
+    tokenizer: Any = None,
+    model: Any = None,
+    exclude: Sequence[str] = (),
 ) -> Iterator[Prompt]:
     """Mix prompt sources by weight into at most ``limit`` unique prompts (deterministic for a given seed).
 
     Sources are drawn lazily, so expensive ones (magpie generates with the target) only do the work needed.
-    A source that runs dry is dropped and the others fill the remaining quota.
+    A source that runs dry is dropped and the others fill the remaining quota. ``exclude``: evaluation
+    question files whose prompts the public sources (sharegpt, arena_hard, ifeval) must leave out.
     """
+    from .public_prompts import public_prompts
+
     if limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}.")
     parsed = parse_sources(sources)
@@ -1681,6 +1697,10 @@ def iter_prompts(
         "synthetic": lambda: synthetic_prompts(seed),
         "debian": lambda: debian_prompts(seed),
         "magpie": lambda: magpie_prompts(model, tokenizer, seed=seed),
+        **{
+            name: (lambda name=name: public_prompts(name, seed=seed, exclude=exclude))
+            for name in ("sharegpt", "arena_hard", "ifeval")
+        },
     }
     active: list[tuple[str, float, Iterator[Prompt]]] = []
     for name, weight in parsed:

@@ -21,7 +21,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -263,6 +263,7 @@ def prepare_prompt_list(
     seed: int,
     tokenizer: Any = None,
     model: Any = None,
+    exclude: Sequence[str] = (),
 ) -> list[Prompt]:
     """Build (or reuse) the fixed prompt list for a run, stored next to the output.
 
@@ -281,7 +282,12 @@ def prepare_prompt_list(
     seen = {rec["id"] for rec in existing}
     prompts = list(existing)
     for rec in iter_prompts(
-        sources, limit=num_prompts + len(existing), seed=seed, tokenizer=tokenizer, model=model
+        sources,
+        limit=num_prompts + len(existing),
+        seed=seed,
+        tokenizer=tokenizer,
+        model=model,
+        exclude=exclude,
     ):
         if len(prompts) >= num_prompts:
             break
@@ -332,6 +338,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--prompts-file", default=None, help="use these prompts (JSONL or dataset) instead of --sources"
     )
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="QUESTIONS_JSONL",
+        help="an evaluation question file (e.g. Spec-Bench's question.jsonl) whose prompts the public sources "
+        "must leave out; repeatable (MT-bench is always left out)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-new-tokens", type=int, default=192)
     parser.add_argument("--batch-size", type=int, default=16)
@@ -364,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
         prompt_list = out.with_name(out.stem + ".prompts.jsonl")
         t0 = time.perf_counter()
         prompts = prepare_prompt_list(
-            prompt_list, args.num_prompts, args.sources, args.seed, tokenizer, model
+            prompt_list, args.num_prompts, args.sources, args.seed, tokenizer, model, args.exclude
         )
         counts: dict[str, int] = {}
         for rec in prompts:
