@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # A CPU build of torch: a plain `pip install torch` may pull a multi-GB CUDA build.
 TORCH_PIN ?= torch==2.13.0
+# Spec-Bench questions for `make bench` (the file is not part of this repository).
+BENCH_QUESTIONS ?= ../shared/data/spec_bench/question.jsonl
 STAMP := $(VENV)/.oneiro-installed
 
 .PHONY: setup models demo test lint bench clean
@@ -31,7 +33,7 @@ lint: setup
 	$(VENV)/bin/ruff check oneiro_hf tests examples
 
 bench: models
-	$(PY) -m oneiro_hf.bench --per-category 3 --max-new-tokens 128 --out runs/bench
+	$(PY) -m oneiro_hf.bench --questions $(BENCH_QUESTIONS) --per-category 3 --max-new-tokens 128 --out runs/bench
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -12,7 +12,8 @@ from transformers import PreTrainedTokenizerFast
 
 from oneiro_hf import OneiroDrafter, bench
 from oneiro_hf import loading as bench_loading
-from oneiro_hf.bench_report import acceptance_by_position, summarize, task_score, task_score_coverage
+from oneiro_hf.bench import runner
+from oneiro_hf.bench.report import acceptance_by_position, summarize, task_score, task_score_coverage
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ '<|' + m['role'] + '|> ' + m['content'] + ' ' }}{% endfor %}"
@@ -133,8 +134,8 @@ def test_resume_runs_only_missing_questions_and_drops_cut_lines(env, tmp_path, m
     assert all(len(v) == 1 for v in first.values())
 
     calls = []
-    real = bench.generate_once
-    monkeypatch.setattr(bench, "generate_once", lambda ctx, m, ids, n: calls.append(m) or real(ctx, m, ids, n))
+    real = runner.generate_once
+    monkeypatch.setattr(runner, "generate_once", lambda ctx, m, ids, n: calls.append(m) or real(ctx, m, ids, n))
     assert bench.main(_args(env, out, *common, "--resume", questions=q2)) == 0
     for m in ("greedy", "hf-lookup"):
         recs = _lines(out / "answers" / f"{m}.jsonl")
@@ -178,7 +179,7 @@ def test_methods_rotate_per_question(env, tmp_path, monkeypatch):
         calls.append(method)
         return _fake_result([5, 6, 7])
 
-    monkeypatch.setattr(bench, "generate_once", fake)
+    monkeypatch.setattr(runner, "generate_once", fake)
     methods = ["greedy", "hf-lookup", "hf-early-exit"]
     assert bench.main(_args(env, tmp_path / "run", "--methods", ",".join(methods), "--no-plots")) == 0
     assert calls[:3] == methods  # warm-up
@@ -192,7 +193,7 @@ def test_methods_rotate_per_question(env, tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------------------------------- lossless check
 def test_lossy_lossless_method_is_flagged(env, tmp_path, monkeypatch, capsys):
-    real = bench.generate_once
+    real = runner.generate_once
 
     def lossy(ctx, method, input_ids, max_new_tokens):
         result = real(ctx, method, input_ids, max_new_tokens)
@@ -200,7 +201,7 @@ def test_lossy_lossless_method_is_flagged(env, tmp_path, monkeypatch, capsys):
             result["tokens"][-1] = 5 + (result["tokens"][-1] + 1) % 120
         return result
 
-    monkeypatch.setattr(bench, "generate_once", lossy)
+    monkeypatch.setattr(runner, "generate_once", lossy)
     out = tmp_path / "run"
     rc = bench.main(_args(env, out, "--methods", "greedy,hf-lookup,hf-early-exit", "--no-plots"))
     assert rc == bench.EXIT_LOSSLESS_VIOLATION != 0
@@ -325,8 +326,8 @@ def test_generate_once_passes_relaxed_kwargs():
         last_stats = type("S", (), {"as_dict": staticmethod(lambda: {"latent_steps": 1})})()
 
     spec = bench.parse_method("oneiro-threshold-0.1")
-    ctx = bench.BenchContext(FakeModel(), None, FakeDrafter(), None, {spec.name: spec}, bench.StepRecorder())
-    res = bench.generate_once(ctx, spec.name, torch.tensor([[1, 2, 3]]), 2)
+    ctx = runner.BenchContext(FakeModel(), None, FakeDrafter(), None, {spec.name: spec}, runner.StepRecorder())
+    res = runner.generate_once(ctx, spec.name, torch.tensor([[1, 2, 3]]), 2)
     assert res["tokens"] == [9, 10]
     assert seen["oneiro_verification"] == "threshold" and seen["oneiro_verification_threshold"] == 0.1
     assert seen["oneiro_mode"] == "hybrid" and seen["assistant_model"] is ctx.drafter
@@ -361,7 +362,7 @@ def test_relaxed_method_unsupported_fails_clearly(env, tmp_path, monkeypatch, ca
 
     monkeypatch.setattr(OneiroDrafter, "drafting_settings", without_relaxed)
     calls = []
-    monkeypatch.setattr(bench, "generate_once", lambda *a: calls.append(a) or _fake_result([5]))
+    monkeypatch.setattr(runner, "generate_once", lambda *a: calls.append(a) or _fake_result([5]))
     rc = bench.main(_args(env, tmp_path / "run", "--methods", "greedy,oneiro-topk-2", "--drafter", "fresh"))
     assert rc == bench.EXIT_BAD_INPUT and not calls
     assert "oneiro-topk-2 needs relaxed verification" in capsys.readouterr().err
@@ -376,7 +377,7 @@ def test_interrupted_run_keeps_answers_and_resumes(env, tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return _fake_result([5, 6])
 
-    monkeypatch.setattr(bench, "generate_once", fake)
+    monkeypatch.setattr(runner, "generate_once", fake)
     out = tmp_path / "run"
     args = _args(env, out, "--methods", "greedy,hf-lookup", "--no-plots")
     assert bench.main(args) == bench.EXIT_INTERRUPTED
@@ -384,7 +385,7 @@ def test_interrupted_run_keeps_answers_and_resumes(env, tmp_path, monkeypatch):
     assert summary["partial"] and summary["methods"]["greedy"]["overall"]["n_prompts"] == 1
     assert all(len(_lines(out / "answers" / f"{m}.jsonl")) == 1 for m in ("greedy", "hf-lookup"))
     calls.clear()
-    monkeypatch.setattr(bench, "generate_once", lambda *a: calls.append(a[1]) or _fake_result([5, 6]))
+    monkeypatch.setattr(runner, "generate_once", lambda *a: calls.append(a[1]) or _fake_result([5, 6]))
     assert bench.main(args + ["--resume"]) == 0
     assert len(calls) == 2 + 2 * 3  # warm-up + questions 2..4 (one turn each) for both methods
     assert [r["question_id"] for r in _lines(out / "answers" / "greedy.jsonl")] == [1, 2, 3, 4]
@@ -597,3 +598,24 @@ def test_merge_of_category_shards_is_one_run(env, tmp_path, capsys):
     assert bench.main(["merge", str(a), str(b), "--into", str(a)]) == bench.EXIT_BAD_INPUT
     assert bench.main(["merge", str(a), str(tmp_path / "nothing"), "--into", str(tmp_path / "z")]) == bench.EXIT_BAD_INPUT
     assert "not a finished oneiro-bench run" in capsys.readouterr().err
+
+
+def test_questions_come_from_the_flag_or_the_environment_never_the_working_directory(env, tmp_path, monkeypatch,
+                                                                                    capsys):
+    from oneiro_hf import loading
+
+    real_load = loading.load_target_and_drafter
+    monkeypatch.setattr(loading, "load_target_and_drafter", _must_not_load)
+    monkeypatch.delenv("ONEIRO_BENCH_QUESTIONS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    args = _args(env, tmp_path / "run", "--methods", "greedy", "--no-plots")
+    i = args.index("--questions")
+    without = args[:i] + args[i + 2:]
+    assert bench.main(without) == bench.EXIT_BAD_INPUT
+    assert "--questions FILE.jsonl" in capsys.readouterr().err
+    monkeypatch.setattr(loading, "load_target_and_drafter", real_load)
+    monkeypatch.setenv("ONEIRO_BENCH_QUESTIONS", str(env / "questions.jsonl"))
+    assert bench.main(without) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["config"]["questions"] == str((env / "questions.jsonl").resolve())
+    assert summary["config"]["n_questions"] == len(QUESTIONS)

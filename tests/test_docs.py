@@ -101,8 +101,9 @@ def _parser_flags(parser) -> list[str]:
 
 
 def test_every_cli_flag_is_documented(api):
-    flags = (_parser_flags(bench._run_parser()) + _parser_flags(bench._profile_parser())
-             + _parser_flags(bench._breakdown_parser()) + _parser_flags(bench._merge_parser()))
+    cli = bench.cli
+    flags = (_parser_flags(cli._run_parser()) + _parser_flags(cli._profile_parser())
+             + _parser_flags(cli._breakdown_parser()) + _parser_flags(cli._merge_parser()))
     inherited = {f.name for f in dataclasses.fields(TrainingArguments)}
     for cls in (ModelArguments, DataArguments, OneiroTrainingArguments):
         flags += [f"--{f.name}" for f in dataclasses.fields(cls) if f.name not in inherited]

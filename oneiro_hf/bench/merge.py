@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .bench_report import make_plots, report_markdown, summarize
+from .answers import load_questions, read_run_answers
+from .report import make_plots, report_markdown, summarize
 
 # settings that must agree between shards (run_config.json); everything a ratio depends on
 _MUST_AGREE = ("target", "dtype", "device", "max_new_tokens", "threads", "drafter", "early_exit_layer",
@@ -27,11 +28,7 @@ def _read_run(run: Path) -> tuple[dict, dict[str, list[dict]], dict]:
     if not config_file.is_file() or not summary_file.is_file():
         raise MergeError(f"{run} is not a finished oneiro-bench run (needs run_config.json and summary.json). "
                          "Fix: pass the --out directories of runs that ended.")
-    from .bench import read_answers
-
-    answers = {}
-    for path in sorted((run / "answers").glob("*.jsonl")):
-        answers[path.stem], _ = read_answers(path)
+    answers = read_run_answers(run)
     summary = json.loads(summary_file.read_text())
     return json.loads(config_file.read_text()), answers, summary
 
@@ -70,8 +67,6 @@ def merge_runs(runs: list[str | Path], out: str | Path, plots: bool = True,
     if not questions_file or not Path(questions_file).is_file():
         raise MergeError(f"the questions file {questions_file!r} of {runs[0]} is not readable from here (task scores "
                          "need its references). Fix: pass --questions FILE.")
-    from .bench import load_questions
-
     selected = {q["question_id"]: q for q in load_questions(questions_file) if q["question_id"] in owner}
     summary = summarize(records, selected)
     summary["partial"] = any(s.get("partial") for _, _, s in loaded)

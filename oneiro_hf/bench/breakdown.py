@@ -20,18 +20,13 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from .bench_report import base_method
+from .answers import read_run_answers
+from .report import base_method
 
 
 def _verify_ratio(ratios: dict[int, float], k: int) -> float:
     """t(k)/t(1), k clipped to the profiled range."""
     return ratios[min(max(k, 1), max(ratios))]
-
-
-def _load_answers(run: Path) -> dict[str, list[dict]]:
-    from .bench import read_answers  # the runner's reader: complete records only, last one per question
-
-    return {path.stem: read_answers(path)[0] for path in sorted((run / "answers").glob("*.jsonl"))}
 
 
 def _totals(records: list[dict], ratios: dict[int, float]) -> dict[str, float]:
@@ -64,14 +59,11 @@ def time_breakdown(run_dir: str | Path, profile: dict | None = None) -> dict:
         if not path or not Path(path).is_file():
             raise FileNotFoundError(f"the run in {run} names no readable latency profile. Fix: pass "
                                     "--latency-profile (from `oneiro-bench profile` on the same hardware).")
-        from .latency import load_profile
+        from ..latency import load_profile
 
         profile = load_profile(path)
     ratios = {int(k): float(v) for k, v in profile["ratios"].items()}
-    answers = _load_answers(run)
-    methods = (summary.get("config") or {}).get("methods")
-    if methods:  # answers left in the directory by an earlier run with other methods are not this run's
-        answers = {m: recs for m, recs in answers.items() if m in methods}
+    answers = read_run_answers(run, (summary.get("config") or {}).get("methods"))
     greedy_ids = {r["question_id"] for r in answers["greedy"]}
     result: dict[str, dict] = {"t1_ratios": ratios, "methods": {}}
     for method, records in answers.items():

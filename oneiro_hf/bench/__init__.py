@@ -1,0 +1,33 @@
+"""oneiro-bench: Spec-Bench-style wall-clock comparison of decoding methods on one target.
+
+    cli        the `oneiro-bench` command and its subcommands (run, profile, breakdown, merge)
+    methods    the decoding methods and the generate kwargs of each
+    answers    questions in, answer records out, resume (no model, no torch)
+    plan       a run's arguments and inputs, resolved and checked before any model loads
+    runner     loads the models once and runs every method on every question, interleaved
+    report     summary.json and report.md from answer records: speed, fidelity, task scores, plots
+    breakdown  where a finished run's time went (`oneiro-bench breakdown`)
+    merge      runs sharded by --categories, as one (`oneiro-bench merge`)
+    profile    the target's verification latency t(k) (`oneiro-bench profile`)
+
+Imports run downwards: cli -> plan/runner -> methods -> answers/report; breakdown and merge read files
+through answers, never through the runner.
+"""
+
+from .answers import BenchInputError, load_questions, read_answers
+from .cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_LOSSLESS_VIOLATION, EXIT_OK, main
+from .methods import MethodSpec, parse_method, parse_methods
+
+__all__ = [
+           "EXIT_BAD_INPUT",
+           "EXIT_INTERRUPTED",
+           "EXIT_LOSSLESS_VIOLATION",
+           "EXIT_OK",
+           "BenchInputError",
+           "MethodSpec",
+           "load_questions",
+           "main",
+           "parse_method",
+           "parse_methods",
+           "read_answers",
+]

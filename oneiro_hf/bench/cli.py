@@ -1,0 +1,219 @@
+"""oneiro-bench: Spec-Bench-style wall-clock comparison of decoding methods on one target.
+
+    oneiro-bench --questions question.jsonl --methods greedy,hf-lookup,oneiro-hybrid --per-category 3
+    oneiro-bench profile --target smollm2-135m-instruct          # measure t(k) once, reused by later runs
+    oneiro-bench breakdown --run DIR                              # where a finished run's time went
+    oneiro-bench merge RUN_A RUN_B --into DIR                     # shards split by --categories, as one run
+
+Methods run interleaved per question (the order rotates from one question to the next), after a
+warm-up, so their ratios hold on a noisy machine. Every ratio is against plain greedy decoding measured
+in the same run on the same questions. Answers are written per method in Spec-Bench's answer-record
+format, one line per finished question, so an interrupted run keeps its work and `--resume` continues
+it (a line cut by the interruption is dropped and that question re-run).
+
+Methods
+    greedy               plain greedy decoding (the reference; always run)
+    hf-lookup            transformers' prompt lookup (prompt_lookup_num_tokens=10)
+    hf-early-exit        transformers' self-speculation, drafting with the first N layers
+                         (assistant_early_exit=N, --early-exit-layer)
+    hf-assistant         transformers' assisted decoding with a small model (--assistant, same tokenizer)
+    oneiro-lookup        OneiroDraft, n-gram lookup drafts only
+    oneiro-latent        OneiroDraft, latent drafts only
+    oneiro-hybrid        OneiroDraft, lookup when a match exists, else latent
+    oneiro-latent-fixed-N
+                         latent drafts of exactly N tokens at every step, cost model and confidence cut off:
+                         measures a drafter's acceptance (tau) where oneiro-latent would stop drafting on
+                         hardware with costly verification; lossless
+    oneiro-topk-K        hybrid with relaxed verification: a draft token is accepted if it is among the
+                         target's top K (oneiro_verification="topk", oneiro_verification_topk=K); lossy
+    oneiro-threshold-T   hybrid with relaxed verification at threshold T (oneiro_verification="threshold",
+                         oneiro_verification_threshold=T); lossy
+    oneiro-...@NAME      any oneiro method with the drafter named NAME by --extra-drafter NAME=PATH, so
+                         several drafters (before/after a training stage, ablations) compare in one run
+
+Outputs under --out: answers/<method>.jsonl, summary.json, report.md, plots/*.png, run_config.json.
+Exit status: 0 fine, 2 unusable arguments or inputs (checked before any model loads), 3 a lossless
+method's output differed from greedy (listed under "lossless_violations"), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .answers import QUESTIONS_ENV, BenchInputError
+from .methods import DEFAULT_METHODS
+from .plan import DTYPES, check_common, plan_run, resolve_model
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_LOSSLESS_VIOLATION, EXIT_INTERRUPTED = 0, 2, 3, 130
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="oneiro-bench", formatter_class=argparse.RawDescriptionHelpFormatter, description=__doc__,
+        epilog="Subcommands: `oneiro-bench profile` measures the target's verification latency t(k); `oneiro-bench "
+               "breakdown` splits a finished run's time; `oneiro-bench merge` joins runs sharded by --categories.",
+    )
+    p.add_argument("--target", default="smollm2-135m-instruct",
+                   help="reference model name or local model directory (default: %(default)s)")
+    p.add_argument("--drafter", default=None,
+                   help="drafter directory, 'fresh' (untrained), or leave out for the shipped one (else fresh)")
+    p.add_argument("--extra-drafter", action="append", default=None, metavar="NAME=PATH",
+                   help="another drafter (directory or 'fresh') for methods written oneiro-<mode>@NAME; repeatable")
+    p.add_argument("--assistant", default=None, help="small model for hf-assistant (reference name or directory)")
+    p.add_argument("--questions", default=None,
+                   help=f"Spec-Bench-format question JSONL (required unless ${QUESTIONS_ENV} names one)")
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="comma-separated; greedy is always added")
+    p.add_argument("--categories", default=None, help="comma-separated categories to keep (default: all)")
+    p.add_argument("--per-category", type=int, default=3, help="first N questions per category (0: all)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="per turn")
+    p.add_argument("--early-exit-layer", type=int, default=4, help="draft layers of hf-early-exit")
+    p.add_argument("--dtype", default="float32", help=f"one of {', '.join(DTYPES)}")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--latency-profile", default=None,
+                   help="t(k) JSON from `oneiro-bench profile` (default: the cached one for target/device/dtype)")
+    p.add_argument("--no-profile", action="store_true", help="do not seed the drafters with a latency profile")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--out", default="runs/bench", help="output directory (default: %(default)s)")
+    p.add_argument("--resume", action="store_true", help="keep finished answers in --out and run the rest")
+    return p
+
+
+def _profile_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="oneiro-bench profile",
+        description="Measure the target's verification latency t(k), k=1..max-k, and save it as JSON; later "
+                    "runs on the same target, device and dtype load it automatically.",
+    )
+    p.add_argument("--target", default="smollm2-135m-instruct", help="reference model name or local directory")
+    p.add_argument("--out", default=None, help="JSON file (default: <cache>/latency/<target>-<device>-<dtype>.json)")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--max-k", type=int, default=16)
+    p.add_argument("--context-len", type=int, default=200)
+    p.add_argument("--repeats", type=int, default=7)
+    return p
+
+
+def _fail(err: Exception) -> int:
+    print(f"oneiro-bench: error: {err}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def profile_main(argv: list[str]) -> int:
+    args = _profile_parser().parse_args(argv)
+    try:
+        check_common(args)
+        if args.max_k < 1 or args.context_len < 1 or args.repeats < 1:
+            raise BenchInputError("--max-k, --context-len and --repeats must be >= 1.")
+        target = resolve_model(args.target, "--target")
+    except BenchInputError as err:
+        return _fail(err)
+    from .profile import default_profile_path, measure_profile
+
+    out = Path(args.out) if args.out else default_profile_path(target.label, args.device, args.dtype)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    profile = measure_profile(target.loader_arg, target.label, out, args.device, args.dtype, args.max_k,
+                              args.context_len, args.repeats)
+    print(f"t(1) = {profile['t1_s'] * 1000:.2f} ms; t(k)/t(1): "
+          + ", ".join(f"{k}:{v:.2f}" for k, v in profile["ratios"].items()))
+    print(f"saved {out}")
+    return EXIT_OK
+
+
+def _breakdown_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="oneiro-bench breakdown",
+        description="Split a finished run's wall time into verification, drafting and the rest, and bound each "
+                    "method's speedup (see oneiro_hf/bench/breakdown.py). Writes RUN/breakdown.{md,json}.",
+    )
+    p.add_argument("--run", required=True, help="the --out directory of a finished oneiro-bench run")
+    p.add_argument("--latency-profile", default=None, help="t(k) JSON (default: the one the run used)")
+    p.add_argument("--target-speedup", type=float, action="append", default=None,
+                   help="print the tau each method would need for this speedup (repeatable; default 1.8)")
+    return p
+
+
+def breakdown_main(argv: list[str]) -> int:
+    args = _breakdown_parser().parse_args(argv)
+    from ..latency import load_profile
+    from .breakdown import breakdown_markdown, time_breakdown
+
+    try:
+        profile = load_profile(args.latency_profile) if args.latency_profile else None
+        result = time_breakdown(args.run, profile)
+    except (FileNotFoundError, ValueError) as err:
+        return _fail(err)
+    text = breakdown_markdown(result, tuple(args.target_speedup or (1.8,)))
+    run = Path(args.run)
+    (run / "breakdown.md").write_text(text)
+    (run / "breakdown.json").write_text(json.dumps(result, indent=2))
+    print(text + f"\nsaved {run / 'breakdown.md'} and breakdown.json")
+    return EXIT_OK
+
+
+def _merge_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="oneiro-bench merge",
+        description="Merge runs that split one benchmark by --categories (same methods and settings, disjoint "
+                    "questions) into one answers/summary/report, as if one run had made them.",
+    )
+    p.add_argument("runs", nargs="+", help="the --out directories of the shards")
+    p.add_argument("--into", required=True, help="directory for the merged run")
+    p.add_argument("--questions", default=None, help="questions file (default: the one the first run read)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    return p
+
+
+def merge_main(argv: list[str]) -> int:
+    args = _merge_parser().parse_args(argv)
+    from .merge import MergeError, merge_runs
+
+    try:
+        summary = merge_runs(args.runs, args.into, plots=not args.no_plots, questions=args.questions)
+    except (MergeError, BenchInputError) as err:
+        return _fail(err)
+    print(f"oneiro-bench: merged {len(args.runs)} runs ({summary['config']['n_questions']} questions) into "
+          f"{args.into}", file=sys.stderr)
+    if summary.get("lossless_violations"):
+        print(f"oneiro-bench: LOSSLESS VIOLATION: {', '.join(summary['lossless_violations'])}", file=sys.stderr)
+        return EXIT_LOSSLESS_VIOLATION
+    return EXIT_OK
+
+def run_main(argv: list[str]) -> int:
+    args = _run_parser().parse_args(argv)
+    from . import runner
+
+    try:
+        plan = plan_run(args)  # every check that needs no model; nothing has loaded yet
+        for note in plan.notes:
+            print(f"oneiro-bench: note: {note}", file=sys.stderr)
+        summary, interrupted = runner.run(args, plan)
+    except BenchInputError as err:
+        return _fail(err)
+    if summary.get("lossless_violations"):
+        print(f"oneiro-bench: LOSSLESS VIOLATION: {', '.join(summary['lossless_violations'])} differ from greedy "
+              f"(questions: {summary['lossless_violation_questions']})", file=sys.stderr)
+        return EXIT_LOSSLESS_VIOLATION
+    return EXIT_INTERRUPTED if interrupted else EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`oneiro-bench [run|profile|breakdown|merge] ...`; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    subcommands = {"run": run_main, "profile": profile_main, "breakdown": breakdown_main, "merge": merge_main}
+    if argv and argv[0] in subcommands:
+        return subcommands[argv[0]](argv[1:])
+    return run_main(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

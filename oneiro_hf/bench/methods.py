@@ -1,0 +1,122 @@
+"""The decoding methods the benchmark compares, and how a `--methods` entry becomes generate kwargs."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+from .answers import BenchInputError
+from .report import is_lossless, is_relaxed
+
+BASE_METHODS = (
+    "greedy",
+    "hf-lookup",
+    "hf-early-exit",
+    "hf-assistant",
+    "oneiro-lookup",
+    "oneiro-latent",
+    "oneiro-hybrid",
+)
+DEFAULT_METHODS = ("greedy", "hf-lookup", "oneiro-lookup", "oneiro-latent", "oneiro-hybrid")
+RELAXED_PATTERNS = ("oneiro-topk-<K>", "oneiro-threshold-<T>")
+FIXED_LATENT_PATTERN = "oneiro-latent-fixed-<N>"
+HF_LOOKUP_TOKENS = 10
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One decoding method: how to call generate for it."""
+
+    name: str
+    generate_kwargs: dict = field(default_factory=dict)  # besides assistant_model
+    oneiro_settings: dict = field(default_factory=dict)  # passed as oneiro_<key>=value
+    drafter_name: str | None = None  # an --extra-drafter; None: the --drafter one
+
+    @property
+    def uses_drafter(self) -> bool:
+        return self.name.startswith("oneiro-")
+
+    @property
+    def uses_assistant(self) -> bool:
+        return self.name == "hf-assistant"
+
+    @property
+    def lossless(self) -> bool:
+        return is_lossless(self.name)
+
+    @property
+    def relaxed(self) -> bool:
+        return is_relaxed(self.name)
+
+
+def _method_help() -> str:
+    return (f"Known methods: {', '.join(BASE_METHODS)}, {FIXED_LATENT_PATTERN}, and {', '.join(RELAXED_PATTERNS)}; any oneiro-* method "
+            "may end in @NAME to use the drafter given by --extra-drafter NAME=PATH.")
+
+
+DRAFTER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+def parse_method(name: str, early_exit_layer: int = 4) -> MethodSpec:
+    """The MethodSpec for a --methods entry; BenchInputError for an unknown or malformed one."""
+    if "@" in name:
+        base, drafter_name = name.split("@", 1)
+        if not base.startswith("oneiro-") or not DRAFTER_NAME.fullmatch(drafter_name):
+            raise BenchInputError(f"method {name!r}: only oneiro-* methods take a drafter suffix, written "
+                                  "oneiro-<mode>@NAME with NAME from --extra-drafter NAME=PATH.")
+        spec = parse_method(base, early_exit_layer)
+        return MethodSpec(name, spec.generate_kwargs, spec.oneiro_settings, drafter_name)
+    if name == "greedy":
+        return MethodSpec(name)
+    if name == "hf-lookup":
+        return MethodSpec(name, {"prompt_lookup_num_tokens": HF_LOOKUP_TOKENS})
+    if name == "hf-early-exit":
+        return MethodSpec(name, {"assistant_early_exit": int(early_exit_layer)})
+    if name == "hf-assistant":
+        return MethodSpec(name)
+    if name in ("oneiro-lookup", "oneiro-latent", "oneiro-hybrid"):
+        return MethodSpec(name, oneiro_settings={"mode": name.split("-", 1)[1]})
+    match = re.fullmatch(r"oneiro-latent-fixed-(\S*)", name)
+    if match:
+        n = int(match.group(1)) if match.group(1).isdigit() else 0
+        if n < 1:
+            raise BenchInputError(f"method {name!r}: N must be an integer >= 1, e.g. oneiro-latent-fixed-4.")
+        return MethodSpec(name, oneiro_settings={"mode": "latent", "max_draft_tokens": n, "cost_aware": False,
+                                                 "min_draft_confidence": 0.0})
+    match = re.fullmatch(r"oneiro-topk-(\S+)", name)
+    if match:
+        try:
+            k = int(match.group(1))
+        except ValueError:
+            k = 0
+        if k < 1:
+            raise BenchInputError(f"method {name!r}: K must be an integer >= 1, e.g. oneiro-topk-2.")
+        return MethodSpec(name, oneiro_settings={"mode": "hybrid", "verification": "topk", "verification_topk": k})
+    match = re.fullmatch(r"oneiro-threshold-(\S+)", name)
+    if match:
+        try:
+            t = float(match.group(1))
+        except ValueError:
+            t = float("nan")
+        if not math.isfinite(t) or t <= 0:
+            raise BenchInputError(f"method {name!r}: T must be a positive number, e.g. oneiro-threshold-0.1.")
+        return MethodSpec(
+            name, oneiro_settings={"mode": "hybrid", "verification": "threshold", "verification_threshold": t}
+        )
+    raise BenchInputError(f"unknown method {name!r}. {_method_help()}")
+
+
+def parse_methods(text: str, early_exit_layer: int = 4) -> list[MethodSpec]:
+    """Comma-separated methods, de-duplicated, greedy first (every ratio is against it)."""
+    names = []
+    for m in (m.strip() for m in text.split(",")):
+        if m and m not in names:
+            names.append(m)
+    if not names:
+        raise BenchInputError(f"--methods is empty. {_method_help()}")
+    specs = [parse_method(m, early_exit_layer) for m in names]
+    if specs[0].name != "greedy":
+        specs = [MethodSpec("greedy")] + [s for s in specs if s.name != "greedy"]
+    return specs
+

@@ -1,0 +1,364 @@
+"""Runs a planned benchmark: loads the models once, then every question with every method, interleaved.
+
+Methods run interleaved per question (the order rotates from one question to the next), after a warm-up, so
+their ratios hold on a noisy machine. Each finished question is appended to its method's answers file at
+once, so an interrupted run keeps its work.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .answers import BenchInputError, read_answers, resume_conflicts, write_answers
+from .methods import MethodSpec
+from .plan import Plan
+from .report import make_plots, report_markdown, summarize
+
+WARMUP_TOKENS = 8
+
+
+class StepRecorder:
+    """Logs, per target verification pass of assisted decoding, the draft length and accepted drafts.
+
+    It wraps each candidate generator the target builds (any kind: prompt lookup, early exit,
+    assistant model, OneiroDraft), reading only what transformers' loop passes between them, and the
+    time spent inside the generator (drafting and its bookkeeping).
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.draft_lengths: list[int] = []
+        self.accepted: list[int] = []
+        self.draft_s = 0.0
+
+    def install(self, model) -> None:
+        original = model._get_candidate_generator  # the drafter's instance hook, or the class method
+
+        def get_candidate_generator(*args, **kwargs):
+            generator = original(*args, **kwargs)
+            self._wrap(generator)
+            return generator
+
+        model._get_candidate_generator = get_candidate_generator
+
+    def _wrap(self, generator) -> None:
+        get_candidates, update = generator.get_candidates, generator.update_candidate_strategy
+        pending = {"length": 0}
+
+        def timed_get_candidates(input_ids, *args, **kwargs):
+            start = time.perf_counter()
+            out = get_candidates(input_ids, *args, **kwargs)
+            self.draft_s += time.perf_counter() - start
+            pending["length"] = int(out[0].shape[-1] - input_ids.shape[-1])
+            return out
+
+        def timed_update(input_ids, scores, num_matches, *args, **kwargs):
+            start = time.perf_counter()
+            result = update(input_ids, scores, num_matches, *args, **kwargs)
+            self.draft_s += time.perf_counter() - start
+            self.draft_lengths.append(pending["length"])
+            self.accepted.append(int(num_matches))
+            return result
+
+        generator.get_candidates = timed_get_candidates
+        generator.update_candidate_strategy = timed_update
+
+
+@dataclass
+class BenchContext:
+    model: Any
+    tokenizer: Any
+    drafter: Any
+    assistant: Any
+    specs: dict[str, MethodSpec]
+    recorder: StepRecorder
+    policy_states: dict[str, Any] = field(default_factory=dict)
+    drafters: dict[str, Any] = field(default_factory=dict)  # --extra-drafter NAME -> drafter
+
+    def drafter_for(self, spec: MethodSpec):
+        return self.drafters[spec.drafter_name] if spec.drafter_name else self.drafter
+
+
+_ONEIRO_STAT_KEYS = ("latent_steps", "lookup_steps", "empty_steps", "draft_time_s", "verify_time_s",
+                     "drafted_by_source", "accepted_by_source")
+
+
+def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int) -> dict:
+    """One timed generate call with `method`: new token ids, seconds, and the per-step draft log."""
+    import torch
+
+    spec = ctx.specs[method]
+    model = ctx.model
+    kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": False,
+                              "attention_mask": torch.ones_like(input_ids)}
+    if model.generation_config.pad_token_id is None:
+        pad = ctx.tokenizer.pad_token_id if ctx.tokenizer.pad_token_id is not None else ctx.tokenizer.eos_token_id
+        if pad is not None:
+            kwargs["pad_token_id"] = pad
+    kwargs.update(spec.generate_kwargs)
+    if spec.uses_assistant:
+        kwargs["assistant_model"] = ctx.assistant
+    drafter = ctx.drafter_for(spec) if spec.uses_drafter else None
+    if drafter is not None:
+        kwargs["assistant_model"] = drafter
+        kwargs.update({f"oneiro_{k}": v for k, v in spec.oneiro_settings.items()})
+        # each oneiro method keeps its own learned policy (calibration, t(k)), as if it ran alone
+        object.__setattr__(drafter, "_policy_state", ctx.policy_states.get(method))
+    ctx.recorder.reset()
+    cuda = input_ids.device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    out = model.generate(input_ids, **kwargs)
+    if cuda:
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    result = {
+        "tokens": out[0, input_ids.shape[1]:].tolist(),
+        "wall_time": elapsed,
+        "draft_lengths": list(ctx.recorder.draft_lengths),
+        "accepted": list(ctx.recorder.accepted),
+        "draft_time_s": ctx.recorder.draft_s,
+        "oneiro_stats": None,
+    }
+    if drafter is not None:
+        ctx.policy_states[method] = drafter._policy_state
+        stats = drafter.last_stats.as_dict()
+        result["oneiro_stats"] = {k: stats[k] for k in _ONEIRO_STAT_KEYS if k in stats}
+    return result
+
+
+def encode_prompt(tokenizer, messages: list[dict]):
+    if tokenizer.chat_template:
+        enc = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
+                                            return_dict=True)
+        return enc["input_ids"]
+    return tokenizer("\n\n".join(m["content"] for m in messages), return_tensors="pt").input_ids
+
+
+def _add_stats(total: dict | None, stats: dict | None) -> dict | None:
+    if stats is None:
+        return total
+    if total is None:
+        return copy.deepcopy(stats)
+    for k, v in stats.items():
+        if isinstance(v, dict):
+            for kk, vv in v.items():
+                total[k][kk] = total[k].get(kk, 0) + vv
+        else:
+            total[k] = total.get(k, 0) + v
+    return total
+
+
+def run_question(ctx: BenchContext, method: str, question: dict, max_new_tokens: int) -> dict:
+    """All turns of one question with one method; later turns see this method's own earlier answers."""
+    messages: list[dict] = []
+    choice: dict[str, list] = {k: [] for k in ("turns", "new_tokens", "wall_time", "decoding_steps",
+                                               "accept_lengths", "draft_lengths", "output_ids")}
+    draft_s, oneiro_stats = 0.0, None
+    for turn in question["turns"]:
+        messages.append({"role": "user", "content": turn})
+        input_ids = encode_prompt(ctx.tokenizer, messages).to(ctx.model.device)
+        res = generate_once(ctx, method, input_ids, max_new_tokens)
+        text = ctx.tokenizer.decode(res["tokens"], skip_special_tokens=True)
+        messages.append({"role": "assistant", "content": text})
+        choice["turns"].append(text)
+        choice["new_tokens"].append(len(res["tokens"]))
+        choice["wall_time"].append(res["wall_time"])
+        choice["output_ids"].append(res["tokens"])
+        steps = len(res["accepted"])
+        choice["decoding_steps"].append(steps if steps else len(res["tokens"]))
+        choice["accept_lengths"].extend(a + 1 for a in res["accepted"])
+        choice["draft_lengths"].extend(res["draft_lengths"])
+        draft_s += res["draft_time_s"]
+        oneiro_stats = _add_stats(oneiro_stats, res["oneiro_stats"])
+    record = {
+        "question_id": question["question_id"],
+        "category": question["category"],
+        "answer_id": f"{question['question_id']}-{method}",
+        "model_id": method,
+        "choices": [{"index": 0, **choice}],
+        "tstamp": time.time(),
+        "draft_time_s": draft_s,
+    }
+    if oneiro_stats is not None:
+        record["oneiro_stats"] = oneiro_stats
+    return record
+
+
+
+def _note(text: str) -> None:
+    print(f"oneiro-bench: {text}", file=sys.stderr)
+
+
+def run_config(args, plan: Plan) -> dict:
+    """The settings answers depend on, as stored in run_config.json (checked by --resume and merge)."""
+    return {"target": plan.target.loader_arg, "dtype": args.dtype, "device": args.device,
+            "max_new_tokens": args.max_new_tokens, "threads": args.threads, "drafter": plan.drafter,
+            "early_exit_layer": args.early_exit_layer,
+            "extra_drafters": {name: value for name, (value, _) in plan.extra_drafters.items()},
+            "assistant": plan.assistant.loader_arg if plan.assistant else None}
+
+
+def prepare_out(out: Path, config: dict, names: list[str], resume: bool) -> dict[str, list[dict]]:
+    """Set up --out for this run; return the answers each method already has (empty unless resuming).
+
+    Without --resume, earlier answers and plots are removed; with it, settings that differ from the run
+    being resumed are a BenchInputError, and lines cut by an interruption are dropped (re-run)."""
+    answers_dir = out / "answers"
+    answers_dir.mkdir(parents=True, exist_ok=True)
+    if resume:
+        stored_file = out / "run_config.json"
+        stored = json.loads(stored_file.read_text()) if stored_file.is_file() else None
+        with_answers = [m for m in names if (answers_dir / f"{m}.jsonl").exists()]
+        conflicts = resume_conflicts(stored, config, with_answers) if stored and with_answers else []
+        if conflicts:
+            raise BenchInputError(f"--resume into {out} with other settings than its answers were made with: "
+                                  + "; ".join(conflicts) + ". Fix: use the same settings, or a new --out.")
+    else:
+        for old in list(answers_dir.glob("*.jsonl")) + list((out / "plots").glob("*.png")):
+            old.unlink()
+    (out / "run_config.json").write_text(json.dumps(config, indent=2))
+    records: dict[str, list[dict]] = {}
+    for m in names:
+        file = answers_dir / f"{m}.jsonl"
+        recs, dropped = read_answers(file)
+        if dropped:
+            _note(f"{file}: dropped {dropped} incomplete line(s); those questions re-run")
+        if file.exists():
+            write_answers(file, recs)
+        records[m] = recs
+    return records
+
+
+def _check_relaxed_methods(drafter, plan: Plan) -> None:
+    for spec in plan.specs:
+        if spec.relaxed:
+            try:
+                drafter.drafting_settings(**spec.oneiro_settings)
+            except (TypeError, ValueError) as err:
+                raise BenchInputError(
+                    f"method {spec.name} needs relaxed verification (oneiro_verification="
+                    f"{spec.oneiro_settings['verification']!r}), which this oneiro-hf cannot run: {err}. "
+                    f"Fix: drop {spec.name} from --methods, or update oneiro-hf.") from err
+
+
+def load_models(args, plan: Plan) -> BenchContext:
+    """Load the target, drafters and assistant once, seed the drafters' policies, and warm every method up."""
+    import torch
+
+    from .. import loading
+
+    needs_drafter = any(s.uses_drafter and s.drafter_name is None for s in plan.specs)
+    model, tokenizer, drafter = loading.load_target_and_drafter(
+        plan.target.loader_arg, plan.drafter, args.dtype, needs_drafter=needs_drafter, device=args.device)
+    drafters = {None: drafter} if drafter is not None else {}
+    for name, (value, _) in plan.extra_drafters.items():
+        drafters[name] = loading.load_drafter(model, value)
+    assistant = None
+    if plan.assistant is not None:
+        assistant, a_tok, _ = loading.load_target_and_drafter(
+            plan.assistant.loader_arg, None, args.dtype, needs_drafter=False, device=args.device)
+        if a_tok.get_vocab() != tokenizer.get_vocab():
+            raise BenchInputError(f"--assistant {args.assistant} has another tokenizer than the target; "
+                                  "hf-assistant needs the same one.")
+    for d in drafters.values():
+        _check_relaxed_methods(d, plan)
+        if plan.profile is not None:
+            d.use_latency_profile(plan.profile)
+    measured = plan.profile.get("threads") if plan.profile is not None else None
+    if args.device == "cpu" and measured and measured != torch.get_num_threads():
+        _note(f"note: the latency profile {plan.profile_path} was measured with {measured} threads, this run "
+              f"uses {torch.get_num_threads()}; re-run `oneiro-bench profile --threads "
+              f"{torch.get_num_threads()}` for a matching one.")
+    recorder = StepRecorder()
+    recorder.install(model)
+    ctx = BenchContext(model, tokenizer, drafters.get(None), assistant, {s.name: s for s in plan.specs}, recorder,
+                       drafters={k: v for k, v in drafters.items() if k is not None})
+    initial = {name: d._policy_state for name, d in drafters.items()}
+    ctx.policy_states = {s.name: copy.deepcopy(initial[s.drafter_name]) for s in plan.specs if s.uses_drafter}
+    warm = encode_prompt(tokenizer, [{"role": "user", "content": "Warm up the caches."}]).to(model.device)
+    for spec in plan.specs:
+        generate_once(ctx, spec.name, warm, WARMUP_TOKENS)
+    return ctx
+
+
+def run_questions(ctx: BenchContext | None, todo: list[dict], records: dict[str, list[dict]], answers_dir: Path,
+                  max_new_tokens: int) -> bool:
+    """Every method on every question of `todo` it has no answer for, rotating the method order per question;
+    appends each answer to records and to its file at once. Returns whether the run was interrupted."""
+    from tqdm import tqdm
+
+    names = list(records)
+    done = {m: {r["question_id"] for r in recs} for m, recs in records.items()}
+    try:
+        with tqdm(total=len(todo), desc="questions", unit="q", dynamic_ncols=True) as bar:
+            for i, q in enumerate(todo):
+                for m in names[i % len(names):] + names[: i % len(names)]:
+                    if q["question_id"] in done[m]:
+                        continue
+                    bar.set_postfix_str(f"{q['category']} {q['question_id']} {m}")
+                    rec = run_question(ctx, m, q, max_new_tokens)
+                    records[m].append(rec)
+                    with open(answers_dir / f"{m}.jsonl", "a", encoding="utf-8") as fh:
+                        fh.write(json.dumps(rec) + "\n")
+                bar.update(1)
+    except KeyboardInterrupt:
+        print("\noneiro-bench: interrupted; finished answers are kept, re-run with --resume to continue.",
+              file=sys.stderr)
+        return True
+    return False
+
+
+def write_results(args, plan: Plan, records: dict[str, list[dict]], interrupted: bool) -> dict:
+    """summary.json, report.md and the plots under --out; prints the report and returns the summary."""
+    import torch
+    import transformers
+
+    out = Path(args.out)
+    summary = summarize(records, {q["question_id"]: q for q in plan.questions})
+    summary["partial"] = interrupted
+    summary["config"] = {
+        **vars(args),
+        "questions": str(plan.questions_file),
+        "methods": [s.name for s in plan.specs],
+        "n_questions": len(plan.questions),
+        "drafter_resolved": plan.drafter_desc,
+        "extra_drafters_resolved": {name: desc for name, (_, desc) in plan.extra_drafters.items()},
+        "latency_profile_used": str(plan.profile_path) if plan.profile_path else None,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    plots = {} if args.no_plots else make_plots(summary, records, out)
+    report = report_markdown(summary, plots)
+    (out / "report.md").write_text(report)
+    print(report)
+    _note(f"wrote {out / 'summary.json'} and {out / 'report.md'}")
+    return summary
+
+
+def run(args, plan: Plan) -> tuple[dict, bool]:
+    """The whole run: answers under --out, then summary and report. Returns (summary, interrupted)."""
+    import torch
+
+    out = Path(args.out)
+    names = [s.name for s in plan.specs]
+    records = prepare_out(out, run_config(args, plan), names, args.resume)
+    done = {m: {r["question_id"] for r in recs} for m, recs in records.items()}
+    todo = [q for q in plan.questions if any(q["question_id"] not in done[m] for m in names)]
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    ctx = load_models(args, plan) if todo else None
+    interrupted = run_questions(ctx, todo, records, out / "answers", args.max_new_tokens)
+    return write_results(args, plan, records, interrupted), interrupted

@@ -1,0 +1,97 @@
+"""Imports inside oneiro_hf run one way: no module imports (at the top or inside a function) a module that
+imports it back, directly or around a cycle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "oneiro_hf"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, modules: set[str]) -> set[str]:
+    """The oneiro_hf modules `path` imports, anywhere in it; `from pkg import name` counts as pkg.name when
+    that is a module, else as pkg."""
+    own = module_name(path)
+    package = own if path.name == "__init__.py" else own.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                found.add(f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source)
+    return {m for m in found if m in modules and m != own}
+
+
+def import_graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {name: imported_modules(path, set(files)) for name, path in files.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_graph_sees_lazy_and_relative_imports():
+    graph = import_graph()
+    assert "oneiro_hf.bench.answers" in graph["oneiro_hf.bench.merge"]
+    assert "oneiro_hf.latency" in graph["oneiro_hf.bench.breakdown"]  # imported inside a function
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# Cycles still to be taken apart (issue 14); the list only shrinks: a new cycle, or one removed but still
+# listed, fails the test.
+KNOWN_CYCLES = [
+    ["oneiro_hf", "oneiro_hf.checkpoint", "oneiro_hf.configuration_oneiro", "oneiro_hf.hub",
+     "oneiro_hf.integration", "oneiro_hf.modeling_oneiro"],
+    ["oneiro_hf.training.prompts", "oneiro_hf.training.public_prompts"],
+    ["oneiro_hf.training.cli", "oneiro_hf.training.onpolicy"],
+]
+
+
+def test_no_import_cycles_inside_the_package():
+    found = cycles(import_graph())
+    assert sorted(found) == sorted(KNOWN_CYCLES), f"import cycles: {found}"
