@@ -72,7 +72,11 @@ class ModelArguments:
 class DataArguments:
     data: str | None = field(
         default=None,
-        metadata={"help": "self-distillation JSONL (output of python -m oneiro_hf.training.selfdistill)"},
+        metadata={
+            "help": "self-distillation data: a JSONL file (python -m oneiro_hf.training.selfdistill), a dataset "
+            "directory (python -m oneiro_hf.training.distill_dataset, e.g. data/selfdistill/<target>), a "
+            "save_to_disk copy, or a Hub dataset id"
+        },
     )
     prompts: str | None = field(
         default=None,
@@ -384,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if data_args.data is None and data_args.prompts is None:
         print(
-            "oneiro-train: pass --data FILE.jsonl (self-distillation data) or --prompts FILE.jsonl.",
+            "oneiro-train: pass --data (self-distillation JSONL, dataset directory or Hub dataset id) or "
+            "--prompts FILE.jsonl.",
             file=sys.stderr,
         )
         return 2

@@ -58,16 +58,18 @@ def _check_ids(value: Any, name: str, where: str, vocab_size: int | None, allow_
 
 
 def load_records(path: str | os.PathLike, vocab_size: int | None = None) -> list[dict[str, Any]]:
-    """Read and validate a self-distillation JSONL file.
+    """Read and validate self-distillation records: a JSONL file, or a ``datasets`` dataset.
 
-    Blank lines are skipped. A malformed line raises ``DataFileError`` naming the file and line, except an
-    unterminated last line (the generator may be appending right now), which is skipped with a warning.
+    A path that is not a file (a dataset directory, a ``save_to_disk`` copy, a Hub dataset id) is read by
+    ``distill_dataset.load_distill_records``. In a JSONL file blank lines are skipped; a malformed line raises
+    ``DataFileError`` naming the file and line, except an unterminated last line (the generator may be
+    appending right now), which is skipped with a warning.
     """
     p = Path(path)
     if not p.is_file():
-        raise DataFileError(
-            f"data file {p} does not exist. Fix: pass --data with a self-distillation JSONL file."
-        )
+        from .distill_dataset import load_distill_records
+
+        return load_distill_records(path, vocab_size=vocab_size)
     raw = p.read_bytes()
     lines = raw.split(b"\n")
     records: list[dict[str, Any]] = []

@@ -1,0 +1,630 @@
+"""Self-distillation data as a ``datasets`` dataset: compact, carded, stored in the repository, never lost.
+
+``python -m oneiro_hf.training.selfdistill`` appends the target's greedy answers to a JSONL file (resumable,
+one record per prompt). This module turns such a file into a dataset directory in the Hub layout::
+
+    data/selfdistill/smollm2-135m-instruct/
+        README.md                 dataset card (YAML front matter + text), generated from the data
+        export.json               generation settings, throughput and prompt plan (read back on every export)
+        data/train-00000.parquet  zstd-compressed shards of at most SHARD_RECORDS records
+
+Columns: ``id`` (string), ``source`` (string), ``input_ids`` and ``output_ids`` (lists of ``uint16`` token ids
+when the vocabulary has at most 65,536 entries, else ``uint32``), ``stopped`` (bool: the answer ended with an
+end-of-turn token rather than at the token limit). The raw prompt text is left out: shared chats may hold
+personal data. The prompt's token ids stay (training needs them), so the card says that they decode to it.
+
+The export is incremental and idempotent: records whose id is already in the dataset are skipped, new ones
+fill up the last shard and then new shards, so earlier shards never change (a git history of snapshots
+stores each record once). Re-running it while generation is still appending picks up what was added.
+
+``load_distill_records`` reads such a directory (``datasets.load_dataset``), a ``save_to_disk`` copy
+(``datasets.load_from_disk``) or a Hub dataset id into the records ``oneiro-train`` trains on.
+
+CLI::
+
+    python -m oneiro_hf.training.distill_dataset --jsonl runs/selfdistill/smollm2.jsonl \\
+        --out data/selfdistill/smollm2-135m-instruct --target smollm2-135m-instruct \\
+        --log runs/selfdistill/gen.log --max-new-tokens 256 --batch-size 32 --threads 1 \\
+        --exclude ../shared/data/spec_bench/question.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import re
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .features import DataFileError, _check_ids, load_records
+
+logger = logging.getLogger(__name__)
+
+SHARD_RECORDS = 2000
+SETTINGS_FILE = "export.json"
+SHARD_GLOB = "train-*.parquet"
+COLUMNS = ("id", "source", "input_ids", "output_ids", "stopped")
+UINT16_VOCAB_LIMIT = 1 << 16
+
+# Where the non-package sources come from and under which terms (the public ones: public_prompts.PACKAGES).
+BUILTIN_SOURCE_NOTES: dict[str, tuple[str, str]] = {
+    "stdlib": ("tasks built from the Python standard library's source and docstrings", "PSF-2.0 (Python)"),
+    "synthetic": ("template-built requests with random slots (oneiro-hf)", "the project's own templates"),
+    "debian": ("passages of the system's /usr/share/doc files", "each package's own licence"),
+    "magpie": ("user questions written by the target itself", "the target's licence"),
+}
+
+
+@dataclass
+class ExportSettings:
+    """How the records were generated; stored in ``export.json`` and stated in the card.
+
+    ``throughput`` holds ``records``, ``response_tokens``, ``seconds`` and ``response_tokens_per_s`` summed over
+    the generation log's runs (a resumed job is several runs); ``prompt_plan`` counts the prompt list per source.
+    """
+
+    target: str
+    vocab_size: int
+    max_new_tokens: int | None = None
+    batch_size: int | None = None
+    threads: int | None = None
+    dtype: str = "float32"
+    sources: str | None = None
+    seed: int | None = None
+    max_prompt_tokens: int | None = None
+    exclude: list[str] = field(default_factory=list)
+    hardware: str = ""
+    throughput: dict[str, float] = field(default_factory=dict)
+    prompt_plan: dict[str, int] = field(default_factory=dict)
+    skipped_too_long: int = 0
+    prompts_rechecked: int = 0
+
+    @property
+    def token_dtype(self) -> str:
+        return token_dtype(self.vocab_size)
+
+
+@dataclass
+class ExportReport:
+    """What one export did."""
+
+    out_dir: Path
+    added: int
+    skipped_existing: int
+    total: int
+    shards_written: list[str]
+    size_bytes: int
+
+
+def token_dtype(vocab_size: int) -> str:
+    """``"uint16"`` when every id of a ``vocab_size`` vocabulary fits in 16 bits, else ``"uint32"``."""
+    if vocab_size < 1:
+        raise ValueError(f"vocab_size must be >= 1 (got {vocab_size}). Fix: pass the target's vocabulary size.")
+    return "uint16" if vocab_size <= UINT16_VOCAB_LIMIT else "uint32"
+
+
+def _schema(dtype: str):
+    import pyarrow as pa
+
+    ids = pa.list_(getattr(pa, dtype)())
+    return pa.schema(
+        [("id", pa.string()), ("source", pa.string()), ("input_ids", ids), ("output_ids", ids),
+         ("stopped", pa.bool_())]
+    )
+
+
+def _shards(out_dir: Path) -> list[Path]:
+    return sorted((out_dir / "data").glob(SHARD_GLOB))
+
+
+def _shard_name(index: int) -> str:
+    return f"train-{index:05d}.parquet"
+
+
+def _write_shard(path: Path, rows: Sequence[Mapping[str, Any]], dtype: str) -> None:
+    """Write ``rows`` atomically (temporary file, then rename) as one zstd-compressed parquet file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist([{k: row[k] for k in COLUMNS} for row in rows], schema=_schema(dtype))
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(table, tmp, compression="zstd", compression_level=19)
+    os.replace(tmp, path)
+
+
+def _read_shard(path: Path) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+
+
+def read_settings(out_dir: str | Path) -> ExportSettings | None:
+    """The settings stored by an earlier export, or None for a new dataset directory."""
+    path = Path(out_dir) / SETTINGS_FILE
+    if not path.is_file():
+        return None
+    return ExportSettings(**json.loads(path.read_text(encoding="utf-8")))
+
+
+def parse_generation_log(path: str | Path) -> dict[str, Any]:
+    """Throughput and skips from a ``selfdistill`` log (a resumed job appends several runs to it).
+
+    Each run starts with a ``Loaded <target> ... (threads=N)`` line and reports cumulative
+    ``wrote R records (T response tokens) in Ss`` lines; the last such line of each run counts.
+    """
+    loaded = re.compile(r"Loaded (\S+) in [\d.]+s \(threads=(\d+)\)")
+    wrote = re.compile(r"wrote (\d+) records \((\d+) response tokens\) in (\d+)s")
+    runs: list[dict[str, int]] = []
+    threads: set[int] = set()
+    skipped: set[str] = set()
+    current: dict[str, int] | None = None
+    for line in Path(path).read_text(encoding="utf-8", errors="replace").splitlines():
+        if m := loaded.search(line):
+            threads.add(int(m.group(2)))
+            current = None
+        elif m := wrote.search(line):
+            if current is None:
+                current = {}
+                runs.append(current)
+            current.update(records=int(m.group(1)), response_tokens=int(m.group(2)), seconds=int(m.group(3)))
+        elif m := re.search(r"Skipping prompt (\S+): \d+ tokens > max_prompt_tokens=(\d+)", line):
+            skipped.add(m.group(1))
+    tokens = sum(r["response_tokens"] for r in runs)
+    seconds = sum(r["seconds"] for r in runs)
+    return {
+        "throughput": {
+            "runs": len(runs),
+            "records": sum(r["records"] for r in runs),
+            "response_tokens": tokens,
+            "seconds": seconds,
+            "response_tokens_per_s": round(tokens / seconds, 2) if seconds else 0.0,
+        },
+        "threads": sorted(threads),
+        "skipped_too_long": len(skipped),
+    }
+
+
+def _hardware() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} logical CPUs"
+
+
+def _prompt_plan(prompt_list: Path) -> dict[str, int]:
+    counts: Counter[str] = Counter()
+    for line in prompt_list.read_text(encoding="utf-8").split("\n"):
+        if line.strip():
+            counts[str(json.loads(line).get("source") or "unknown")] += 1
+    return dict(counts)
+
+
+def export_jsonl(
+    jsonl: str | Path,
+    out_dir: str | Path,
+    settings: ExportSettings,
+    *,
+    eval_filter: Any = None,
+    shard_records: int = SHARD_RECORDS,
+) -> ExportReport:
+    """Append the records of ``jsonl`` that ``out_dir`` lacks; rewrite the card; return what changed.
+
+    ``eval_filter`` (a ``public_prompts.EvaluationFilter``) is checked against every new record's prompt text:
+    a record overlapping an evaluation set is refused (it must not have been generated at all). Records are
+    validated against ``settings.vocab_size``; a dataset written with 16-bit ids refuses a larger vocabulary.
+    """
+    out = Path(out_dir)
+    if shard_records < 1:
+        raise ValueError(f"shard_records must be >= 1 (got {shard_records}).")
+    previous = read_settings(out)
+    if previous is not None and previous.token_dtype != settings.token_dtype:
+        raise DataFileError(
+            f"{out} stores token ids as {previous.token_dtype} (vocabulary {previous.vocab_size}), but this export "
+            f"says vocabulary {settings.vocab_size} ({settings.token_dtype}). Fix: export into a new directory "
+            "(the data belongs to another target), or pass the vocabulary size the dataset was made with."
+        )
+    if previous is not None and previous.target != settings.target:
+        raise DataFileError(
+            f"{out} holds answers of {previous.target!r}, not {settings.target!r}. Fix: export into a directory "
+            "of its own for each target."
+        )
+    shards = _shards(out)
+    existing: set[str] = set()
+    for shard in shards:
+        import pyarrow.parquet as pq
+
+        existing.update(pq.read_table(shard, columns=["id"]).column("id").to_pylist())
+    records = load_records(jsonl, vocab_size=settings.vocab_size)
+    new = [r for r in records if r["id"] not in existing]
+    missing_prompt = [r["id"] for r in new if eval_filter is not None and not isinstance(r.get("prompt"), str)]
+    if missing_prompt:
+        raise DataFileError(
+            f"{jsonl}: records {missing_prompt[:3]} have no 'prompt' text to check against the evaluation sets. "
+            "Fix: export the JSONL written by python -m oneiro_hf.training.selfdistill, or pass "
+            "--no-overlap-check and say in the card how the prompts were filtered."
+        )
+    if eval_filter is not None:
+        overlapping = [r["id"] for r in new if eval_filter.overlaps(r["prompt"])]
+        if overlapping:
+            raise DataFileError(
+                f"{len(overlapping)} new records of {jsonl} overlap an evaluation set (e.g. {overlapping[:3]}). "
+                "Fix: regenerate without them (python -m oneiro_hf.training.selfdistill ... --exclude "
+                "QUESTIONS_JSONL) and delete them from the JSONL; evaluation prompts must never be trained on."
+            )
+    rows = [
+        {
+            "id": r["id"],
+            "source": str(r.get("source") or "unknown"),
+            "input_ids": r["input_ids"],
+            "output_ids": r["output_ids"],
+            "stopped": r.get("stopped"),
+        }
+        for r in new
+    ]
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    written: list[str] = []
+    if rows:
+        # fill the last shard, then open new ones; earlier (full) shards are never rewritten
+        if shards and len(tail := _read_shard(shards[-1])) < shard_records:
+            room = shard_records - len(tail)
+            _write_shard(shards[-1], tail + rows[:room], settings.token_dtype)
+            written.append(shards[-1].name)
+            rows = rows[room:]
+        index = len(shards)
+        for start in range(0, len(rows), shard_records):
+            path = out / "data" / _shard_name(index)
+            _write_shard(path, rows[start : start + shard_records], settings.token_dtype)
+            written.append(path.name)
+            index += 1
+    settings.prompts_rechecked = (previous.prompts_rechecked if previous is not None else 0) + (
+        len(new) if eval_filter is not None else 0
+    )
+    _write_text(out / SETTINGS_FILE, json.dumps(asdict(settings), indent=1, sort_keys=True) + "\n")
+    _write_text(out / "README.md", dataset_card(out, settings))
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    return ExportReport(out, len(new), len(records) - len(new), len(existing) + len(new), written, size)
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Write only when the content changes, so an idempotent export leaves the files untouched."""
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+
+
+def _size_category(n: int) -> str:
+    for limit, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K")):
+        if n < limit:
+            return name
+    return "100K<n<1M"
+
+
+def dataset_card(out_dir: str | Path, settings: ExportSettings) -> str:
+    """The dataset card (README.md), computed from the shards and ``settings``; deterministic."""
+    from .public_prompts import MT_BENCH, PACKAGES, PREFIX_CHARS, SHINGLE_WORDS
+
+    out = Path(out_dir)
+    per_source: dict[str, Counter[str]] = {}
+    for shard in _shards(out):
+        for row in _read_shard(shard):
+            c = per_source.setdefault(row["source"], Counter())
+            c["records"] += 1
+            c["prompt_tokens"] += len(row["input_ids"])
+            c["response_tokens"] += len(row["output_ids"])
+            c["stopped"] += bool(row["stopped"])
+    total: Counter[str] = sum(per_source.values(), Counter())
+    n = total["records"]
+    dtype = settings.token_dtype
+    tp = settings.throughput
+    lines = [
+        "---",
+        f"pretty_name: Self-distillation data for {settings.target} (oneiro-hf)",
+        "license: other",
+        "license_name: mixed",
+        "license_details: per source, see the Sources table; the answers are the target's own output",
+        "language: [en]",
+        "tags: [speculative-decoding, self-distillation, oneiro-hf]",
+        f"size_categories: [{_size_category(n)}]",
+        "configs:",
+        "- config_name: default",
+        "  data_files:",
+        "  - split: train",
+        f"    path: data/{SHARD_GLOB}",
+        "dataset_info:",
+        "  features:",
+        "  - name: id",
+        "    dtype: string",
+        "  - name: source",
+        "    dtype: string",
+        "  - name: input_ids",
+        "    list: " + dtype,
+        "  - name: output_ids",
+        "    list: " + dtype,
+        "  - name: stopped",
+        "    dtype: bool",
+        "---",
+        "",
+        f"# Self-distillation data for {settings.target}",
+        "",
+        ("The target's own greedy answers to a mix of prompts, as token ids: what a lossless speculative-decoding "
+         "drafter has to predict. Made by `python -m oneiro_hf.training.selfdistill`, exported by "
+         "`python -m oneiro_hf.training.distill_dataset` (this card is generated; do not edit it by hand)."),
+        "",
+        "| column | type | meaning |",
+        "|---|---|---|",
+        "| `id` | string | `<source>:<hash of the prompt text>`; stable, so generation and export resume by id |",
+        "| `source` | string | the prompt source (table below) |",
+        f"| `input_ids` | list of {dtype} | the prompt exactly as the target saw it (chat template applied) |",
+        (f"| `output_ids` | list of {dtype} | the target's greedy answer, ending with its end-of-turn token "
+         "when it stopped by itself |"),
+        "| `stopped` | bool | true: the answer ended on its own; false: it was cut at the token limit |",
+        "",
+        f"Token ids are stored as {dtype} (vocabulary of {settings.vocab_size} tokens"
+        + ("; 16 bits suffice" if dtype == "uint16" else "; more than 16 bits needed")
+        + ") in zstd-compressed parquet shards of at most 2,000 records.",
+        "",
+        ("**No prompt text.** Shared chats (ShareGPT) may hold personal data, so the raw prompt text is not "
+         "stored. The prompt's token ids are (training needs the exact context), and they decode back to the "
+         "prompt with the target's tokenizer: treat the data as containing the prompts, and do not use it to "
+         "republish them."),
+        "",
+        "## Use",
+        "",
+        "```python",
+        "from datasets import load_dataset",
+        "",
+        f'ds = load_dataset("{out.as_posix()}", split="train")   # offline; a local directory',
+        "```",
+        "",
+        (f"Train a drafter on it: `oneiro-train --target {settings.target} --data {out.as_posix()} ...` "
+         "(a `save_to_disk` copy or a Hub dataset id work too)."),
+        "",
+        "## Sources",
+        "",
+        "| source | what | licence | records | prompt tokens | response tokens | stopped by itself |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for source in sorted(per_source, key=lambda s: (-per_source[s]["records"], s)):
+        c = per_source[source]
+        if source in PACKAGES:
+            what, licence = f"real user prompts from `{PACKAGES[source].requirement}`", PACKAGES[source].license
+        else:
+            what, licence = BUILTIN_SOURCE_NOTES.get(source, ("user-supplied prompts", "unknown: check"))
+        lines.append(
+            f"| {source} | {what} | {licence} | {c['records']} | {c['prompt_tokens']} | {c['response_tokens']} "
+            f"| {c['stopped'] / c['records']:.0%} |"
+        )
+    lines += [
+        (f"| **all** | | | **{n}** | **{total['prompt_tokens']}** | **{total['response_tokens']}** "
+         f"| {total['stopped'] / max(n, 1):.0%} |"),
+        "",
+        f"The answers are {settings.target}'s output: its licence applies to them.",
+    ]
+    if settings.prompt_plan:
+        plan = ", ".join(f"{k} {v}" for k, v in sorted(settings.prompt_plan.items(), key=lambda kv: -kv[1]))
+        lines += [
+            "",
+            f"Prompt list of the generation job: {sum(settings.prompt_plan.values())} prompts ({plan}); "
+            f"{n} answered so far"
+            + (f", {settings.skipped_too_long} skipped as longer than {settings.max_prompt_tokens} tokens"
+               if settings.skipped_too_long else "")
+            + ".",
+        ]
+    excluded = ", ".join([f"MT-bench (`{MT_BENCH.requirement}`)", *settings.exclude])
+    lines += [
+        "",
+        "## Evaluation sets are kept out",
+        "",
+        (f"Every public prompt was dropped at generation time if it shares a run of {SHINGLE_WORDS} words, or its "
+         f"first {PREFIX_CHARS} characters, with any turn of these evaluation sets: {excluded}. Texts are compared "
+         "lower-cased and reduced to letters and digits (`oneiro_hf/training/public_prompts.py`). Spec-Bench includes MT-bench, WMT14 de-en, "
+         "CNN/DailyMail, Natural Questions, GSM8K and DPR questions, so those turns are covered by its file. "
+         f"Re-checked against the same sets at export, with the prompt text of the generation file: "
+         f"{settings.prompts_rechecked} of {n} records, no overlap."),
+        "",
+        "## Generation",
+        "",
+        f"- target: {settings.target} ({settings.dtype}), greedy decoding, batched"
+        + (f" ({settings.batch_size} sequences per forward, left-padded)" if settings.batch_size else ""),
+        f"- max new tokens: {settings.max_new_tokens if settings.max_new_tokens is not None else 'not recorded'}"
+        + (f"; prompts longer than {settings.max_prompt_tokens} tokens skipped" if settings.max_prompt_tokens else ""),
+        f"- prompt sources and weights: {settings.sources or 'not recorded'}"
+        + (f", seed {settings.seed}" if settings.seed is not None else ""),
+        f"- hardware: {settings.hardware or 'not recorded'}"
+        + (f", {settings.threads} torch thread(s)" if settings.threads else ""),
+    ]
+    if tp.get("seconds"):
+        lines.append(
+            f"- measured: {tp['response_tokens']} response tokens in {tp['seconds'] / 3600:.2f} h "
+            f"({tp['runs']} run(s) of the resumable job) = **{tp['response_tokens_per_s']:.1f} response tokens/s**"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- loading
+def _is_saved_dataset(path: Path) -> bool:
+    """A ``save_to_disk`` directory (Dataset or DatasetDict), as opposed to a Hub-layout one."""
+    return (path / "state.json").is_file() or (path / "dataset_dict.json").is_file()
+
+
+def load_distill_records(
+    spec: str | os.PathLike, vocab_size: int | None = None, split: str = "train"
+) -> list[dict[str, Any]]:
+    """Training records from a dataset: a Hub-layout directory, a ``save_to_disk`` copy, or a Hub dataset id.
+
+    Returns the same records ``features.load_records`` returns for the JSONL the dataset came from (without
+    the prompt text): ``{"id", "source", "input_ids", "output_ids", "stopped"}`` with plain int lists.
+    """
+    import datasets
+
+    text = os.fspath(spec)
+    path = Path(text).expanduser()
+    from ..hub import is_repo_id
+
+    if not path.exists() and not is_repo_id(text):
+        raise DataFileError(
+            f"{text} does not exist. Fix: pass --data with a self-distillation JSONL file, a dataset directory "
+            "(e.g. data/selfdistill/<target>) or a Hub dataset id (org/name)."
+        )
+    with tempfile.TemporaryDirectory(prefix="oneiro-distill-") as scratch:
+        try:
+            if path.is_dir() and _is_saved_dataset(path):
+                ds = datasets.load_from_disk(str(path))
+            elif path.exists():
+                # datasets keys its cache of a local directory on the files' mtimes only, so a refreshed
+                # snapshot could be served stale from ~/.cache: a local directory is read into a private cache
+                ds = datasets.load_dataset(str(path), split=split, cache_dir=scratch, keep_in_memory=True)
+            else:
+                ds = datasets.load_dataset(text, split=split)
+        except (FileNotFoundError, ValueError, ConnectionError, OSError) as err:
+            raise DataFileError(
+                f"could not load {text} as a dataset ({type(err).__name__}: {err}). Fix: pass a directory written "
+                "by python -m oneiro_hf.training.distill_dataset (or its save_to_disk copy), or a Hub dataset id "
+                "that is reachable or cached (HF_HUB_OFFLINE=1 uses the cache)."
+            ) from None
+        return _records_from(ds, text, split, vocab_size)
+
+
+def _records_from(ds: Any, text: str, split: str, vocab_size: int | None) -> list[dict[str, Any]]:
+    import datasets
+
+    if isinstance(ds, datasets.DatasetDict):
+        if split not in ds:
+            raise DataFileError(f"dataset {text} has no split {split!r} (it has {list(ds)}). Fix: add one.")
+        ds = ds[split]
+    missing = [c for c in ("input_ids", "output_ids") if c not in ds.column_names]
+    if missing:
+        raise DataFileError(
+            f"dataset {text} lacks columns {missing} (it has {ds.column_names}). Fix: export self-distillation data "
+            "with python -m oneiro_hf.training.distill_dataset."
+        )
+    records: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for index, row in enumerate(ds.to_list()):
+        where = f"{text} row {index}"
+        _check_ids(row["input_ids"], "input_ids", where, vocab_size, allow_empty=False)
+        _check_ids(row["output_ids"], "output_ids", where, vocab_size, allow_empty=True)
+        rid = str(row.get("id") if row.get("id") is not None else f"row{index}")
+        if rid in seen:
+            raise DataFileError(f"{where}: duplicate id {rid!r}. Fix: re-export the dataset (ids are unique).")
+        seen.add(rid)
+        records.append({**row, "id": rid})
+    if not records:
+        raise DataFileError(f"dataset {text} (split {split!r}) holds no records. Fix: export data into it first.")
+    return records
+
+
+# ---------------------------------------------------------------------------------------------- CLI
+def _vocab_size(target: str) -> int:
+    from transformers import AutoConfig
+
+    from ..reference_models import resolve_target
+
+    config = AutoConfig.from_pretrained(resolve_target(target))
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return int(text.vocab_size)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: export (or refresh) a self-distillation JSONL into a dataset directory."""
+    parser = argparse.ArgumentParser(
+        prog="python -m oneiro_hf.training.distill_dataset",
+        description="Export self-distillation JSONL into a compact, carded datasets directory (incremental: "
+        "re-run it while generation proceeds; only new records are added).",
+    )
+    parser.add_argument("--jsonl", required=True, help="JSONL written by python -m oneiro_hf.training.selfdistill")
+    parser.add_argument("--out", required=True, help="dataset directory, e.g. data/selfdistill/<target>")
+    parser.add_argument("--target", default=None, help="the model that wrote the answers (first export only)")
+    parser.add_argument("--vocab-size", type=int, default=None, help="default: read from the target's config")
+    parser.add_argument("--log", default=None, help="the generation job's log (throughput and skips)")
+    parser.add_argument("--prompt-list", default=None, help="default: <jsonl stem>.prompts.jsonl beside it")
+    parser.add_argument("--max-new-tokens", type=int, default=None)
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--dtype", default=None)
+    parser.add_argument("--sources", default=None, help="the job's --sources value")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--max-prompt-tokens", type=int, default=None, help="the job's limit (default 1024)")
+    parser.add_argument("--hardware", default=None, help="default: this machine's CPU")
+    parser.add_argument(
+        "--exclude", action="append", default=None, metavar="QUESTIONS_JSONL",
+        help="evaluation question files the job excluded; every new prompt is re-checked against them",
+    )
+    parser.add_argument("--no-overlap-check", action="store_true", help="skip re-checking prompts")
+    parser.add_argument("--shard-records", type=int, default=SHARD_RECORDS)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    stored = read_settings(args.out)
+    target = args.target or (stored.target if stored else None)
+    if target is None:
+        parser.error("the first export of a directory needs --target (the model that wrote the answers)")
+    base = stored or ExportSettings(target=target, vocab_size=0, max_prompt_tokens=1024)
+    vocab = args.vocab_size or (base.vocab_size if stored and stored.target == target else 0) or _vocab_size(target)
+    settings = ExportSettings(**{**asdict(base), "target": target, "vocab_size": vocab})
+    for name in ("max_new_tokens", "batch_size", "threads", "dtype", "sources", "seed", "max_prompt_tokens",
+                 "hardware"):
+        if getattr(args, name) is not None:
+            setattr(settings, name, getattr(args, name))
+    if not settings.hardware:
+        settings.hardware = _hardware()
+    exclude_paths = args.exclude if args.exclude is not None else []
+    if args.exclude is not None:
+        settings.exclude = [_describe_exclude(p) for p in args.exclude]
+    if args.log:
+        parsed = parse_generation_log(args.log)
+        settings.throughput = parsed["throughput"]
+        settings.skipped_too_long = parsed["skipped_too_long"]
+        if settings.threads is None and len(parsed["threads"]) == 1:
+            settings.threads = parsed["threads"][0]
+    prompt_list = Path(args.prompt_list) if args.prompt_list else None
+    if prompt_list is None:
+        beside = Path(args.jsonl).with_name(Path(args.jsonl).stem + ".prompts.jsonl")
+        prompt_list = beside if beside.is_file() else None
+    if prompt_list is not None:
+        settings.prompt_plan = _prompt_plan(prompt_list)
+    eval_filter = None
+    if not args.no_overlap_check:
+        from .public_prompts import evaluation_filter
+
+        try:
+            eval_filter = evaluation_filter(tuple(str(p) for p in exclude_paths))
+        except (FileNotFoundError, ValueError) as err:
+            print(f"distill_dataset: {err}", file=sys.stderr)
+            return 2
+    try:
+        report = export_jsonl(args.jsonl, args.out, settings, eval_filter=eval_filter,
+                              shard_records=args.shard_records)
+    except DataFileError as err:
+        print(f"distill_dataset: {err}", file=sys.stderr)
+        return 2
+    print(
+        f"{report.out_dir}: {report.total} records ({report.added} added, {report.skipped_existing} already there), "
+        f"{report.size_bytes / 2**20:.2f} MB; shards written: {', '.join(report.shards_written) or 'none'}"
+    )
+    return 0
+
+
+def _describe_exclude(path: str) -> str:
+    """How the card names an excluded question file: Spec-Bench's by name, others by file name."""
+    p = Path(path)
+    if "spec_bench" in p.as_posix().lower() or "spec-bench" in p.as_posix().lower():
+        return "Spec-Bench (question.jsonl, all 13 categories)"
+    return p.name
+
+
+if __name__ == "__main__":
+    sys.exit(main())
