@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from oneiro_hf.training import public_prompts as pp
 from oneiro_hf.training.prompts import iter_prompts
+from oneiro_hf.training.prompts import public as pp
 
 SPEC_BENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "spec_bench" / "question.jsonl"
 MT_TURN = "Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural experiences."

