@@ -25,7 +25,7 @@ from oneiro_hf.training.distill_dataset import (
 from oneiro_hf.training.distill_dataset import (
     main as export_main,
 )
-from oneiro_hf.training.public_prompts import EvaluationFilter
+from oneiro_hf.training.prompts.public import EvaluationFilter
 
 VOCAB = 96
 

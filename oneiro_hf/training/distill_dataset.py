@@ -54,7 +54,7 @@ SHARD_GLOB = "train-*.parquet"
 COLUMNS = ("id", "source", "input_ids", "output_ids", "stopped")
 UINT16_VOCAB_LIMIT = 1 << 16
 
-# Where the non-package sources come from and under which terms (the public ones: public_prompts.PACKAGES).
+# Where the non-package sources come from and under which terms (the public ones: prompts.public.PACKAGES).
 BUILTIN_SOURCE_NOTES: dict[str, tuple[str, str]] = {
     "stdlib": ("tasks built from the Python standard library's source and docstrings", "PSF-2.0 (Python)"),
     "synthetic": ("template-built requests with random slots (oneiro-hf)", "the project's own templates"),
@@ -222,7 +222,7 @@ def export_jsonl(
 ) -> ExportReport:
     """Append the records of ``jsonl`` that ``out_dir`` lacks; rewrite the card; return what changed.
 
-    ``eval_filter`` (a ``public_prompts.EvaluationFilter``) is checked against every new record's prompt text:
+    ``eval_filter`` (a ``prompts.public.EvaluationFilter``) is checked against every new record's prompt text:
     a record overlapping an evaluation set is refused (it must not have been generated at all). Records are
     validated against ``settings.vocab_size``; a dataset written with 16-bit ids refuses a larger vocabulary.
     """
@@ -313,7 +313,7 @@ def _size_category(n: int) -> str:
 
 def dataset_card(out_dir: str | Path, settings: ExportSettings) -> str:
     """The dataset card (README.md), computed from the shards and ``settings``; deterministic."""
-    from .public_prompts import MT_BENCH, PACKAGES, PREFIX_CHARS, SHINGLE_WORDS
+    from .prompts.public import MT_BENCH, PACKAGES, PREFIX_CHARS, SHINGLE_WORDS
 
     out = Path(out_dir)
     per_source: dict[str, Counter[str]] = {}
@@ -429,7 +429,7 @@ def dataset_card(out_dir: str | Path, settings: ExportSettings) -> str:
         "",
         (f"Every public prompt was dropped at generation time if it shares a run of {SHINGLE_WORDS} words, or its "
          f"first {PREFIX_CHARS} characters, with any turn of these evaluation sets: {excluded}. Texts are compared "
-         "lower-cased and reduced to letters and digits (`oneiro_hf/training/public_prompts.py`). Spec-Bench includes MT-bench, WMT14 de-en, "
+         "lower-cased and reduced to letters and digits (`oneiro_hf/training/prompts/public.py`). Spec-Bench includes MT-bench, WMT14 de-en, "
          "CNN/DailyMail, Natural Questions, GSM8K and DPR questions, so those turns are covered by its file. "
          f"Re-checked against the same sets at export, with the prompt text of the generation file: "
          f"{settings.prompts_rechecked} of {n} records, no overlap."),
@@ -598,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
         settings.prompt_plan = _prompt_plan(prompt_list)
     eval_filter = None
     if not args.no_overlap_check:
-        from .public_prompts import evaluation_filter
+        from .prompts.public import evaluation_filter
 
         try:
             eval_filter = evaluation_filter(tuple(str(p) for p in exclude_paths))
