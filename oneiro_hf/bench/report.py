@@ -1,16 +1,12 @@
 """Scoring, summary and report of an oneiro-bench run: summary.json, report.md and PNG plots.
 
-Quality against greedy
+Quality (the ``evaluate`` modules shipped in ``oneiro_hf/metrics``, loaded by path, offline)
     ``rouge_l_vs_greedy`` is the ROUGE-L F1 of each answer turn against plain greedy's turn, averaged
-    over turns, then over questions. ``exact_match_vs_greedy`` is the share of turns whose text equals
-    greedy's exactly. These are what the ``evaluate`` library's ``rouge`` and ``exact_match`` metrics
-    compute, but ``evaluate.load(...)`` fetches each metric's script from the model hub, which this
-    machine cannot reach (it fails offline with "Couldn't find a module script"). So ROUGE-L is computed
-    directly with the ``rouge_score`` package, which is what evaluate's ``rouge`` metric wraps (same
-    defaults: ``RougeScorer(["rougeL"], use_stemmer=False)``), and exact match is plain string equality,
-    which is evaluate's ``exact_match`` with its default arguments.
+    over turns, then over questions; ``exact_match_vs_greedy`` is the share of turns whose text equals
+    greedy's (both ``spec_fidelity``). ``identical_to_greedy`` is the share of answers whose token ids equal
+    greedy's in every turn (``token_identity``; text equality for records without ids).
 
-Task scores (only where the Spec-Bench questions file carries references)
+Task scores (``spec_task_score``, only where the Spec-Bench questions file carries references)
     * ``math_reasoning`` (GSM8K): the last number in the answer equals the number after ``####`` in
       the reference solution (``answer_accuracy``).
     * ``rag`` (Natural Questions with retrieved passages): the normalised answer contains one of the
@@ -30,11 +26,8 @@ Speculative steps
 
 from __future__ import annotations
 
-import re
 import statistics
-import string
 from collections import Counter
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -64,79 +57,39 @@ def is_relaxed(method: str) -> bool:
 
 
 # ------------------------------------------------------------------------------------------- metrics
-@lru_cache(maxsize=1)
-def _rouge_scorer():
-    from rouge_score import rouge_scorer
-
-    return rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
-
-
-def rouge_l(prediction: str, reference: str) -> float:
-    """ROUGE-L F1 (rouge_score's tokenizer: lowercase ASCII words); two texts without words score 1 if equal."""
-    if prediction == reference:
-        return 1.0
-    score = _rouge_scorer().score(reference, prediction)["rougeL"]
-    return float(score.fmeasure)
-
-
-def exact_match(prediction: str, reference: str) -> float:
-    return 1.0 if prediction == reference else 0.0
-
-
-def _squad_normalize(text: str) -> str:
-    text = text.lower()
-    text = "".join(ch for ch in text if ch not in set(string.punctuation))
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
-
-
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def _to_number(text: str) -> float | None:
-    try:
-        return float(text.replace(",", "").rstrip("."))
-    except ValueError:
+def _task_reference(category: str, reference: Any) -> Any:
+    """The first reference of a Spec-Bench question in the form ``spec_task_score`` takes, or None."""
+    if not reference:
         return None
+    first = reference[0] if isinstance(reference, list) else reference
+    if category == "rag":
+        aliases = first if isinstance(first, list) else [first]
+        return [str(a) for a in aliases]
+    return first if isinstance(first, str) else None
 
 
-def last_number(text: str) -> float | None:
-    """The last number written in `text` (commas as thousands separators), or None."""
-    found = _NUMBER.findall(text)
-    return _to_number(found[-1]) if found else None
+def task_scores(category: str, answers: list[list[str]], references: list[Any]) -> list[float | None]:
+    """Per answer (its turns), the category's task score against its Spec-Bench reference, or None."""
+    from .. import metrics
 
-
-def gsm8k_reference_answer(reference: str) -> float | None:
-    """The final answer of a GSM8K solution: the number after '####'."""
-    if "####" not in reference:
-        return None
-    return last_number(reference.split("####")[-1])
+    if category not in TASK_METRICS:
+        return [None] * len(answers)
+    usable = [i for i, (a, r) in enumerate(zip(answers, references)) if a and _task_reference(category, r)]
+    scores: list[float | None] = [None] * len(answers)
+    if usable:
+        result = metrics.load("spec_task_score", category).compute(
+            predictions=[answers[i][0] for i in usable],
+            references=[_task_reference(category, references[i]) for i in usable],
+            per_example=True,
+        )
+        for i, score in zip(usable, result["scores"]):
+            scores[i] = score
+    return scores
 
 
 def task_score(category: str, answer_turns: list[str], reference: Any) -> float | None:
     """Score of one answer against its Spec-Bench reference, or None if the category/reference isn't scored."""
-    metric = TASK_METRICS.get(category)
-    if metric is None or not reference or not answer_turns:
-        return None
-    first_ref = reference[0] if isinstance(reference, list) else reference
-    answer = answer_turns[0]
-    if metric == "answer_accuracy":
-        if not isinstance(first_ref, str):
-            return None
-        want, got = gsm8k_reference_answer(first_ref), last_number(answer)
-        if want is None:
-            return None
-        return 1.0 if got is not None and abs(got - want) < 1e-6 else 0.0
-    if metric == "contains_answer":
-        aliases = first_ref if isinstance(first_ref, list) else [first_ref]
-        norm = _squad_normalize(answer)
-        aliases = [_squad_normalize(str(a)) for a in aliases if str(a).strip()]
-        if not aliases:
-            return None
-        return 1.0 if any(a and a in norm for a in aliases) else 0.0
-    if not isinstance(first_ref, str):
-        return None
-    return rouge_l(answer, first_ref)
+    return task_scores(category, [answer_turns], [reference])[0]
 
 
 # ------------------------------------------------------------------------------------------- summary
@@ -148,14 +101,52 @@ def _turn_ids(rec: dict) -> list | None:
     return _choice(rec).get("output_ids")
 
 
-def same_as_greedy(rec: dict, greedy_rec: dict | None) -> bool | None:
-    """Token-exact when both records hold output ids, else text-exact; None without a greedy answer."""
-    if greedy_rec is None:
-        return None
-    a, b = _turn_ids(rec), _turn_ids(greedy_rec)
-    if a is not None and b is not None:
-        return a == b
-    return _choice(rec)["turns"] == _choice(greedy_rec)["turns"]
+def identical_to_greedy(rows: list[dict], greedy_by_id: dict) -> list[bool | None]:
+    """Per row: its token ids equal greedy's in every turn (``token_identity``); text-exact for records without
+    ids; None without a greedy answer."""
+    from .. import metrics
+
+    result: list[bool | None] = [None] * len(rows)
+    preds, refs, owner = [], [], []
+    for i, rec in enumerate(rows):
+        g = greedy_by_id.get(rec["question_id"])
+        if g is None:
+            continue
+        a, b = _turn_ids(rec), _turn_ids(g)
+        if a is None or b is None or len(a) != len(b):
+            result[i] = _choice(rec)["turns"] == _choice(g)["turns"] if a is None or b is None else False
+            continue
+        result[i] = True
+        preds += a
+        refs += b
+        owner += [i] * len(a)
+    if preds:
+        same = metrics.load("token_identity").compute(predictions=preds, references=refs, per_example=True)
+        for i, ok in zip(owner, same["identical_per_example"]):
+            result[i] = result[i] and ok
+    return result
+
+
+def fidelity_to_greedy(rows: list[dict], greedy_by_id: dict) -> tuple[list[float], list[float]]:
+    """ROUGE-L F1 per question (mean over its turns) and exact match per turn against greedy (``spec_fidelity``)."""
+    from .. import metrics
+
+    preds, refs, owner = [], [], []
+    for i, rec in enumerate(rows):
+        g = greedy_by_id.get(rec["question_id"])
+        if g is None:
+            continue
+        pairs = list(zip(_choice(rec)["turns"], _choice(g)["turns"]))
+        preds += [a for a, _ in pairs]
+        refs += [b for _, b in pairs]
+        owner += [i] * len(pairs)
+    if not preds:
+        return [], []
+    result = metrics.load("spec_fidelity").compute(predictions=preds, references=refs, per_example=True)
+    per_question: dict[int, list[float]] = {}
+    for i, score in zip(owner, result["rouge_l_per_example"]):
+        per_question.setdefault(i, []).append(score)
+    return [statistics.fmean(v) for v in per_question.values()], result["exact_match_per_example"]
 
 
 def acceptance_by_position(draft_lengths: list[int], accepted: list[int], max_pos: int = MAX_POSITIONS) -> list:
@@ -195,16 +186,8 @@ def method_block(rows: list[dict], greedy_by_id: dict, questions: dict | None, c
     g_wall = sum(sum(_choice(r)["wall_time"]) for r in matched_greedy)
     acc = [a for r in rows for a in _choice(r).get("accept_lengths", [])]
     draft_s = sum(r.get("draft_time_s", 0.0) for r in rows)
-    same = [s for s in (same_as_greedy(r, greedy_by_id.get(r["question_id"])) for r in rows) if s is not None]
-    rouge, em = [], []
-    for r in rows:
-        g = greedy_by_id.get(r["question_id"])
-        if g is None:
-            continue
-        pairs = list(zip(_choice(r)["turns"], _choice(g)["turns"]))
-        if pairs:
-            rouge.append(statistics.fmean(rouge_l(a, b) for a, b in pairs))
-            em.extend(exact_match(a, b) for a, b in pairs)
+    same = [s for s in identical_to_greedy(rows, greedy_by_id) if s is not None]
+    rouge, em = fidelity_to_greedy(rows, greedy_by_id)
     drafted, accepted = _steps(rows)
     tps = tokens / wall if wall else 0.0
     g_tps = g_tokens / g_wall if g_wall else 0.0
@@ -222,12 +205,12 @@ def method_block(rows: list[dict], greedy_by_id: dict, questions: dict | None, c
         "acceptance_rate": sum(accepted) / sum(drafted) if sum(drafted) else None,
     }
     if category is not None and questions is not None and category in TASK_METRICS:
-        scores = []
-        for r in rows:
-            q = questions.get(r["question_id"], {})
-            s = task_score(category, _choice(r)["turns"], q.get("reference"))
-            if s is not None:
-                scores.append(s)
+        found = task_scores(
+            category,
+            [_choice(r)["turns"] for r in rows],
+            [questions.get(r["question_id"], {}).get("reference") for r in rows],
+        )
+        scores = [s for s in found if s is not None]
         block["task_score"] = (
             {"metric": TASK_METRICS[category], "score": _mean(scores), "n": len(scores)} if scores else None
         )
@@ -296,7 +279,7 @@ def summarize(records: dict[str, list[dict]], questions: dict | None = None) -> 
             entry["categories"][cat] = method_block(cat_rows, greedy_by_id, questions, cat)
         summary["methods"][method] = entry
         if is_lossless(method) and method != "greedy":
-            bad = [r["question_id"] for r in rows if same_as_greedy(r, greedy_by_id.get(r["question_id"])) is False]
+            bad = [r["question_id"] for r, same in zip(rows, identical_to_greedy(rows, greedy_by_id)) if same is False]
             if bad:
                 summary["lossless_violations"].append(method)
                 violations[method] = bad
