@@ -27,6 +27,7 @@ class OneiroDrafterConfig(PretrainedConfig):
         target_config: dict[str, Any] | None = None,
         base_model_name_or_path: str | None = None,
         base_model_revision: str | None = None,
+        base_model_fingerprint: dict[str, Any] | None = None,
         target_architecture: str | None = None,
         hidden_size: int | None = None,
         vocab_size: int | None = None,
@@ -52,6 +53,8 @@ class OneiroDrafterConfig(PretrainedConfig):
         self.target_config = target_config
         self.base_model_name_or_path = base_model_name_or_path
         self.base_model_revision = base_model_revision
+        # a sample of the base weights (oneiro_hf.identity): what binding compares, instead of names or paths
+        self.base_model_fingerprint = base_model_fingerprint
         self.target_architecture = target_architecture
         self.hidden_size = hidden_size
         self.vocab_size = vocab_size

@@ -28,6 +28,14 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from .compat import check_transformers_version
 from .configuration_oneiro import DRAFT_MODES, OneiroDrafterConfig
+from .identity import (
+    canonical_model_id,
+    compare_fingerprint,
+    compute_fingerprint,
+    fingerprinted_tensors,
+    warn_unfingerprinted,
+    weights_source,
+)
 from .kv_cache import DrafterKVCache
 from .verification import validate_verification_settings
 
@@ -48,6 +56,11 @@ class TargetDifference:
             return (
                 f"base model: drafter was made from '{self.drafter_value}', target is '{self.target_value}' "
                 "(pass allow_base_model_mismatch=True to bind to a fine-tune of the same base on purpose)"
+            )
+        if self.field == "base_weights":
+            return (
+                f"base weights: the target's weights differ from those of {self.drafter_value}, which the drafter "
+                f"was trained on, in {self.target_value}"
             )
         if self.field == "architecture":
             return f"architecture: drafter expects {self.drafter_value}, target is {self.target_value}"
@@ -83,8 +96,11 @@ class DrafterTargetMismatch(ValueError):
             f"use a drafter trained for '{target_name}' (oneiro-train --target <it>), or build an untrained one "
             "with OneiroDrafter.from_target(model)"
         )
-        if all(d.field == "base_model" for d in self.differences):
-            fix = "pass allow_base_model_mismatch=True if the target is a fine-tune of the same base, or " + fix
+        if all(d.field in ("base_model", "base_weights") for d in self.differences):
+            fix = (
+                "pass allow_base_model_mismatch=True if the target is a fine-tune of the same base (the output "
+                "stays lossless; fewer drafts may be accepted), or " + fix
+            )
         super().__init__(
             f"This drafter{which} was made for another target than '{target_name}':\n  - {lines}\nFix: {fix}."
         )
@@ -106,10 +122,17 @@ def target_differences(
             found.append(TargetDifference(field, expected, actual))
     if config.target_architecture and config.target_architecture != type(model).__name__:
         found.append(TargetDifference("architecture", config.target_architecture, type(model).__name__))
-    recorded, actual_name = config.base_model_name_or_path, getattr(model, "name_or_path", None)
-    want, have = _model_identity(recorded), _model_identity(actual_name)
-    if not allow_base_model_mismatch and want and have and want != have:
-        found.append(TargetDifference("base_model", recorded, actual_name))
+    if found or allow_base_model_mismatch or not config.base_model_fingerprint:
+        return found  # shapes differ (sampling would compare unrelated values), or the weights are not checked
+    tensors = fingerprinted_tensors(model, OneiroDrafter._base_model(model), config.interval)
+    differing = compare_fingerprint(config.base_model_fingerprint, tensors)
+    if differing:
+        shown = ", ".join(d.describe() for d in differing[:4])
+        more = f" and {len(differing) - 4} more" if len(differing) > 4 else ""
+        where = f"{len(differing)} of {len(config.base_model_fingerprint['tensors'])} sampled tensors: {shown}{more}"
+        base = config.base_model_name_or_path or "the base model"
+        source = config.base_model_fingerprint.get("source")
+        found.append(TargetDifference("base_weights", f"{base} ({source})" if source else base, where))
     return found
 
 
@@ -272,7 +295,7 @@ class OneiroDrafter(PreTrainedModel):
             raise TypeError(f"unknown drafter settings {sorted(unknown)}")
         config = OneiroDrafterConfig(
             target_config=text_config.to_dict(),
-            base_model_name_or_path=getattr(model, "name_or_path", None) or None,
+            base_model_name_or_path=canonical_model_id(model),
             base_model_revision=getattr(model.config, "_commit_hash", None),
             target_architecture=type(model).__name__,
             hidden_size=text_config.hidden_size,
@@ -280,6 +303,9 @@ class OneiroDrafter(PreTrainedModel):
             num_target_layers=num_layers,
             interval=(start, end),
             draft_vocab_size=None if draft_vocab_ids is None else int(draft_vocab_ids.numel()),
+            base_model_fingerprint=compute_fingerprint(
+                fingerprinted_tensors(model, cls._base_model(model), (start, end)), source=weights_source(model)
+            ),
             **draft_settings,
         )
         drafter = cls(config)
@@ -389,6 +415,8 @@ class OneiroDrafter(PreTrainedModel):
     def check_target(self, model: PreTrainedModel, allow_base_model_mismatch: bool = False) -> None:
         """Raise DrafterTargetMismatch naming every field in which `model` differs from the recorded target."""
         differences = target_differences(self.config, model, allow_base_model_mismatch=allow_base_model_mismatch)
+        if not differences and not allow_base_model_mismatch and not self.config.base_model_fingerprint:
+            warn_unfingerprinted(self.name_or_path or None)
         if differences:
             raise DrafterTargetMismatch(differences, drafter_name=self.name_or_path or None, target=model)
 

@@ -77,6 +77,7 @@ class ReferenceModelSpec:
     sha256: str | None
     has_chat_template: bool
     architecture: str
+    hub_id: str  # the model's canonical Hub id: what the loaded model is named, and what drafters record
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -101,6 +102,7 @@ REFERENCE_MODELS: dict[str, ReferenceModelSpec] = {
             sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             has_chat_template=True,
             architecture="LlamaForCausalLM",
+            hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
         ),
         ReferenceModelSpec(
             name="qwen2.5-coder-0.5b-instruct",
@@ -112,6 +114,7 @@ REFERENCE_MODELS: dict[str, ReferenceModelSpec] = {
             sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             has_chat_template=True,
             architecture="Qwen2ForCausalLM",
+            hub_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
         ),
         ReferenceModelSpec(
             name="gemma-3-270m",
@@ -125,6 +128,7 @@ REFERENCE_MODELS: dict[str, ReferenceModelSpec] = {
             sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
             has_chat_template=False,
             architecture="Gemma3ForCausalLM",
+            hub_id="google/gemma-3-270m",
         ),
     )
 }
@@ -365,6 +369,11 @@ def load_reference_model(
     model.to(device)
     materialize_parameters(model)
     model.eval()
+    # named by the Hub id of the model it is a copy of (drafters record it), and marked as the reference copy
+    spec = get_spec(name)
+    model.config._name_or_path = spec.hub_id
+    model.name_or_path = spec.hub_id
+    model.config.oneiro_reference = spec.name
     return model, tokenizer
 
 

@@ -70,22 +70,14 @@ def test_drafter_for_another_architecture(saved_llama):
 
 def test_drafter_for_another_base_model(saved_llama):
     _, path = saved_llama
-    finetune = make_model("llama", name="org/base-b")
-    with pytest.raises(DrafterTargetMismatch, match="base model") as info:
+    finetune = make_model("llama", seed=1, name="org/base-a")  # same name and shapes, other weights
+    with pytest.raises(DrafterTargetMismatch, match="base weights") as info:
         OneiroDrafter.from_pretrained(path, target=finetune)
-    assert "org/base-a" in str(info.value) and "org/base-b" in str(info.value)
+    assert "org/base-a" in str(info.value)
     assert "allow_base_model_mismatch" in str(info.value)
     # opting in binds it
     drafter = OneiroDrafter.from_pretrained(path, target=finetune, allow_base_model_mismatch=True)
     assert drafter.target is finetune
-
-
-def test_base_name_is_compared_by_org_and_name():
-    model = make_model("llama", name="org/base-a")
-    drafter = OneiroDrafter.from_target(model)
-    drafter.bind(make_model("llama", name="/mnt/cache/ORG/Base-A/"))  # a local copy of the same repo
-    with pytest.raises(DrafterTargetMismatch, match="base model"):
-        drafter.bind(make_model("llama", name="other-org/base-a"))  # same name, another organisation
 
 
 def test_drafter_bound_to_another_instance():

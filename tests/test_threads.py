@@ -111,7 +111,7 @@ def test_rebinding_moves_the_drafter_to_the_new_target():
     model_a, model_b = _target(0), _target(1)
     drafter = OneiroDrafter.from_target(model_a)
     ids = random_prompt(6, seed=2)
-    drafter.bind(model_b)
+    drafter.bind(model_b, allow_base_model_mismatch=True)
     assert drafter.target is model_b
     out_b = greedy(model_b, ids, 12, assistant_model=drafter, oneiro_cost_aware=False)
     assert torch.equal(out_b, greedy(model_b, ids, 12))
@@ -125,7 +125,7 @@ def test_copy_for_gives_an_independent_drafter_for_another_target():
     drafter = OneiroDrafter.from_target(model_a, max_draft_tokens=3)
     ids = random_prompt(7, seed=3)
     greedy(model_a, ids, 10, assistant_model=drafter)  # let it learn a policy to copy
-    twin = drafter.copy_for(model_b)
+    twin = drafter.copy_for(model_b, allow_base_model_mismatch=True)
     assert twin is not drafter and twin.target is model_b and drafter.target is model_a
     assert twin.config.max_draft_tokens == 3
     # same weights, separate storage: changing one leaves the other alone
@@ -190,7 +190,7 @@ def test_binding_a_drafter_that_is_generating_in_another_thread_is_refused():
         assert gate.entered.wait(WAIT_S)
         readout = drafter._bound.readout_weight
         with pytest.raises(DrafterBusy, match="while it is generating in another thread") as info:
-            drafter.bind(model_b)
+            drafter.bind(model_b, allow_base_model_mismatch=True)
         assert "copy_for" in str(info.value)
         with pytest.raises(DrafterBusy):
             drafter.refresh_readout()
@@ -199,7 +199,7 @@ def test_binding_a_drafter_that_is_generating_in_another_thread_is_refused():
     finally:
         gate.release.set()
     assert torch.equal(first.outcome(), expected)
-    drafter.bind(model_b)  # allowed once the call is over
+    drafter.bind(model_b, allow_base_model_mismatch=True)  # allowed once the call is over
     assert drafter.target is model_b
 
 

@@ -1,0 +1,211 @@
+"""Which base model a drafter belongs to, told by the base model's weights rather than by its name or path.
+
+A drafter records two things about the model it was made from (docs/hub.md, "Which targets a drafter accepts"):
+
+* `base_model_name_or_path`: the base model's canonical Hub id when it is known (a Hub id the model was loaded
+  by, or the id of an oneiro-hf reference model), else the name it was loaded by. Informational only: it names
+  the base in messages and model cards, and is never compared.
+* `base_model_fingerprint`: a fixed, deterministic sample of the base weights the drafter depends on (the input
+  embedding, the copied decoder layers, the final norm and an untied LM head), `SAMPLES_PER_TENSOR` values per
+  tensor, stored as bfloat16.
+
+Binding compares the fingerprint with the same sample taken from the target. The tolerance rule: every sampled
+value must agree within one bfloat16 step, |a - b| <= 2**-7 * max(|a|, |b|) + 1e-6, after both are rounded to
+bfloat16. A copy of the same weights in float32, bfloat16 or float16, on any device, therefore matches; weights
+that were fine-tuned, re-quantized or otherwise changed by more than bfloat16 rounding do not.
+
+Sampling costs one gather of 64 values per tensor (about 20 tensors), so binding stays cheap.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+FINGERPRINT_VERSION = 1
+SAMPLES_PER_TENSOR = 64
+CANONICAL_DTYPE = torch.bfloat16
+RELATIVE_TOLERANCE = 2.0**-7  # one bfloat16 step (8 significant bits)
+ABSOLUTE_TOLERANCE = 1e-6  # float16 flushes values this small to zero
+_STRIDE = 2654435761  # a large odd multiplier: spreads the sample over the whole flattened tensor
+
+
+def sample_indices(numel: int, count: int = SAMPLES_PER_TENSOR) -> torch.Tensor:
+    """(count,) int64 indices into a flattened tensor of `numel` values; depends on `numel` only."""
+    return torch.tensor([(k * _STRIDE + 97) % numel for k in range(count)], dtype=torch.long)
+
+
+def fingerprinted_tensors(
+    model: nn.Module, decoder: nn.Module, interval: tuple[int, int] | list[int]
+) -> dict[str, torch.Tensor]:
+    """The base weights a drafter for layers `interval` of `model` depends on, by a name independent of the model.
+
+    decoder: the model's decoder (with `.layers` and `.norm`), found by the caller.
+    """
+    embedding = model.get_input_embeddings().weight
+    tensors: dict[str, torch.Tensor] = {"embed_tokens": embedding}
+    start, end = interval
+    for i in range(start, end):
+        for name, param in decoder.layers[i].named_parameters():
+            tensors[f"layers.{i}.{name}"] = param
+    for name, param in decoder.norm.named_parameters():
+        tensors[f"norm.{name}"] = param
+    head = model.get_output_embeddings()
+    if head is not None and head.weight is not embedding:
+        tensors["lm_head"] = head.weight
+    return tensors
+
+
+def _encode(values: torch.Tensor) -> str:
+    return base64.b64encode(values.to(CANONICAL_DTYPE).view(torch.int16).numpy().tobytes()).decode("ascii")
+
+
+def _decode(text: str) -> torch.Tensor:
+    raw = bytearray(base64.b64decode(text.encode("ascii")))
+    return torch.frombuffer(raw, dtype=torch.int16).view(CANONICAL_DTYPE).to(torch.float32)
+
+
+def _sample(tensor: torch.Tensor) -> torch.Tensor | None:
+    """The canonical sample of one tensor, or None where its values cannot be read (meta, quantized, sharded)."""
+    if tensor.is_meta or not tensor.is_floating_point() or type(tensor) not in (torch.Tensor, nn.Parameter):
+        return None
+    flat = tensor.detach().reshape(-1)
+    values = flat[sample_indices(flat.numel()).to(flat.device)]
+    return values.to(device="cpu", dtype=torch.float32).to(CANONICAL_DTYPE)
+
+
+def compute_fingerprint(tensors: dict[str, torch.Tensor], source: str | None = None) -> dict[str, Any]:
+    """The JSON-ready fingerprint of `tensors` (see the module docstring); `source` says what the weights were."""
+    samples = {}
+    for name, tensor in tensors.items():
+        values = _sample(tensor)
+        if values is None:
+            raise ValueError(
+                f"cannot read the values of {name} ({tensor.dtype}, {tensor.device}) to fingerprint the base model. "
+                "Fix: make the drafter from a target whose weights are loaded in memory (not offloaded or quantized)."
+            )
+        samples[name] = _encode(values)
+    fingerprint: dict[str, Any] = {
+        "version": FINGERPRINT_VERSION,
+        "dtype": str(CANONICAL_DTYPE).replace("torch.", ""),
+        "samples_per_tensor": SAMPLES_PER_TENSOR,
+        "tensors": samples,
+        "shapes": {name: list(tensor.shape) for name, tensor in tensors.items()},
+    }
+    if source:
+        fingerprint["source"] = source
+    return fingerprint
+
+
+@dataclass(frozen=True)
+class WeightDifference:
+    """How the target's sample of one tensor differs from the recorded one."""
+
+    tensor: str
+    differing: int  # sampled values outside the tolerance (-1: the tensor is missing or unreadable)
+    sampled: int
+    max_relative: float
+
+    def describe(self) -> str:
+        if self.differing < 0:
+            return f"{self.tensor} (missing, unreadable or of another shape in the target)"
+        return f"{self.tensor} ({self.differing} of {self.sampled} values, up to {self.max_relative:.2g} relative)"
+
+
+def compare_fingerprint(recorded: dict[str, Any], tensors: dict[str, torch.Tensor]) -> list[WeightDifference]:
+    """Every fingerprinted tensor whose sample in `tensors` differs from `recorded` beyond the tolerance."""
+    if int(recorded.get("version", 0)) != FINGERPRINT_VERSION:
+        raise ValueError(
+            f"base_model_fingerprint has version {recorded.get('version')!r}; this oneiro-hf reads version "
+            f"{FINGERPRINT_VERSION}. Fix: pip install --upgrade oneiro-hf."
+        )
+    found = []
+    for name, text in sorted(recorded["tensors"].items()):
+        expected = _decode(text)
+        tensor = tensors.get(name)
+        actual = _sample(tensor) if tensor is not None and tensor.numel() > 0 else None
+        if actual is None:
+            found.append(WeightDifference(name, -1, expected.numel(), float("inf")))
+            continue
+        shape = recorded.get("shapes", {}).get(name)
+        if shape is not None and list(tensor.shape) != list(shape):
+            found.append(WeightDifference(name, -1, expected.numel(), float("inf")))
+            continue
+        actual = actual.to(torch.float32)
+        scale = torch.maximum(expected.abs(), actual.abs())
+        gap = (expected - actual).abs()
+        bad = gap > RELATIVE_TOLERANCE * scale + ABSOLUTE_TOLERANCE
+        if bool(bad.any()):
+            relative = float((gap / scale.clamp_min(ABSOLUTE_TOLERANCE)).max())
+            found.append(WeightDifference(name, int(bad.sum()), expected.numel(), relative))
+    return found
+
+
+_warned_unfingerprinted: set[str] = set()
+
+
+def warn_unfingerprinted(drafter_name: str | None) -> None:
+    """Say once per drafter that an old checkpoint without a fingerprint is bound without a weights check."""
+    key = drafter_name or "<unnamed drafter>"
+    if key in _warned_unfingerprinted:
+        return
+    _warned_unfingerprinted.add(key)
+    warnings.warn(
+        f"The drafter {key} records no base_model_fingerprint (saved by an older oneiro-hf), so only the target's "
+        "architecture and shapes are checked, not its weights. Fix: re-save it with drafter.save_pretrained(...) "
+        "while it is bound to the model it was trained on; the new checkpoint carries the fingerprint.",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
+def _reference_name(model: nn.Module) -> str | None:
+    """The oneiro-hf reference model `model` was loaded as (by name, or from its cache directory), if any."""
+    config = getattr(model, "config", None)
+    reference = getattr(config, "oneiro_reference", None)  # set by reference_models.load_reference_model
+    if reference:
+        return str(reference)
+    name = getattr(model, "name_or_path", None) or getattr(config, "_name_or_path", None)
+    marker = Path(str(name)).expanduser() / "oneiro_reference.json" if name else None
+    if marker is None or not marker.is_file():
+        return None
+    try:
+        return str(json.loads(marker.read_text())["name"])
+    except (ValueError, KeyError, OSError):
+        return None
+
+
+def canonical_model_id(model: nn.Module) -> str | None:
+    """The base model's Hub id where it can be known, else the name it was loaded by (None if it has none).
+
+    An oneiro-hf reference model, loaded by name or from its cache directory, is named by its Hub id.
+    """
+    reference = _reference_name(model)
+    if reference is not None:
+        from .reference_models import get_spec
+
+        return get_spec(reference).hub_id
+    config = getattr(model, "config", None)
+    name = getattr(model, "name_or_path", None) or getattr(config, "_name_or_path", None)
+    return str(name) if name else None
+
+
+def weights_source(model: nn.Module) -> str | None:
+    """Where the base weights came from, when they are an oneiro-hf reference copy (else None)."""
+    reference = _reference_name(model)
+    if reference is None:
+        return None
+    from .reference_models import get_spec
+
+    spec = get_spec(reference)
+    return (
+        f"the oneiro-hf reference copy '{spec.name}' of {spec.hub_id} ({spec.gguf_file} dequantized to float32; "
+        f"python -m oneiro_hf.reference_models fetch {spec.name})"
+    )
