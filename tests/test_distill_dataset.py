@@ -18,14 +18,12 @@ from oneiro_hf.training.cli import main as cli_main
 from oneiro_hf.training.distill_dataset import (
     ExportSettings,
     export_jsonl,
-    load_distill_records,
     parse_generation_log,
     read_settings,
 )
-from oneiro_hf.training.distill_dataset import (
-    main as export_main,
-)
+from oneiro_hf.training.distill_dataset import main as export_main
 from oneiro_hf.training.prompts.public import EvaluationFilter
+from oneiro_hf.training.records import load_dataset_records, load_records
 
 VOCAB = 96
 
@@ -69,7 +67,7 @@ def test_round_trip_jsonl_dataset_training_records(tmp_path):
         "train-00000.parquet", "train-00001.parquet", "train-00002.parquet"]
 
     expected = without_prompt(feat.load_records(tmp_path / "gen.jsonl", vocab_size=VOCAB))
-    assert load_distill_records(out, vocab_size=VOCAB) == expected
+    assert load_dataset_records(out, vocab_size=VOCAB) == expected
     assert feat.load_records(out, vocab_size=VOCAB) == expected  # what oneiro-train --data calls
 
     ds = datasets.load_dataset(str(out), split="train", cache_dir=str(tmp_path / "hf-cache"))
@@ -123,8 +121,8 @@ def test_export_is_incremental_and_idempotent(tmp_path):
     assert export_jsonl(jsonl, out, settings(), shard_records=4).shards_written == ["train-00002.parquet"]
     assert (out / "data" / "train-00000.parquet").read_bytes() == before[out / "data" / "train-00000.parquet"]
     export_jsonl(jsonl, tmp_path / "fresh", settings(), shard_records=4)
-    assert load_distill_records(out) == load_distill_records(tmp_path / "fresh")
-    assert [r["id"] for r in load_distill_records(out)] == [r["id"] for r in first + rest] + [
+    assert load_records(out) == load_records(tmp_path / "fresh")
+    assert [r["id"] for r in load_records(out)] == [r["id"] for r in first + rest] + [
         r["id"] for r in make_records(2, seed=2, start=9)]
 
 
@@ -136,7 +134,7 @@ def test_large_vocabulary_uses_uint32(tmp_path):
     export_jsonl(tmp_path / "gen.jsonl", tmp_path / "big", settings(big))
     schema = pq.read_schema(tmp_path / "big" / "data" / "train-00000.parquet")
     assert str(schema.field("input_ids").type) == "list<element: uint32>"
-    assert load_distill_records(tmp_path / "big")[0]["output_ids"] == [big - 1, 65_536, 65_535]
+    assert load_records(tmp_path / "big")[0]["output_ids"] == [big - 1, 65_536, 65_535]
     assert "list: uint32" in (tmp_path / "big" / "README.md").read_text()
 
     small = make_records(2)
@@ -156,12 +154,12 @@ def test_bad_inputs_name_the_fix(tmp_path):
     with pytest.raises(feat.DataFileError, match="outside the target's vocabulary.*Fix"):
         export_jsonl(tmp_path / "gen.jsonl", tmp_path / "ds2", settings(10))
     with pytest.raises(feat.DataFileError, match="outside the target's vocabulary.*Fix"):
-        load_distill_records(tmp_path / "ds", vocab_size=10)
+        load_records(tmp_path / "ds", vocab_size=10)
     with pytest.raises(feat.DataFileError, match="does not exist. Fix: pass --data"):
         feat.load_records(tmp_path / "nowhere")
     with pytest.raises(feat.DataFileError, match="could not load.*Fix"):
         (tmp_path / "empty").mkdir()
-        load_distill_records(tmp_path / "empty")  # a directory holding no dataset
+        load_records(tmp_path / "empty")  # a directory holding no dataset
 
     overlapping = make_records(2, start=20)
     overlapping[1]["prompt"] = "Compose an engaging travel blog post about a recent trip to Hawaii, please"
@@ -169,12 +167,12 @@ def test_bad_inputs_name_the_fix(tmp_path):
     mt_bench_like = EvaluationFilter(["Compose an engaging travel blog post about a recent trip to Hawaii."])
     with pytest.raises(feat.DataFileError, match="1 new records.*overlap an evaluation set.*Fix: regenerate"):
         export_jsonl(tmp_path / "gen.jsonl", tmp_path / "ds", settings(), eval_filter=mt_bench_like)
-    assert len(load_distill_records(tmp_path / "ds")) == 3  # nothing was written
+    assert len(load_records(tmp_path / "ds")) == 3  # nothing was written
 
     cols = tmp_path / "cols"
     datasets.Dataset.from_dict({"id": ["a"], "tokens": [[1, 2]]}).save_to_disk(str(cols))
     with pytest.raises(feat.DataFileError, match=r"lacks columns \['input_ids', 'output_ids'\].*Fix"):
-        load_distill_records(cols)
+        load_records(cols)
 
 
 def test_cli_card_states_settings_throughput_and_filter(tmp_path, capsys):

@@ -88,7 +88,6 @@ KNOWN_CYCLES = [
     ["oneiro_hf", "oneiro_hf.checkpoint", "oneiro_hf.configuration_oneiro", "oneiro_hf.hub",
      "oneiro_hf.integration", "oneiro_hf.modeling_oneiro"],
     ["oneiro_hf.training.cli", "oneiro_hf.training.onpolicy"],
-    ["oneiro_hf.training.distill_dataset", "oneiro_hf.training.features"],
 ]
 
 

@@ -17,7 +17,7 @@ The export is incremental and idempotent: records whose id is already in the dat
 fill up the last shard and then new shards, so earlier shards never change (a git history of snapshots
 stores each record once). Re-running it while generation is still appending picks up what was added.
 
-``load_distill_records`` reads such a directory (``datasets.load_dataset``), a ``save_to_disk`` copy
+``records.load_records`` reads such a directory (``datasets.load_dataset``), a ``save_to_disk`` copy
 (``datasets.load_from_disk``) or a Hub dataset id into the records ``oneiro-train`` trains on.
 
 CLI::
@@ -37,14 +37,13 @@ import os
 import platform
 import re
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .features import DataFileError, _check_ids, load_records
+from .records import DataFileError, load_records
 
 logger = logging.getLogger(__name__)
 
@@ -452,79 +451,6 @@ def dataset_card(out_dir: str | Path, settings: ExportSettings) -> str:
         )
     lines.append("")
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------- loading
-def _is_saved_dataset(path: Path) -> bool:
-    """A ``save_to_disk`` directory (Dataset or DatasetDict), as opposed to a Hub-layout one."""
-    return (path / "state.json").is_file() or (path / "dataset_dict.json").is_file()
-
-
-def load_distill_records(
-    spec: str | os.PathLike, vocab_size: int | None = None, split: str = "train"
-) -> list[dict[str, Any]]:
-    """Training records from a dataset: a Hub-layout directory, a ``save_to_disk`` copy, or a Hub dataset id.
-
-    Returns the same records ``features.load_records`` returns for the JSONL the dataset came from (without
-    the prompt text): ``{"id", "source", "input_ids", "output_ids", "stopped"}`` with plain int lists.
-    """
-    import datasets
-
-    text = os.fspath(spec)
-    path = Path(text).expanduser()
-    from ..hub import is_repo_id
-
-    if not path.exists() and not is_repo_id(text):
-        raise DataFileError(
-            f"{text} does not exist. Fix: pass --data with a self-distillation JSONL file, a dataset directory "
-            "(e.g. data/selfdistill/<target>) or a Hub dataset id (org/name)."
-        )
-    with tempfile.TemporaryDirectory(prefix="oneiro-distill-") as scratch:
-        try:
-            if path.is_dir() and _is_saved_dataset(path):
-                ds = datasets.load_from_disk(str(path))
-            elif path.exists():
-                # datasets keys its cache of a local directory on the files' mtimes only, so a refreshed
-                # snapshot could be served stale from ~/.cache: a local directory is read into a private cache
-                ds = datasets.load_dataset(str(path), split=split, cache_dir=scratch, keep_in_memory=True)
-            else:
-                ds = datasets.load_dataset(text, split=split)
-        except (FileNotFoundError, ValueError, ConnectionError, OSError) as err:
-            raise DataFileError(
-                f"could not load {text} as a dataset ({type(err).__name__}: {err}). Fix: pass a directory written "
-                "by python -m oneiro_hf.training.distill_dataset (or its save_to_disk copy), or a Hub dataset id "
-                "that is reachable or cached (HF_HUB_OFFLINE=1 uses the cache)."
-            ) from None
-        return _records_from(ds, text, split, vocab_size)
-
-
-def _records_from(ds: Any, text: str, split: str, vocab_size: int | None) -> list[dict[str, Any]]:
-    import datasets
-
-    if isinstance(ds, datasets.DatasetDict):
-        if split not in ds:
-            raise DataFileError(f"dataset {text} has no split {split!r} (it has {list(ds)}). Fix: add one.")
-        ds = ds[split]
-    missing = [c for c in ("input_ids", "output_ids") if c not in ds.column_names]
-    if missing:
-        raise DataFileError(
-            f"dataset {text} lacks columns {missing} (it has {ds.column_names}). Fix: export self-distillation data "
-            "with python -m oneiro_hf.training.distill_dataset."
-        )
-    records: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    for index, row in enumerate(ds.to_list()):
-        where = f"{text} row {index}"
-        _check_ids(row["input_ids"], "input_ids", where, vocab_size, allow_empty=False)
-        _check_ids(row["output_ids"], "output_ids", where, vocab_size, allow_empty=True)
-        rid = str(row.get("id") if row.get("id") is not None else f"row{index}")
-        if rid in seen:
-            raise DataFileError(f"{where}: duplicate id {rid!r}. Fix: re-export the dataset (ids are unique).")
-        seen.add(rid)
-        records.append({**row, "id": rid})
-    if not records:
-        raise DataFileError(f"dataset {text} (split {split!r}) holds no records. Fix: export data into it first.")
-    return records
 
 
 # ---------------------------------------------------------------------------------------------- CLI

@@ -32,88 +32,11 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from .records import DataFileError, load_records
+
 logger = logging.getLogger(__name__)
 
 IGNORE = -100
-REQUIRED_KEYS = ("input_ids", "output_ids")
-
-
-class DataFileError(ValueError):
-    """A self-distillation data file is missing, empty or holds a malformed record."""
-
-
-# ---------------------------------------------------------------------------------------------- records
-def _check_ids(value: Any, name: str, where: str, vocab_size: int | None, allow_empty: bool) -> list[int]:
-    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
-        raise DataFileError(f"{where}: '{name}' must be a list of integer token ids.")
-    if not value and not allow_empty:
-        raise DataFileError(f"{where}: '{name}' is empty.")
-    if value and (min(value) < 0 or (vocab_size is not None and max(value) >= vocab_size)):
-        bad = [t for t in value if t < 0 or (vocab_size is not None and t >= vocab_size)][:3]
-        raise DataFileError(
-            f"{where}: '{name}' holds token ids {bad} outside the target's vocabulary (size {vocab_size}). "
-            "Fix: this data was made for another target/tokenizer; regenerate it with this target."
-        )
-    return value
-
-
-def load_records(path: str | os.PathLike, vocab_size: int | None = None) -> list[dict[str, Any]]:
-    """Read and validate self-distillation records: a JSONL file, or a ``datasets`` dataset.
-
-    A path that is not a file (a dataset directory, a ``save_to_disk`` copy, a Hub dataset id) is read by
-    ``distill_dataset.load_distill_records``. In a JSONL file blank lines are skipped; a malformed line raises
-    ``DataFileError`` naming the file and line, except an unterminated last line (the generator may be
-    appending right now), which is skipped with a warning.
-    """
-    p = Path(path)
-    if not p.is_file():
-        from .distill_dataset import load_distill_records
-
-        return load_distill_records(path, vocab_size=vocab_size)
-    raw = p.read_bytes()
-    lines = raw.split(b"\n")
-    records: list[dict[str, Any]] = []
-    seen_ids: dict[str, int] = {}
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{p}:{lineno}"
-        last_unterminated = lineno == len(lines) and not raw.endswith(b"\n")
-        try:
-            rec = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            if last_unterminated:
-                logger.warning("%s: incomplete last line (file still being written?); skipped.", where)
-                continue
-            raise DataFileError(f"{where}: not valid JSON ({err}). Fix or delete that line.") from None
-        if not isinstance(rec, dict):
-            raise DataFileError(f"{where}: expected a JSON object with 'input_ids' and 'output_ids'.")
-        missing = [k for k in REQUIRED_KEYS if k not in rec]
-        if missing:
-            raise DataFileError(
-                f"{where}: record lacks {missing}. Each line needs 'input_ids' (prompt ids incl. chat template) "
-                "and 'output_ids' (the target's greedy response ids), as written by "
-                "python -m oneiro_hf.training.selfdistill."
-            )
-        _check_ids(rec["input_ids"], "input_ids", where, vocab_size, allow_empty=False)
-        _check_ids(rec["output_ids"], "output_ids", where, vocab_size, allow_empty=True)
-        rid = str(rec.get("id", f"line{lineno}"))
-        if rid in seen_ids:
-            logger.warning(
-                "%s: duplicate id %r (first on line %d); keeping the first.", where, rid, seen_ids[rid]
-            )
-            continue
-        seen_ids[rid] = lineno
-        rec["id"] = rid
-        records.append(rec)
-    if not records:
-        raise DataFileError(
-            f"data file {p} holds no records. Fix: generate data first (python -m oneiro_hf.training.selfdistill "
-            "--target ... --out FILE) or pass --prompts to generate it."
-        )
-    return records
-
-
 def is_eval_record(record_id: str, eval_fraction: float, seed: int = 0) -> bool:
     """Stable hold-out membership by id hash, so the split does not move when the data file grows."""
     if eval_fraction <= 0:
