@@ -48,7 +48,8 @@ _PROVENANCE = (
     ("eval_records", "held-out records (by id hash)"),
     ("train_response_tokens", "response tokens used for training"),
     ("date", "trained on"),
-    ("oneiro_version", "oneiro-hf version"),
+    ("oneiro_hf_version", "oneiro-hf version"),
+    ("oneiro_version", "oneiro-hf version"),  # what oneiro-train wrote before 0.2 (the package version)
 )
 _SETTINGS = (
     ("interval", "interval"),

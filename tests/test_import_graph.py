@@ -87,7 +87,6 @@ def test_the_graph_sees_lazy_and_relative_imports():
 KNOWN_CYCLES = [
     ["oneiro_hf", "oneiro_hf.checkpoint", "oneiro_hf.configuration_oneiro", "oneiro_hf.hub",
      "oneiro_hf.integration", "oneiro_hf.modeling_oneiro"],
-    ["oneiro_hf.training.cli", "oneiro_hf.training.onpolicy"],
 ]
 
 

@@ -628,6 +628,6 @@ def test_cli_push_to_hub_bad_input_fails_before_training(tiny_dir, tmp_path, mon
     def must_not_load(*args, **kwargs):
         raise AssertionError("the target loaded before the arguments were checked")
 
-    monkeypatch.setattr("oneiro_hf.training.cli._load_target", must_not_load)
+    monkeypatch.setattr("oneiro_hf.training.pipeline.load_target", must_not_load)
     assert cli_main(_tiny_cli_argv(tiny_dir, tmp_path / "d", *extra)) == 2
     assert message in capsys.readouterr().err

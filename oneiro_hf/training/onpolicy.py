@@ -47,6 +47,14 @@ from torch.utils.data import Dataset, SequentialSampler
 from transformers import TrainerCallback
 
 from .features import collate, target_features
+from .pipeline import (
+    Timer,
+    TrainingData,
+    TrainingInputError,
+    held_out_dataset,
+    save_outputs,
+    train_and_evaluate,
+)
 from .trainer import OneiroTrainer, OneiroTrainingArguments
 
 logger = logging.getLogger(__name__)
@@ -522,177 +530,105 @@ class OnPolicyTrainer(OneiroTrainer):
 
 
 # ============================================================================================ CLI
-def _stage3_card(info: dict[str, Any]) -> str:
-    from .cli import card_front_matter, card_usage
-
-    lines = [
-        *card_front_matter(info["base_model"], " (stage 3: on-policy refinement)"),
-        "",
-        (f"Refined from `{info['init_drafter']}` by {info['rounds']} rounds of on-policy refinement: each round the "
-        f"drafter drafted {info['draft_tokens']} latent tokens per step for the target (strict greedy) on "
-        f"{info['prompts_per_round']} training prompts, and trained {info['steps_per_round']} steps on its own "
-        f"drafting rounds from a {info['buffer_policy']} replay buffer of {info['buffer_size']} sequences (rejected "
-        f"rounds' share of the loss {info['mix_ratio']}, error-step weight {info['error_weight']})."),
-        "",
-        *card_usage(info["output_dir"]),
-        "",
-        f"Prompts: {info['prompts']}. Held-out records (by id hash) are never used as prompts.",
-        "",
-        "## Collection per round (the drafter before that round's training)",
-        "",
-        "| round | tau | " + " | ".join(f"acc@{j}" for j in range(1, info["draft_tokens"] + 1))
-        + " | rejected rounds | train loss |",
-        "|---|---|" + "---|" * info["draft_tokens"] + "---|---|",
-    ]
-    for r, m in enumerate(info["round_logs"]):
-        cells = [f"{m.get(f'collect_accept_pos{j}', float('nan')):.3f}" for j in range(1, info["draft_tokens"] + 1)]
-        lines.append(
-            f"| {r} | {m['collect_tau']:.3f} | " + " | ".join(cells)
-            + f" | {m['collect_rejected_share']:.2f} | {m.get('round_train_loss', float('nan')):.4f} |"
-        )
-    lines += ["", "## Held-out acceptance (greedy, drafts rolled from true states)", "",
-              "| checkpoint | agree@1 | tau |", "|---|---|---|"]
-    for label, m in info["evals"]:
-        lines.append(f"| {label} | {m.get('eval_agree_step1', float('nan')):.3f} | {m.get('eval_tau', float('nan')):.3f} |")
-    lines += ["", f"Wall-clock: {info['timings']}; hardware: {info['hardware']}.", ""]
-    return "\n".join(lines)
-
-
-def run_stage3(
-    model_args: Any,
-    data_args: Any,
-    args: OneiroTrainingArguments,
-    target: Any,
-    train_recs: Sequence[Mapping[str, Any]],
-    eval_recs: Sequence[Mapping[str, Any]],
-    resume: str | None,
-    timings: dict[str, float],
-    t_start: float,
-) -> int:
-    """``oneiro-train --stage 3``: load --init_drafter, take prompts, run OnPolicyTrainer, evaluate, save."""
-    import platform
-    import sys
-
-    from .. import OneiroDrafter
-    from ..modeling_oneiro import DrafterTargetMismatch
+def _stage3_prompts(args, data_args, data: TrainingData, vocab_size: int) -> tuple[list[dict], str]:
+    """Stage 3's prompts: --onpolicy_prompts or the training split, after --onpolicy_prompt_offset, never a
+    held-out record. Returns them and where they came from."""
     from . import features as feat
-    from .trainer import TRAINING_STATE_FILE, check_checkpoint_compatible
 
-    def fail(message: str) -> int:
-        print(f"oneiro-train: {message}", file=sys.stderr)
-        return 2
-
-    text_config = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
-    try:
-        drafter = OneiroDrafter.from_pretrained(args.init_drafter, target=target)
-    except DrafterTargetMismatch as err:
-        return fail(f"--init_drafter {args.init_drafter} does not fit --target {model_args.target}: {err}")
-    except (OSError, ValueError) as err:
-        return fail(f"--init_drafter {args.init_drafter} cannot be loaded: {err}")
-    if resume:
-        check_checkpoint_compatible(resume, drafter)
-
-    # prompts: never held-out records
     if args.onpolicy_prompts:
         try:
-            source = feat.load_records(args.onpolicy_prompts, vocab_size=text_config.vocab_size)
+            source = feat.load_records(args.onpolicy_prompts, vocab_size=vocab_size)
         except feat.DataFileError as err:
-            return fail(str(err))
+            raise TrainingInputError(str(err)) from err
         prompts_from = args.onpolicy_prompts
     else:
-        source = list(train_recs)
-        prompts_from = f"train split of {args.data_files[0] if args.data_files else '--data'}"
+        source = list(data.train)
+        prompts_from = f"train split of {data.path}"
     source = source[args.onpolicy_prompt_offset :]
     prompts = [r for r in source if not feat.is_eval_record(str(r["id"]), data_args.eval_fraction, data_args.split_seed)]
     if not prompts:
-        return fail(
+        raise TrainingInputError(
             f"no training prompts left in {prompts_from} after --onpolicy_prompt_offset {args.onpolicy_prompt_offset} "
-            "and the held-out split."
-        )
+            "and the held-out split.")
     logger.info("stage 3 prompts: %d from %s (offset %d)", len(prompts), prompts_from, args.onpolicy_prompt_offset)
+    return prompts, prompts_from
 
-    # held-out set and state statistics
-    t0 = time.perf_counter()
-    cache = None
-    if args.feature_cache_dir:
-        cache = feat.FeatureCache(args.feature_cache_dir, target, args.max_seq_len)
-        cache.build(eval_recs, batch_tokens=args.feature_batch_tokens, with_resid=False)
-        eval_ds = feat.CachedFeatureDataset(cache, eval_recs) if eval_recs else None
-    else:
-        eval_ds = feat.SequenceDataset(eval_recs, args.max_seq_len) if eval_recs else None
-    if eval_ds is not None and len(eval_ds) == 0:
-        eval_ds = None
+
+def _state_statistics(args, target, data: TrainingData, cache) -> tuple[torch.Tensor, torch.Tensor]:
+    """The state statistics --init_drafter was trained with (its training state file), else measured anew."""
+    from . import features as feat
+    from .trainer import TRAINING_STATE_FILE
+
     stats_file = Path(args.init_drafter, TRAINING_STATE_FILE)
     if stats_file.is_file():
         from safetensors.torch import load_file
 
         loaded = load_file(str(stats_file))
-        mean, std = loaded["state_mean"], loaded["state_std"]
-    else:
-        cached = [r for r in train_recs[:256] if cache is not None and cache.lookup(r) is not None]
-        stat_ds = (
-            feat.CachedFeatureDataset(cache, cached) if cached else feat.SequenceDataset(train_recs[:32], args.max_seq_len)
-        )
-        mean, std = feat.state_statistics(feat.iter_feature_batches(stat_ds, target, args.feature_batch_tokens))
-    timings["features"] = time.perf_counter() - t0
+        return loaded["state_mean"], loaded["state_std"]
+    cached = [r for r in data.train[:256] if cache is not None and cache.lookup(r) is not None]
+    stat_ds = feat.CachedFeatureDataset(cache, cached) if cached else feat.SequenceDataset(data.train[:32],
+                                                                                            args.max_seq_len)
+    return feat.state_statistics(feat.iter_feature_batches(stat_ds, target, args.feature_batch_tokens))
 
+
+def run_stage3(model_args: Any, data_args: Any, args: OneiroTrainingArguments, target: Any, data: TrainingData,
+               resume: str | None, timer: Timer) -> Any:
+    """``oneiro-train --stage 3``: load --init_drafter, take prompts, run OnPolicyTrainer, evaluate, save.
+
+    Returns the refined drafter; TrainingInputError for unusable input."""
+    from .. import OneiroDrafter
+    from ..modeling_oneiro import DrafterTargetMismatch, _text_config
+    from . import features as feat
+    from .trainer import check_checkpoint_compatible
+
+    try:
+        drafter = OneiroDrafter.from_pretrained(args.init_drafter, target=target)
+    except DrafterTargetMismatch as err:
+        raise TrainingInputError(
+            f"--init_drafter {args.init_drafter} does not fit --target {model_args.target}: {err}") from err
+    except (OSError, ValueError) as err:
+        raise TrainingInputError(f"--init_drafter {args.init_drafter} cannot be loaded: {err}") from err
+    if resume:
+        check_checkpoint_compatible(resume, drafter)
+    prompts, prompts_from = _stage3_prompts(args, data_args, data, _text_config(target.config).vocab_size)
+    with timer("features"):
+        cache = None
+        if args.feature_cache_dir:
+            cache = feat.FeatureCache(args.feature_cache_dir, target, args.max_seq_len)
+            cache.build(data.eval, batch_tokens=args.feature_batch_tokens, with_resid=False)
+        eval_ds = held_out_dataset(data.eval, args, cache)
+        mean, std = _state_statistics(args, target, data, cache)
     provenance = {
         "init_drafter": str(args.init_drafter),
         "prompts": f"{prompts_from}, offset {args.onpolicy_prompt_offset}",
-        "eval_records": len(eval_recs),
+        "eval_records": len(data.eval),
     }
     try:
         trainer = OnPolicyTrainer(
             drafter, target, args, prompts, eval_dataset=eval_ds, state_mean=mean, state_std=std, provenance=provenance
         )
     except OnPolicyError as err:
-        return fail(str(err))
-    evals: list[tuple[str, dict[str, float]]] = []
-    if eval_ds is not None and not resume:
-        m = trainer.evaluate()
-        evals.append((f"initial drafter ({args.init_drafter})", m))
-        logger.info("held-out, initial drafter: tau %.3f agree@1 %.3f", m["eval_tau"], m["eval_agree_step1"])
-    t0 = time.perf_counter()
-    trainer.train(resume_from_checkpoint=resume)
-    timings["stage 3"] = time.perf_counter() - t0
-    if eval_ds is not None:
-        m = trainer.evaluate()
-        evals.append((f"after stage 3 (step {trainer.state.global_step})", m))
-        logger.info("held-out, after stage 3: tau %.3f agree@1 %.3f", m["eval_tau"], m["eval_agree_step1"])
-    out = trainer.save_drafter(args.output_dir, args.save_dtype)
-    timings["total"] = time.perf_counter() - t_start
+        raise TrainingInputError(str(err)) from err
+    before, final = train_and_evaluate(trainer, resume, timer, "stage 3", f"initial drafter ({args.init_drafter})")
+    evals = before + ([(f"after stage 3 (step {trainer.state.global_step})", final)] if final else [])
+    info = {
+        "base_model": model_args.target, "stage": "3", **provenance,
+        "rounds": args.onpolicy_rounds,
+        "prompts_per_round": args.onpolicy_prompts_per_round,
+        "steps_per_round": args.onpolicy_steps_per_round,
+        "max_new_tokens": args.onpolicy_max_new_tokens,
+        "draft_tokens": args.onpolicy_draft_tokens,
+        "mix_ratio": args.onpolicy_mix_ratio,
+        "error_weight": args.onpolicy_error_weight,
+        "buffer_size": args.onpolicy_buffer_size,
+        "buffer_policy": args.onpolicy_buffer_policy,
+        "learning_rate": args.learning_rate,
+        "batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps,
+        "global_step": trainer.state.global_step,
+        "round_logs": trainer.round_logs,
+    }
     if args.should_save:
-        info = {
-            "base_model": model_args.target,
-            "init_drafter": str(args.init_drafter),
-            "output_dir": str(out),
-            "prompts": provenance["prompts"],
-            "rounds": args.onpolicy_rounds,
-            "prompts_per_round": args.onpolicy_prompts_per_round,
-            "steps_per_round": args.onpolicy_steps_per_round,
-            "max_new_tokens": args.onpolicy_max_new_tokens,
-            "draft_tokens": args.onpolicy_draft_tokens,
-            "mix_ratio": args.onpolicy_mix_ratio,
-            "error_weight": args.onpolicy_error_weight,
-            "buffer_size": args.onpolicy_buffer_size,
-            "buffer_policy": args.onpolicy_buffer_policy,
-            "learning_rate": args.learning_rate,
-            "batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps,
-            "global_step": trainer.state.global_step,
-            "round_logs": trainer.round_logs,
-            "evals": evals,
-            "timings": ", ".join(f"{k} {v / 60:.1f} min" for k, v in timings.items()),
-            "hardware": f"{args.device}, {torch.get_num_threads()} threads, {platform.machine()}",
-        }
-        (out / "README.md").write_text(_stage3_card(info))
-        summary = {k: v for k, v in info.items() if k != "evals"} | {"evals": [{"label": a, **b} for a, b in evals]}
-        (out / "training_summary.json").write_text(json.dumps(summary, indent=1, default=str))
         for r, m in enumerate(trainer.round_logs):
             print(f"round {r}: collection tau {m['collect_tau']:.3f}, train loss {m.get('round_train_loss', float('nan'))}")
-        for label, m in evals:
-            print(f"held-out {label}: tau {m['eval_tau']:.3f}, agree@1 {m['eval_agree_step1']:.3f}")
-        print(f"\nDrafter saved to {out} ({args.save_dtype}).")
-        print("Use it:")
-        print(f'    drafter = OneiroDrafter.from_pretrained("{out}", target=model)')
-        print("    out = model.generate(**inputs, assistant_model=drafter)")
-    return 0
+    save_outputs(trainer, args, info, evals, timer)
+    return drafter
