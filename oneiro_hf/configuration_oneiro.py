@@ -7,6 +7,9 @@ from typing import Any
 from transformers import PretrainedConfig
 
 DRAFT_MODES = ("latent", "lookup", "hybrid")
+# tree verification (oneiro_hf.tree) settings; also the values for configs saved before these fields existed
+TREE_SETTING_DEFAULTS = {"tree": False, "tree_max_nodes": 32, "tree_max_depth": 8, "tree_topk": 4, "tree_beam": 4,
+                         "tree_lookup_branches": 4}
 
 # Checkpoint format (docs/hub.md, "Compatibility"): bumped only when a change would make an older oneiro-hf
 # misread a checkpoint. A reader loads every format up to its own and refuses newer ones by name.
@@ -45,6 +48,12 @@ class OneiroDrafterConfig(PretrainedConfig):
         verification_topk: int = 3,
         verification_threshold: float = 0.3,
         verification_min_entropy: float = 0.0,
+        tree: bool = TREE_SETTING_DEFAULTS["tree"],
+        tree_max_nodes: int = TREE_SETTING_DEFAULTS["tree_max_nodes"],
+        tree_max_depth: int = TREE_SETTING_DEFAULTS["tree_max_depth"],
+        tree_topk: int = TREE_SETTING_DEFAULTS["tree_topk"],
+        tree_beam: int = TREE_SETTING_DEFAULTS["tree_beam"],
+        tree_lookup_branches: int = TREE_SETTING_DEFAULTS["tree_lookup_branches"],
         oneiro_version: str = str(FORMAT_VERSION),
         format_version: int = FORMAT_VERSION,
         oneiro_hf_version: str | None = None,
@@ -73,6 +82,13 @@ class OneiroDrafterConfig(PretrainedConfig):
         self.verification_topk = verification_topk
         self.verification_threshold = verification_threshold
         self.verification_min_entropy = verification_min_entropy
+        # tree verification (oneiro_hf.tree): off by default; size limits, the cost model picks within them
+        self.tree = tree
+        self.tree_max_nodes = tree_max_nodes
+        self.tree_max_depth = tree_max_depth
+        self.tree_topk = tree_topk
+        self.tree_beam = tree_beam
+        self.tree_lookup_branches = tree_lookup_branches
         # format_version is authoritative; oneiro_version mirrors it for oneiro-hf 0.1.0, which read the format
         # from there; oneiro_hf_version is the package that wrote the file (informational, for error messages)
         self.oneiro_version = oneiro_version

@@ -61,6 +61,15 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
         )
     # The settings travel on the drafter, which this thread holds: on the target (shared by every thread using
     # it) a concurrent call with another drafter could replace them before our candidate generator reads them.
+    if settings["tree"]:  # the tree owns its decoding loop: generate's public custom_generate runs it
+        from .tree.loop import TreeSettings, tree_generate_function
+
+        if kwargs.get("custom_generate") is not None:
+            raise ValueError("oneiro_tree=True runs its own custom_generate. Fix: drop custom_generate, or oneiro_tree.")
+        tree_settings = TreeSettings.from_drafting_settings(settings)
+        kwargs.pop("assistant_model")  # generate prepares plain greedy/sampling; the drafter travels in the closure
+        kwargs["custom_generate"] = tree_generate_function(drafter, tree_settings, kwargs.get("streamer"))
+        return type(self).generate(self, *args, **kwargs)
     object.__setattr__(drafter, "_oneiro_pending_settings", settings)
     try:
         return type(self).generate(self, *args, **kwargs)

@@ -7,15 +7,23 @@ tokens) rather than a scan of the whole context every step.
 
 from __future__ import annotations
 
+from collections import deque
+
 
 class NgramIndex:
-    """Maps each n-gram (min_n..max_n) to the latest position right after one of its occurrences."""
+    """Maps each n-gram (min_n..max_n) to the latest position right after one of its occurrences.
 
-    def __init__(self, min_n: int, max_n: int) -> None:
+    With `keep_occurrences=k > 0` it also remembers the k latest such positions per n-gram, so that
+    `continuations` can offer what followed several earlier occurrences (tree drafts).
+    """
+
+    def __init__(self, min_n: int, max_n: int, keep_occurrences: int = 0) -> None:
         self.min_n, self.max_n = min_n, max_n
         self.tokens: list[int] = []
         self._table: dict[tuple[int, ...], int] = {}
         self._indexed_until = 0  # n-grams ending at positions < this are in the table
+        self.keep_occurrences = int(keep_occurrences)
+        self._occurrences: dict[tuple[int, ...], deque[int]] = {}
 
     def extend(self, new_tokens: list[int]) -> None:
         self.tokens.extend(new_tokens)
@@ -26,7 +34,10 @@ class NgramIndex:
             for n in range(self.min_n, self.max_n + 1):
                 if e - n < 0:
                     break
-                self._table[tuple(toks[e - n : e])] = e
+                key = tuple(toks[e - n : e])
+                self._table[key] = e
+                if self.keep_occurrences:
+                    self._occurrences.setdefault(key, deque(maxlen=self.keep_occurrences)).append(e)
         self._indexed_until = max(self._indexed_until, end)
 
     def lookup(self, max_tokens: int) -> tuple[list[int], int]:
@@ -42,3 +53,26 @@ class NgramIndex:
             if e is not None and e < length:
                 return toks[e : min(e + max_tokens, length)], n
         return [], 0
+
+    def continuations(self, max_tokens: int, max_count: int) -> list[tuple[list[int], int]]:
+        """Up to `max_count` different continuations (each up to max_tokens) and the n of the n-gram matched.
+
+        Longest n first, most recent occurrence first within an n; continuations equal to one already taken
+        are skipped. Needs `keep_occurrences > 0`.
+        """
+        if not self.keep_occurrences:
+            raise ValueError("continuations needs NgramIndex(..., keep_occurrences=k) with k > 0")
+        toks = self.tokens
+        length = len(toks)
+        self._index_up_to(length)
+        found: list[tuple[list[int], int]] = []
+        seen: set[tuple[int, ...]] = set()
+        for n in range(min(self.max_n, length - 1), self.min_n - 1, -1):
+            for e in reversed(self._occurrences.get(tuple(toks[length - n :]), ())):
+                cont = toks[e : min(e + max_tokens, length)]
+                if e < length and cont and tuple(cont) not in seen:
+                    seen.add(tuple(cont))
+                    found.append((cont, n))
+                    if len(found) == max_count:
+                        return found
+        return found

@@ -16,6 +16,7 @@ import importlib
 import inspect
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ from transformers import AutoConfig, PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from .compat import check_transformers_version
-from .configuration_oneiro import DRAFT_MODES, OneiroDrafterConfig
+from .configuration_oneiro import DRAFT_MODES, TREE_SETTING_DEFAULTS, OneiroDrafterConfig
 from .identity import (
     canonical_model_id,
     compare_fingerprint,
@@ -567,20 +568,23 @@ class OneiroDrafter(PreTrainedModel):
         token_ids: torch.LongTensor,
         position_ids: torch.LongTensor,
         cache: DrafterKVCache | None = None,
+        mask_fn: Callable[[int | None], torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """Predict the (final-normed) states at `position_ids` from the previous states and tokens there.
 
         states: (B, Q, H) state of the position before each token; token_ids: (B, Q); position_ids: (B, Q).
-        With a cache, the Q entries attend to everything cached plus themselves causally.
+        With a cache, the Q entries attend to everything cached plus themselves causally; `mask_fn(window)`,
+        when given, returns each layer's (1, 1, Q, cached+Q) bool mask instead (tree drafts: siblings side by
+        side), `window` being the layer's sliding window or None.
         """
         bound = self.require_bound()
         if token_ids.device.type == "cuda":
             # cuDNN attention re-plans for every new key length (about 40 ms a step on an H200): skip it.
             with sdpa_kernel(_CUDA_SDPA_BACKENDS):
-                return self._transition(bound, states, token_ids, position_ids, cache)
-        return self._transition(bound, states, token_ids, position_ids, cache)
+                return self._transition(bound, states, token_ids, position_ids, cache, mask_fn)
+        return self._transition(bound, states, token_ids, position_ids, cache, mask_fn)
 
-    def _transition(self, bound, states, token_ids, position_ids, cache):
+    def _transition(self, bound, states, token_ids, position_ids, cache, mask_fn=None):
         emb = bound.embed_tokens(token_ids)
         x = self.fuse(torch.cat([states.to(emb.dtype), emb], dim=-1))
         q = x.shape[1]
@@ -591,7 +595,7 @@ class OneiroDrafter(PreTrainedModel):
                 args = (x, position_ids, layer_type) if bound.rotary_takes_layer_type else (x, position_ids)
                 rotary_cache[layer_type] = bound.rotary_emb(*args)
             window = self._sliding_window(layer)
-            mask = self._mask(q, past, window, x.device)
+            mask = mask_fn(window) if mask_fn is not None else self._mask(q, past, window, x.device)
             out = layer(
                 x,
                 position_embeddings=rotary_cache[layer_type],
@@ -667,6 +671,7 @@ class OneiroDrafter(PreTrainedModel):
             "verification_topk": getattr(self.config, "verification_topk", 3),
             "verification_threshold": getattr(self.config, "verification_threshold", 0.3),
             "verification_min_entropy": getattr(self.config, "verification_min_entropy", 0.0),
+            **{key: getattr(self.config, key, default) for key, default in TREE_SETTING_DEFAULTS.items()},
         }
         for key, value in overrides.items():
             if key not in settings:

@@ -36,6 +36,10 @@ class DraftStats:
     drafted_by_source: dict[str, int] = field(default_factory=lambda: {"latent": 0, "lookup": 0})
     accept_lengths: list[int] = field(default_factory=list)  # tokens gained per step (accepted + 1)
     verification: str = "strict"  # acceptance criterion of the call; anything else is lossy
+    # tree verification only (oneiro_tree=True): candidate nodes per pass, and per pass the highest sibling rank
+    # (0 = the likeliest child) among the accepted nodes, -1 when none was accepted
+    tree_nodes: list[int] = field(default_factory=list)
+    tree_branch_ranks: list[int] = field(default_factory=list)
     # every non-empty drafting round, only when the drafter's ``record_draft_rounds`` is True (else None)
     rounds: list[DraftRound] | None = None
 

@@ -1,0 +1,84 @@
+"""How a supported target takes the tree attention mask in transformers 5.24.
+
+transformers' mask helpers (`masking_utils._preprocess_mask_arguments`) return a 4-D mask unchanged, so a
+tree mask passes straight to the attention functions, which add it to (eager) or pass it as `attn_mask` of
+(sdpa) the scores: its last dimension must equal the number of keys each layer sees, i.e. the entries that
+layer holds plus the tree's nodes. That number differs between full and sliding-window layers, and a
+custom mask also bypasses transformers' own window logic, so the window is applied here, per layer type:
+
+* Qwen2, Qwen3, Gemma 3 accept a dict `{layer_type: mask}` (their forward only builds masks when
+  `attention_mask` is not a dict) and pick `mask[config.layer_types[i]]` for layer i: one mask per type.
+* Llama and Mistral take a single tensor for every layer: all of their layers are of one kind (full, or all
+  sliding with `config.sliding_window`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .cache import cached_positions
+from .tree import tree_attention_mask
+
+DICT_MASK_MODEL_TYPES = ("qwen2", "qwen3", "gemma3_text")
+SINGLE_MASK_MODEL_TYPES = ("llama", "mistral")
+
+
+def layer_types(text_config) -> list[str]:
+    """The attention kind of each decoder layer: "full_attention" or "sliding_attention"."""
+    types = getattr(text_config, "layer_types", None)
+    if types is None:
+        kind = "sliding_attention" if getattr(text_config, "sliding_window", None) is not None else "full_attention"
+        types = [kind] * text_config.num_hidden_layers
+    unknown = sorted(set(types) - {"full_attention", "sliding_attention"})
+    if unknown:
+        raise ValueError(
+            f"tree verification knows full and sliding-window attention layers, not {unknown}. "
+            "Fix: call generate with oneiro_tree=False for this target."
+        )
+    return list(types)
+
+
+def _as_attention_mask(allowed: torch.BoolTensor, implementation: str, dtype: torch.dtype) -> torch.Tensor:
+    if implementation == "sdpa":
+        return allowed
+    if implementation == "eager":  # eager adds the mask to the scores
+        zeros = torch.zeros((), dtype=dtype, device=allowed.device)
+        return torch.where(allowed, zeros, torch.finfo(dtype).min)
+    raise ValueError(
+        f"tree verification needs attention that takes a 4-D mask (sdpa or eager), the target uses "
+        f"{implementation!r}. Fix: load the target with attn_implementation='sdpa', or use oneiro_tree=False."
+    )
+
+
+def target_tree_mask(model, cache, ancestors: torch.BoolTensor, node_positions: torch.LongTensor):
+    """The `attention_mask` argument for one target pass over a flattened tree.
+
+    ancestors: (n, n) bool from `TokenTree.ancestors`; node_positions: (n,) absolute positions. Returns a
+    (1, 1, n, m + n) tensor, or a dict of them by layer type, as the target's forward takes it.
+    """
+    config = model.config.get_text_config()
+    types = layer_types(config)
+    implementation = config._attn_implementation
+    dtype = model.dtype
+    masks: dict[str, torch.Tensor] = {}
+    for i, kind in enumerate(types):
+        if kind in masks:
+            continue
+        window = config.sliding_window if kind == "sliding_attention" else None
+        layer = cache.layers[i]
+        positions = cached_positions(layer, node_positions.device)
+        allowed = tree_attention_mask(ancestors, node_positions, positions, window)
+        masks[kind] = _as_attention_mask(allowed, implementation, dtype)
+    if config.model_type in DICT_MASK_MODEL_TYPES:
+        return masks
+    if config.model_type in SINGLE_MASK_MODEL_TYPES:
+        if len(masks) != 1:
+            raise ValueError(
+                f"{config.model_type} takes one mask for every layer but its layers mix {sorted(masks)}. "
+                "Fix: call generate with oneiro_tree=False for this target."
+            )
+        return next(iter(masks.values()))
+    raise ValueError(
+        f"tree verification does not know how {config.model_type} takes a 4-D mask. Fix: use a supported "
+        f"target ({', '.join(DICT_MASK_MODEL_TYPES + SINGLE_MASK_MODEL_TYPES)}) or oneiro_tree=False."
+    )

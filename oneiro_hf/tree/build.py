@@ -1,0 +1,148 @@
+"""Tree drafts: lookup continuations and the drafter's top-k, expanded where they are likeliest.
+
+Each node carries `value`, the estimated probability that it ends up on the accepted path: its parent's
+value times the calibrated acceptance of the node itself, as `DraftPolicyState` learns it for chains
+(per readout-confidence bin for latent tokens, per matched n-gram length for lookup tokens).
+
+* **Lookup**: the continuations after several earlier occurrences of the current suffix n-gram
+  (`NgramIndex.continuations`), hung below the root as chains; the k-th continuation's values are halved
+  k times, as later occurrences are less likely to repeat.
+* **Latent** (EAGLE-2's dynamic expansion): the drafter's readout top-k below the root; then, level by
+  level, the `beam` likeliest new nodes are fed to the drafter side by side in one call (each attends to the
+  teacher-forced cache and its own ancestors: a tree mask on the drafter's cache), and their top-k become
+  the next level. Expansion stops at the depth budget or when no new node is worth `min_value`.
+
+Identical tokens under the same parent merge, so lookup and latent proposals that agree share nodes and
+those that disagree become sibling branches. `cost.choose_nodes` then keeps the part of the tree the
+latency profile pays for.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..draft_policy import DraftPolicyState
+from ..kv_cache import DrafterKVCache
+from ..lookup import NgramIndex
+from .tree import TokenTree, window_mask
+
+LOOKUP_RANK_DECAY = 0.5
+
+
+class LatentTreeDrafter:
+    """The drafter's side of one tree generate call: its cache, kept in step with the accepted sequence.
+
+    Drafter position p takes (h_{p-1}, x_p); `true_len` positions (1..true_len) hold teacher-forced entries.
+    Target states of newly accepted positions wait in `pending` until a latent draft is wanted.
+    """
+
+    def __init__(self, drafter) -> None:
+        self.drafter = drafter
+        self.cache = DrafterKVCache()
+        self.true_len = 0
+        self.pending: list[torch.Tensor] = []
+
+    def observe(self, states: torch.Tensor) -> None:
+        """states: (1, k, H) the target's final-normed states at the next k accepted positions."""
+        self.pending.append(states)
+
+    def catch_up(self, input_ids: torch.LongTensor) -> torch.Tensor:
+        """Drop speculative entries, feed pending states; returns (1, H) the predicted state at the last position."""
+        self.cache.crop(self.true_len)
+        start, end = self.true_len + 1, input_ids.shape[1]
+        states = torch.cat(self.pending, dim=1) if len(self.pending) > 1 else self.pending[0]
+        if states.shape[1] != end - start:
+            raise RuntimeError(f"tree drafter lost sync: {states.shape[1]} states for {end - start} positions")
+        self.pending = []
+        positions = torch.arange(start, end, device=input_ids.device).unsqueeze(0)
+        out = self.drafter.transition(states, input_ids[:, start:end], positions, self.cache)
+        self.true_len = end - 1
+        return out[0, -1:]
+
+    @torch.no_grad()
+    def expand(
+        self,
+        tree: TokenTree,
+        input_ids: torch.LongTensor,
+        *,
+        max_depth: int,
+        topk: int,
+        beam: int,
+        min_value: float,
+        policy: DraftPolicyState,
+        eos_ids: set[int],
+    ) -> int:
+        """Grow latent branches below the root of `tree`; returns how many drafter calls it made."""
+        drafter = self.drafter
+        vocab_ids = drafter.draft_vocab_ids
+        device = input_ids.device
+        root_position = input_ids.shape[1] - 1
+        frontier = [0]
+        frontier_states = self.catch_up(input_ids)  # (b, H)
+        spec_nodes: list[int] = []  # tree node held by each speculative drafter cache entry, in order
+        calls = 1
+        for level in range(max_depth):
+            probs = drafter.readout_logits(frontier_states).float().softmax(-1)
+            top = probs.topk(min(topk, probs.shape[-1]), dim=-1)
+            new_nodes: list[int] = []
+            for row, node in enumerate(frontier):
+                for conf, idx in zip(top.values[row].tolist(), top.indices[row].tolist()):
+                    value = tree.nodes[node].value * policy.latent_rate(conf).value
+                    new_nodes.append(tree.add(node, int(vocab_ids[idx]), value, "latent", confidence=conf))
+            if level + 1 == max_depth:
+                break
+            ranked = sorted(set(new_nodes), key=lambda i: (-tree.nodes[i].value, i))
+            nxt = [i for i in ranked if tree.nodes[i].token not in eos_ids and tree.nodes[i].value >= min_value]
+            nxt = nxt[:beam]
+            if not nxt:
+                break
+            parent_rows = [frontier.index(tree.nodes[i].parent) for i in nxt]
+            states = frontier_states[parent_rows].unsqueeze(0)
+            tokens = torch.tensor([[tree.nodes[i].token for i in nxt]], dtype=torch.long, device=device)
+            positions = torch.tensor([[root_position + tree.nodes[i].depth for i in nxt]], device=device)
+            mask_fn = self._mask_fn(tree, spec_nodes, nxt, root_position, device)
+            out = drafter.transition(states, tokens, positions, self.cache, mask_fn=mask_fn)
+            calls += 1
+            spec_nodes.extend(nxt)
+            frontier, frontier_states = nxt, out[0]
+        return calls
+
+    def _mask_fn(self, tree: TokenTree, spec_nodes: list[int], new: list[int], root_position: int, device):
+        """Masks for new nodes over [teacher-forced entries | speculative entries | the new nodes themselves]."""
+        true_len = self.true_len
+        allowed = torch.zeros(len(new), true_len + len(spec_nodes) + len(new), dtype=torch.bool)
+        allowed[:, :true_len] = True
+        for row, node in enumerate(new):
+            ancestors = set(tree.path_to(node))
+            for col, spec in enumerate(spec_nodes):
+                allowed[row, true_len + col] = spec in ancestors
+            allowed[row, true_len + len(spec_nodes) + row] = True
+        query = torch.tensor([root_position + tree.nodes[i].depth for i in new])
+        keys = torch.cat(
+            [torch.arange(1, true_len + 1), torch.tensor([root_position + tree.nodes[i].depth for i in spec_nodes + new])]
+        )
+        allowed, query, keys = allowed.to(device), query.to(device), keys.to(device)
+        return lambda window: window_mask(allowed, query, keys, window)
+
+
+def add_lookup_branches(
+    tree: TokenTree,
+    index: NgramIndex,
+    *,
+    max_depth: int,
+    branches: int,
+    min_ngram: int,
+    policy: DraftPolicyState,
+    eos_ids: set[int],
+) -> None:
+    """Hang up to `branches` different n-gram continuations (matched n >= min_ngram) below the root."""
+    for rank, (tokens, ngram) in enumerate(index.continuations(max_depth, branches)):
+        if ngram < min_ngram:
+            continue
+        for j, token in enumerate(tokens):
+            if token in eos_ids:
+                tokens = tokens[: j + 1]
+                break
+        rate = policy.lookup_rate(ngram).value
+        values = [rate ** (j + 1) * LOOKUP_RANK_DECAY**rank for j in range(len(tokens))]
+        tree.add_path(0, tokens, values, "lookup", ngram=ngram)

@@ -1,0 +1,57 @@
+"""How large a tree pays: the cost model of chains, applied to trees, and the speedup a t(k) profile gives.
+
+Verifying n candidate nodes (plus the root) costs t(n + 1); the expected number of tokens the pass yields
+is 1 + the sum of the nodes' values (each value estimates P(node on the accepted path); siblings exclude
+each other, so the sum over a tree is the expected accepted length). Nodes are taken likeliest first,
+which keeps every prefix a tree (a child is never likelier than its parent), and the count n maximises
+
+    (1 + sum of the n best values) / t(n + 1),
+
+n = 0 (a plain one-token step) included. A CPU whose t(4) jumps gets a few nodes; a flat GPU profile
+(t(16) = 1.17 t(1) on an H200, docs/gpu.md) keeps every node worth a few percent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .tree import TokenTree
+
+# t(k)/t(1) measured on one H200 for a SmolLM2-135M-shaped target in bf16 with 512 cached tokens (docs/gpu.md);
+# values between and beyond the measured k are read off the nearest measured k below.
+H200_RATIOS: dict[int, float] = {1: 1.0, 2: 1.17, 4: 1.16, 8: 1.17, 16: 1.17}
+
+
+def choose_nodes(tree: TokenTree, verify_time: Callable[[int], float] | None, max_nodes: int) -> list[int]:
+    """The node indices (root excluded) to verify: the best prefix by value, at most `max_nodes`.
+
+    `verify_time(k)` is the seconds (or any unit) of a k-token pass; None keeps `max_nodes` nodes (cost model off).
+    """
+    order = sorted(range(1, len(tree)), key=lambda i: (-tree.nodes[i].value, i))[: max(0, int(max_nodes))]
+    if verify_time is None:
+        return order
+    best_n, best_score, expected = 0, 1.0 / verify_time(1), 1.0
+    for n, node in enumerate(order, start=1):
+        expected += tree.nodes[node].value
+        score = expected / verify_time(n + 1)
+        if score > best_score:
+            best_n, best_score = n, score
+    return order[:best_n]
+
+
+def ratio_at(ratios: dict[int, float], k: int) -> float:
+    """t(k)/t(1) from a profile's ratios: the measured k, else the nearest measured k below (above for k < min)."""
+    known = sorted(int(m) for m in ratios)
+    below = [m for m in known if m <= k]
+    return float(ratios[below[-1]] if below else ratios[known[0]])
+
+
+def modelled_speedup(tokens: int, pass_sizes: Sequence[int], ratios: dict[int, float] | None = None) -> float:
+    """Speedup over plain decoding if verification were all the time spent (drafting free), labelled modelled.
+
+    tokens: tokens generated; pass_sizes: tokens fed to each verification pass (tree nodes incl. the root, or
+    draft length + 1); ratios: t(k)/t(1) (default: the H200 profile). Plain decoding costs t(1) per token.
+    """
+    ratios = H200_RATIOS if ratios is None else ratios
+    cost = sum(ratio_at(ratios, int(k)) for k in pass_sizes)
+    return float(tokens) / cost if cost else 0.0

@@ -1,0 +1,252 @@
+"""Tree verification's parts on their own: the tree and its masks, cache compaction, the verdicts (greedy and
+the exact sampling walk, by chi-square), the cost model's tree size and the modelled speedup."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import ARCHS, make_model
+from transformers import DynamicCache
+
+from oneiro_hf.lookup import NgramIndex
+from oneiro_hf.tree.attention import target_tree_mask
+from oneiro_hf.tree.cache import UnsupportedTreeCache, compact_cache, prepare_cache, trim_sliding_layers
+from oneiro_hf.tree.cost import H200_RATIOS, choose_nodes, modelled_speedup, ratio_at
+from oneiro_hf.tree.tree import TokenTree, tree_attention_mask
+from oneiro_hf.tree.verify import greedy_walk, sampling_walk
+
+
+def _sample_tree() -> tuple[TokenTree, dict[str, int]]:
+    """root -> a(5) -> h(12); root -> b(6) -> d(8) -> e(9) -> f(10) -> g(11); root -> c(7)."""
+    tree = TokenTree.with_root(3)
+    n = {}
+    n["a"] = tree.add(0, 5, 0.9, "latent", confidence=0.9)
+    n["b"] = tree.add(0, 6, 0.5, "latent", confidence=0.5)
+    n["c"] = tree.add(0, 7, 0.2, "lookup", ngram=2)
+    n["d"] = tree.add(n["b"], 8, 0.4, "latent")
+    n["e"] = tree.add(n["d"], 9, 0.3, "latent")
+    n["f"] = tree.add(n["e"], 10, 0.2, "latent")
+    n["g"] = tree.add(n["f"], 11, 0.1, "latent")
+    n["h"] = tree.add(n["a"], 12, 0.5, "latent")
+    return tree, n
+
+
+def test_tree_merges_repeated_tokens_and_caps_values_by_the_parent() -> None:
+    tree = TokenTree.with_root(1)
+    a = tree.add(0, 5, 0.3, "latent")
+    assert tree.add(0, 5, 0.6, "lookup", ngram=3) == a  # the same token under the same parent: one node
+    assert tree.nodes[a].value == pytest.approx(0.6) and tree.nodes[a].source == "lookup"
+    child = tree.add(a, 7, 0.9, "latent")
+    assert tree.nodes[child].value == pytest.approx(0.6)  # never likelier than its parent
+    assert tree.add_path(a, [7, 8], [0.5, 0.4], "lookup")[0] == child
+
+
+def test_flattening_positions_ancestors_and_keep() -> None:
+    tree, n = _sample_tree()
+    assert tree.tokens().tolist() == [[3, 5, 6, 7, 8, 9, 10, 11, 12]]
+    assert tree.position_ids(10).tolist() == [[10, 11, 11, 11, 12, 13, 14, 15, 12]]
+    anc = tree.ancestors()
+    assert anc[n["g"]].nonzero().flatten().tolist() == [0, n["b"], n["d"], n["e"], n["f"], n["g"]]
+    assert anc[n["h"]].nonzero().flatten().tolist() == [0, n["a"], n["h"]]
+    assert tree.path_to(n["e"]) == [n["b"], n["d"], n["e"]]
+    small = tree.keep([n["b"], n["d"], n["a"]])
+    assert [node.token for node in small.nodes] == [3, 5, 6, 8]
+    assert small.children[0] == {5: 1, 6: 2} and small.children[2] == {8: 3}
+    with pytest.raises(ValueError, match="without its parent"):
+        tree.keep([n["e"]])
+
+
+def test_tree_mask_respects_ancestry_and_the_window() -> None:
+    tree, n = _sample_tree()
+    positions = tree.position_ids(10)[0]
+    cached = torch.arange(7, 10)  # a sliding layer holding positions 7..9 (window 4)
+    mask = tree_attention_mask(tree.ancestors(), positions, cached, window=4)[0, 0]
+    assert mask.shape == (len(tree), 3 + len(tree))
+    # the root (position 10) sees cached 7..9 and itself
+    assert mask[0].tolist() == [True, True, True, True] + [False] * (len(tree) - 1)
+    # g (position 15) sees only keys at positions > 11: its ancestors d (12), e (13), f (14) and itself
+    row = mask[n["g"]]
+    assert not row[:3].any()
+    assert row[3:].nonzero().flatten().tolist() == [n["d"], n["e"], n["f"], n["g"]]
+    # without a window every ancestor and every cached key is visible
+    full = tree_attention_mask(tree.ancestors(), positions, cached, window=None)[0, 0]
+    assert full[n["g"]].sum() == 3 + 6
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_tree_pass_and_compaction_equal_plain_forward_passes(arch: str) -> None:
+    """Each node's logits equal a plain forward over prefix + its path; after compaction the cache continues as
+    if only the path had been fed (window 4, so the deepest branch outgrows the window)."""
+    torch.manual_seed(0)
+    model = make_model(arch, window=4, seed=1)
+    prompt = torch.randint(3, 128, (1, 11))
+    cache = DynamicCache(config=model.config)
+    prepare_cache(cache)
+    with torch.no_grad():
+        model(prompt[:, :-1], cache=cache, use_cache=True)
+    trim_sliding_layers(cache)
+    tree, n = _sample_tree()
+    tree.nodes[0].token = int(prompt[0, -1])
+    positions = tree.position_ids(prompt.shape[1] - 1)
+    mask = target_tree_mask(model, cache, tree.ancestors(), positions[0])
+    assert isinstance(mask, dict) == (arch in ("qwen2", "qwen3", "gemma3"))
+    with torch.no_grad():
+        out = model(tree.tokens(), position_ids=positions, attention_mask=mask, cache=cache, use_cache=True)
+        for i in range(len(tree)):
+            path = [tree.nodes[j].token for j in tree.path_to(i)]
+            plain = model(torch.cat([prompt, torch.tensor([path], dtype=torch.long)], dim=1)).logits[0, -1]
+            torch.testing.assert_close(out.logits[0, i], plain, atol=1e-4, rtol=1e-4)
+        keep = [0, n["b"], n["d"], n["e"]]
+        compact_cache(cache, torch.tensor(keep), len(tree))
+        assert cache.get_seq_length() == prompt.shape[1] - 1 + len(keep)
+        for layer in cache.layers:  # each layer's own invariants hold again
+            if getattr(layer, "is_sliding", False):
+                assert layer.keys.shape[-2] == layer.sliding_window - 1
+            else:
+                assert layer.keys.shape[-2] == cache.get_seq_length()
+        nxt = model(torch.tensor([[10]]), cache=cache, use_cache=True).logits[0, -1]
+        plain = model(torch.cat([prompt, torch.tensor([[6, 8, 9, 10]])], dim=1)).logits[0, -1]
+    torch.testing.assert_close(nxt, plain, atol=1e-4, rtol=1e-4)
+
+
+def test_compaction_keeps_exactly_the_chosen_entries() -> None:
+    """Unit level: a full and a sliding layer filled with position-coded keys; compaction keeps the old entries
+    and the kept nodes in path order, and the sliding layer's cumulative length counts kept positions only."""
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
+
+    full, sliding = DynamicLayer(), DynamicSlidingWindowLayer(sliding_window=4)
+    cache = DynamicCache()
+    cache.layers = [full, sliding]
+    prepare_cache(cache)
+    past = torch.arange(6.0).view(1, 1, 6, 1)
+    for layer in cache.layers:
+        layer.update(past, past)
+    trim_sliding_layers(cache)
+    tree_entries = (100 + torch.arange(5.0)).view(1, 1, 5, 1)
+    for layer in cache.layers:
+        layer.update(tree_entries, tree_entries)
+    compact_cache(cache, torch.tensor([0, 3, 4]), tree_size=5)
+    assert full.keys.flatten().tolist() == [0, 1, 2, 3, 4, 5, 100, 103, 104]
+    assert sliding.keys.flatten().tolist() == [100, 103, 104]  # window - 1 newest
+    assert sliding.values.flatten().tolist() == [100, 103, 104]
+    assert sliding.get_seq_length() == 9 and full.get_seq_length() == 9
+
+
+def test_static_cache_is_refused_with_the_fix() -> None:
+    from transformers import StaticCache
+
+    model = make_model("llama")
+    with pytest.raises(UnsupportedTreeCache, match="Fix: let generate make its default cache"):
+        prepare_cache(StaticCache(config=model.config, max_cache_len=16))
+
+
+def _rows(table: dict[int, list[float]]):
+    """scores(node) from fixed per-node distributions (log-probabilities as scores)."""
+    return lambda node: torch.tensor(table[node]).log().unsqueeze(0)
+
+
+def test_greedy_walk_follows_the_targets_argmax_through_any_branch() -> None:
+    tree, n = _sample_tree()
+    vocab = 13
+    table = {i: [1.0] * vocab for i in range(len(tree))}
+    table[0][6] = 5.0  # the target picks b (the second child), then d, then 4 (not in the tree)
+    table[n["b"]][8] = 5.0
+    table[n["d"]][4] = 5.0
+    verdict = greedy_walk(tree, _rows({k: [x / sum(v) for x in v] for k, v in table.items()}))
+    assert verdict.path == [n["b"], n["d"]]
+    assert verdict.tokens == [6, 8, 4]
+    assert verdict.tested == [0, n["b"], n["d"]]
+
+
+def _chi_square_p_value(counts: torch.Tensor, expected: torch.Tensor) -> float:
+    """P(chi-square >= observed) with cells of expected count < 5 pooled."""
+    small = expected < 5
+    counts = torch.cat([counts[~small], counts[small].sum().unsqueeze(0)])
+    expected = torch.cat([expected[~small], expected[small].sum().unsqueeze(0)])
+    keep = expected > 0
+    counts, expected = counts[keep], expected[keep]
+    stat = ((counts - expected) ** 2 / expected).sum()
+    df = torch.tensor(float(len(counts) - 1))
+    return float(torch.special.gammaincc(df / 2, stat / 2))
+
+
+def test_sampling_walk_is_exactly_the_target_distribution() -> None:
+    """The first two tokens of a sampled walk over a tree whose children cover likely and unlikely tokens:
+    their joint distribution must be the target's own, p(x1) * p(x2 | x1)."""
+    vocab = 6
+    gen = torch.Generator().manual_seed(0)
+    tree = TokenTree.with_root(0)
+    a = tree.add(0, 2, 0.5, "latent")  # likely under the target
+    b = tree.add(0, 4, 0.3, "lookup")  # unlikely
+    c = tree.add(0, 1, 0.2, "latent")  # forbidden (probability 0)
+    tree.add(a, 3, 0.4, "latent")
+    tree.add(a, 5, 0.2, "latent")
+    tree.add(b, 0, 0.2, "lookup")
+    dists = {
+        0: [0.1, 0.0, 0.45, 0.15, 0.05, 0.25],
+        a: [0.2, 0.2, 0.1, 0.3, 0.1, 0.1],
+        b: [0.5, 0.1, 0.1, 0.1, 0.1, 0.1],
+        c: [1 / 6] * 6,
+    }
+    for node in range(len(tree)):
+        dists.setdefault(node, [1 / 6] * 6)
+    scores = _rows(dists)
+    runs = 8000
+    counts = torch.zeros(vocab, vocab + 1)  # second index vocab = "the walk stopped after x1"
+    for _ in range(runs):
+        verdict = sampling_walk(tree, scores, generator=gen)
+        x1 = verdict.tokens[0]
+        counts[x1, verdict.tokens[1] if len(verdict.tokens) > 1 else vocab] += 1
+    expected = torch.zeros(vocab, vocab + 1)
+    p0 = torch.tensor(dists[0])
+    for x1 in range(vocab):
+        child = tree.children[0].get(x1)
+        if child is None:
+            expected[x1, vocab] = p0[x1]
+        else:
+            expected[x1, :vocab] = p0[x1] * torch.tensor(dists[child])
+    assert counts[1].sum() == 0  # a forbidden token is never emitted, even when drafted
+    p_value = _chi_square_p_value(counts.flatten(), runs * expected.flatten())
+    assert p_value > 1e-3, p_value
+
+
+def test_cost_model_picks_small_trees_on_a_jumpy_cpu_and_large_ones_on_a_flat_gpu() -> None:
+    tree = TokenTree.with_root(0)
+    parent = 0
+    for depth in range(6):  # a chain of likely tokens with two weaker siblings per level
+        for rank, value in enumerate((0.8 ** (depth + 1), 0.1, 0.05)):
+            node = tree.add(parent, 10 * depth + rank + 1, value, "latent")
+            if rank == 0:
+                nxt = node
+        parent = nxt
+    def cpu(k: int) -> float:  # t(k)/t(1) jumps at 2 and 4, then grows by half a token per token
+        return 1.0 + 0.9 * (k >= 2) + 0.1 * (k >= 3) + 1.5 * (k >= 4) + 0.5 * max(0, k - 4)
+
+    chosen_cpu = choose_nodes(tree, cpu, max_nodes=32)
+    chosen_gpu = choose_nodes(tree, lambda k: ratio_at(H200_RATIOS, k), max_nodes=32)
+    assert len(chosen_cpu) == 2  # (1 + 0.8 + 0.64) / t(3) beats one token per t(1); more nodes do not
+    assert len(chosen_gpu) >= 12
+    assert chosen_gpu[: len(chosen_cpu)] == chosen_cpu  # the likeliest nodes first, ancestors before children
+    assert len(choose_nodes(tree, None, max_nodes=5)) == 5  # cost model off: the limit
+    # a pass costing k times one token never pays for drafts that are all rejected
+    hopeless = TokenTree.with_root(0)
+    hopeless.add(0, 1, 0.01, "latent")
+    assert choose_nodes(hopeless, lambda k: float(k), max_nodes=8) == []
+
+
+def test_modelled_speedup_by_hand() -> None:
+    # 10 tokens in 4 passes of sizes 1, 4, 8, 20 on the H200 profile: cost 1 + 1.16 + 1.17 + 1.17 = 4.5
+    assert modelled_speedup(10, [1, 4, 8, 20]) == pytest.approx(10 / 4.5)
+    assert ratio_at({1: 1.0, 4: 2.0}, 3) == 1.0 and ratio_at({2: 1.5, 4: 2.0}, 1) == 1.5
+    assert modelled_speedup(5, [1] * 5, {1: 1.0}) == pytest.approx(1.0)
+
+
+def test_ngram_index_offers_several_occurrences() -> None:
+    index = NgramIndex(1, 2, keep_occurrences=3)
+    index.extend([1, 2, 7, 1, 2, 8, 1, 2, 9, 5, 1, 2])
+    conts = index.continuations(max_tokens=2, max_count=5)
+    assert conts[:3] == [([9, 5], 2), ([8, 1], 2), ([7, 1], 2)]  # most recent occurrence first
+    assert all(n >= 1 for _, n in conts)
+    assert index.lookup(2) == ([9, 5], 2)  # the chain's lookup is the first continuation
+    with pytest.raises(ValueError, match="keep_occurrences"):
+        NgramIndex(1, 2).continuations(2, 2)
