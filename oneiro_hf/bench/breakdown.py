@@ -20,13 +20,14 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from ..tree.cost import ratio_at
 from .answers import read_run_answers
 from .report import base_method
 
 
 def _verify_ratio(ratios: dict[int, float], k: int) -> float:
-    """t(k)/t(1), k clipped to the profiled range."""
-    return ratios[min(max(k, 1), max(ratios))]
+    """t(k)/t(1), from the nearest profiled k at or below (profiles may skip some k; trees exceed the largest)."""
+    return ratio_at(ratios, k)
 
 
 def _totals(records: list[dict], ratios: dict[int, float]) -> dict[str, float]:

@@ -136,7 +136,9 @@ def _breakdown_parser() -> argparse.ArgumentParser:
                     "method's speedup (see oneiro_hf/bench/breakdown.py). Writes RUN/breakdown.{md,json}.",
     )
     p.add_argument("--run", required=True, help="the --out directory of a finished oneiro-bench run")
-    p.add_argument("--latency-profile", default=None, help="t(k) JSON (default: the one the run used)")
+    p.add_argument("--latency-profile", default=None,
+                   help="t(k) JSON (default: the one the run used), or `h200` for the profile measured on an H200 "
+                        "(docs/gpu.md): the speedups that GPU's t(k) gives, written to breakdown_h200.{md,json}")
     p.add_argument("--target-speedup", type=float, action="append", default=None,
                    help="print the tau each method would need for this speedup (repeatable; default 1.8)")
     return p
@@ -147,16 +149,25 @@ def breakdown_main(argv: list[str]) -> int:
     from ..latency import load_profile
     from .breakdown import breakdown_markdown, time_breakdown
 
+    h200 = args.latency_profile == "h200"
     try:
-        profile = load_profile(args.latency_profile) if args.latency_profile else None
+        if h200:
+            from ..tree.cost import H200_PROFILE
+
+            profile = H200_PROFILE
+        else:
+            profile = load_profile(args.latency_profile) if args.latency_profile else None
         result = time_breakdown(args.run, profile)
     except (FileNotFoundError, ValueError) as err:
         return _fail(err)
     text = breakdown_markdown(result, tuple(args.target_speedup or (1.8,)))
+    if h200:
+        text = "Modelled on the H200 t(k) profile (docs/gpu.md); measured columns are this machine's.\n\n" + text
     run = Path(args.run)
-    (run / "breakdown.md").write_text(text)
-    (run / "breakdown.json").write_text(json.dumps(result, indent=2))
-    print(text + f"\nsaved {run / 'breakdown.md'} and breakdown.json")
+    name = "breakdown_h200" if h200 else "breakdown"
+    (run / f"{name}.md").write_text(text)
+    (run / f"{name}.json").write_text(json.dumps(result, indent=2))
+    print(text + f"\nsaved {run / (name + '.md')} and {name}.json")
     return EXIT_OK
 
 

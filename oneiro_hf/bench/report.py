@@ -49,7 +49,7 @@ def base_method(method: str) -> str:
 
 
 def is_lossless(method: str) -> bool:
-    return base_method(method) in LOSSLESS or base_method(method).startswith("oneiro-latent-fixed-")
+    return base_method(method) in LOSSLESS or base_method(method).startswith(("oneiro-latent-fixed-", "oneiro-tree"))
 
 
 def is_relaxed(method: str) -> bool:

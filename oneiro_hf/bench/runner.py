@@ -88,7 +88,7 @@ class BenchContext:
 
 
 _ONEIRO_STAT_KEYS = ("latent_steps", "lookup_steps", "empty_steps", "draft_time_s", "verify_time_s",
-                     "drafted_by_source", "accepted_by_source")
+                     "drafted_by_source", "accepted_by_source", "tree_branch_ranks")
 
 
 def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int) -> dict:
@@ -131,6 +131,12 @@ def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int
     }
     if drafter is not None:
         ctx.policy_states[method] = drafter._policy_state
+        if spec.oneiro_settings.get("tree"):  # the tree loop is no candidate generator: its own stats say it all
+            tree_stats = drafter.last_stats
+            # as the recorder logs chains: the prefill is a pass without drafts; a pass over d nodes feeds d + 1 tokens
+            result["draft_lengths"] = [0, *tree_stats.tree_nodes]
+            result["accepted"] = [0, *(n - 1 for n in tree_stats.accept_lengths)]
+            result["draft_time_s"] = tree_stats.draft_time_s
         stats = drafter.last_stats.as_dict()
         result["oneiro_stats"] = {k: stats[k] for k in _ONEIRO_STAT_KEYS if k in stats}
     return result

@@ -17,9 +17,11 @@ from collections.abc import Callable, Sequence
 
 from .tree import TokenTree
 
-# t(k)/t(1) measured on one H200 for a SmolLM2-135M-shaped target in bf16 with 512 cached tokens (docs/gpu.md);
-# values between and beyond the measured k are read off the nearest measured k below.
-H200_RATIOS: dict[int, float] = {1: 1.0, 2: 1.17, 4: 1.16, 8: 1.17, 16: 1.17}
+# t(k)/t(1) measured on one H200 for a SmolLM2-135M-shaped target in bf16 with 512 cached tokens (docs/gpu.md,
+# docs/measurements/h200_latency_profile.json); k between and beyond those measured reads the nearest one below.
+H200_RATIOS: dict[int, float] = {1: 1.0, 2: 1.167, 3: 1.155, 4: 1.159, 6: 1.177, 8: 1.169, 12: 1.169, 16: 1.169}
+H200_PROFILE = {"t1_s": 0.02004, "ratios": H200_RATIOS, "device": "NVIDIA H200", "dtype": "torch.bfloat16",
+                "context_len": 512}
 
 
 def choose_nodes(tree: TokenTree, verify_time: Callable[[int], float] | None, max_nodes: int) -> list[int]:

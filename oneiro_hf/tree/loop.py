@@ -35,7 +35,8 @@ from .tree import TokenTree
 from .verify import Verdict, greedy_walk, sampling_walk
 
 # model_kwargs generate prepares for a decoder-only text model; anything else is refused with the fix
-_KNOWN_MODEL_KWARGS = {"attention_mask", "position_ids", "use_cache", "logits_to_keep", "cache"}
+_KNOWN_MODEL_KWARGS = {"attention_mask", "position_ids", "use_cache", "logits_to_keep", "cache", "output_attentions",
+                       "output_hidden_states"}
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,12 @@ def tree_generate_function(drafter, settings: TreeSettings, streamer=None) -> Ca
 def _check_call(generation_config, model_kwargs: dict[str, Any], input_ids: torch.LongTensor) -> None:
     if input_ids.shape[0] != 1:
         raise ValueError(f"tree verification runs batch size 1 (got {input_ids.shape[0]}). Fix: one call per prompt.")
+    wants_outputs = any(model_kwargs.get(k) for k in ("output_attentions", "output_hidden_states"))
+    if wants_outputs or generation_config.output_attentions or generation_config.output_hidden_states:
+        raise ValueError(
+            "tree verification does not return attentions or hidden states (a tree pass has no single sequence). "
+            "Fix: drop output_attentions/output_hidden_states, or call generate with oneiro_tree=False."
+        )
     unknown = sorted(k for k, v in model_kwargs.items() if k not in _KNOWN_MODEL_KWARGS and v is not None)
     if unknown:
         raise ValueError(f"tree verification does not forward {unknown} to the target. Fix: drop them, or oneiro_tree=False.")
@@ -110,11 +117,6 @@ def _check_call(generation_config, model_kwargs: dict[str, Any], input_ids: torc
             "tree verification needs an unpadded prompt, but attention_mask (given, or made by generate from "
             "pad_token_id tokens in the prompt) has zeros. Fix: drop the padding, or pass "
             "attention_mask=torch.ones_like(input_ids) when the pad id is a real token of the prompt."
-        )
-    if generation_config.output_attentions or generation_config.output_hidden_states:
-        raise ValueError(
-            "tree verification does not return attentions or hidden states (a tree pass has no single sequence). "
-            "Fix: drop output_attentions/output_hidden_states, or call generate with oneiro_tree=False."
         )
     if model_kwargs.get("cache") is None:
         raise ValueError("tree verification needs the target's cache. Fix: drop use_cache=False.")

@@ -1,0 +1,98 @@
+"""Tree verification behaves like `generate`: streamer, returned dict, logits processors, config defaults, and
+each unsupported request refused with its fix."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import make_model, repeat_prompt
+from transformers.generation.logits_process import LogitsProcessor, LogitsProcessorList
+from transformers.generation.streamers import BaseStreamer
+
+from oneiro_hf import OneiroDrafter
+from oneiro_hf.tree.cache import UnsupportedTreeCache
+
+
+@pytest.fixture(scope="module")
+def pair():
+    torch.set_num_threads(1)
+    model = make_model("qwen2", layers=2, window=4, hidden=32, vocab=64, strength="prefix")
+    return model, OneiroDrafter.from_target(model, interval=(0, 2))
+
+
+class Collect(BaseStreamer):
+    def __init__(self) -> None:
+        self.chunks: list[list[int]] = []
+        self.ended = False
+
+    def put(self, value):
+        self.chunks.append(value.flatten().tolist())
+
+    def end(self):
+        self.ended = True
+
+
+class Forbid(LogitsProcessor):
+    """Bans one token everywhere: the tree must honour processors at every node it walks."""
+
+    def __init__(self, token: int) -> None:
+        self.token = token
+
+    def __call__(self, input_ids, scores):
+        scores = scores.clone()
+        scores[:, self.token] = -float("inf")
+        return scores
+
+
+def test_streamer_dict_output_and_processors_match_plain_generate(pair):
+    model, drafter = pair
+    ids = repeat_prompt([5, 9, 14, 7, 30], 3)
+    plain_first = model.generate(ids, do_sample=False, max_new_tokens=12)
+    banned = int(plain_first[0, ids.shape[1] + 2])
+    processors = LogitsProcessorList([Forbid(banned)])
+    kwargs = {"do_sample": False, "max_new_tokens": 12, "logits_processor": processors,
+              "return_dict_in_generate": True, "output_scores": True, "output_logits": True}
+    plain = model.generate(ids, **kwargs)
+    streamer = Collect()
+    tree = model.generate(ids, assistant_model=drafter, oneiro_tree=True, streamer=streamer, **kwargs)
+    assert torch.equal(tree.sequences, plain.sequences)
+    assert banned not in tree.sequences[0, ids.shape[1]:].tolist()
+    assert len(tree.scores) == len(plain.scores) == len(tree.logits) == 12
+    for mine, theirs in zip(tree.scores, plain.scores):
+        torch.testing.assert_close(mine, theirs, atol=1e-4, rtol=1e-4)
+    for mine, theirs in zip(tree.logits, plain.logits):
+        torch.testing.assert_close(mine, theirs, atol=1e-4, rtol=1e-4)
+    assert streamer.ended and streamer.chunks[0] == ids[0].tolist()  # the prompt first, as generate sends it
+    assert [t for chunk in streamer.chunks[1:] for t in chunk] == tree.sequences[0, ids.shape[1]:].tolist()
+    assert drafter.last_stats.accepted_tokens > 0 and len(streamer.chunks) - 1 < 12  # several tokens per pass
+
+
+def test_config_default_turns_trees_on_and_a_call_turns_them_off(pair):
+    model, drafter = pair
+    ids = repeat_prompt([3, 8, 11], 4)
+    drafter.config.tree = True
+    try:
+        model.generate(ids, do_sample=False, max_new_tokens=6, assistant_model=drafter)
+        assert drafter.last_stats.tree_nodes
+        model.generate(ids, do_sample=False, max_new_tokens=6, assistant_model=drafter, oneiro_tree=False)
+        assert not drafter.last_stats.tree_nodes
+    finally:
+        drafter.config.tree = False
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"oneiro_verification": "topk"}, ValueError, "Fix: drop oneiro_verification"),
+        ({"oneiro_tree_max_nodes": 0}, ValueError, "tree_max_nodes must be >= 1"),
+        ({"output_attentions": True, "return_dict_in_generate": True}, ValueError, "Fix: drop output_attentions"),
+        ({"cache_implementation": "static"}, UnsupportedTreeCache, "Fix: let generate make its default cache"),
+        ({"custom_generate": lambda *a, **k: None}, ValueError, "Fix: drop custom_generate"),
+        ({"attention_mask": torch.tensor([[0, 1, 1, 1, 1, 1]])}, ValueError, "unpadded prompt"),
+    ],
+)
+def test_unsupported_requests_are_refused_with_the_fix(pair, kwargs, error, message):
+    model, drafter = pair
+    ids = repeat_prompt([3, 8], 3)
+    with pytest.raises(error, match=message):
+        model.generate(ids, do_sample=False, max_new_tokens=4, assistant_model=drafter, oneiro_tree=True, **kwargs)

@@ -1,0 +1,46 @@
+"""oneiro-bench's tree methods: parsed settings, a run next to the chain hybrid, and the H200-modelled breakdown."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_bench import _args, _lines, env  # noqa: F401  (env is the module-scoped tiny target on disk)
+
+from oneiro_hf import bench
+from oneiro_hf.tree.cost import H200_RATIOS, modelled_speedup
+
+
+def test_tree_methods_parse_to_tree_settings() -> None:
+    assert bench.parse_method("oneiro-tree").oneiro_settings == {"mode": "hybrid", "tree": True}
+    spec = bench.parse_method("oneiro-tree-8")
+    assert spec.oneiro_settings == {"mode": "hybrid", "tree": True, "tree_max_nodes": 8}
+    assert spec.lossless and not spec.relaxed
+    for bad in ("oneiro-tree-0", "oneiro-tree-x", "oneiro-tree-"):
+        with pytest.raises(bench.BenchInputError, match="N must be an integer"):
+            bench.parse_method(bad)
+
+
+def test_tree_run_next_to_the_chain_and_its_h200_breakdown(env, tmp_path):  # noqa: F811
+    out = tmp_path / "run"
+    methods = "greedy,oneiro-hybrid,oneiro-tree,oneiro-tree-4"
+    assert bench.main(_args(env, out, "--methods", methods, "--drafter", "fresh", "--no-plots",
+                            "--max-new-tokens", "16")) == 0
+    summary = json.loads((out / "summary.json").read_text())["methods"]
+    for method in ("oneiro-tree", "oneiro-tree-4"):
+        assert summary[method]["overall"]["identical_to_greedy"] == 1.0
+    small = [d for r in _lines(out / "answers" / "oneiro-tree-4.jsonl") for c in r["choices"] for d in c["draft_lengths"]]
+    assert small and max(small) <= 4  # nodes per pass, within the size limit
+    lines = _lines(out / "answers" / "oneiro-tree.jsonl")
+    for record in lines:
+        choice = record["choices"][0]
+        assert sum(choice["accept_lengths"]) == sum(choice["new_tokens"])  # the prefill's token included
+        turns = len(choice["new_tokens"])  # each turn's prefill is logged as a pass without drafts
+        assert len(record["oneiro_stats"]["tree_branch_ranks"]) == len(choice["draft_lengths"]) - turns
+
+    assert bench.main(["breakdown", "--run", str(out), "--latency-profile", "h200"]) == 0
+    assert "Modelled on the H200" in (out / "breakdown_h200.md").read_text()
+    row = json.loads((out / "breakdown_h200.json").read_text())["methods"]["oneiro-tree"]["overall"]
+    tokens = sum(sum(c["new_tokens"]) for r in lines for c in r["choices"])
+    passes = [d + 1 for r in lines for c in r["choices"] for d in c["draft_lengths"]]
+    assert row["modelled_speedup"] == pytest.approx(modelled_speedup(tokens, passes, H200_RATIOS))
