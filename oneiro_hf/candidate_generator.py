@@ -20,6 +20,8 @@ from .lookup import NgramIndex
 from .stats import DraftRound, DraftStats
 from .verification import RelaxedAcceptanceProcessor, check_relaxed_supported, warn_lossy_once
 
+CATCH_UP_CHUNK = 1024  # positions fed to the drafter per forward when it catches up (bounds memory)
+
 
 class OneiroCandidateGenerator(CandidateGenerator):
     """Drafts for one generate call; owns the drafter's KV cache and n-gram index for that call."""
@@ -51,7 +53,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
         self.model_kwargs_overrides = {"output_hidden_states": True if user_wants_hidden_states else -1}
         if self.mode == "lookup" and not user_wants_hidden_states:
             self.model_kwargs_overrides = {}  # lookup alone never reads the target's states
-        self.cache = DrafterKVCache()
+        self.cache = DrafterKVCache(max_capacity=self.max_length)
         self.true_len = 0  # drafter positions 1..true_len hold teacher-forced (accepted) entries
         self.pending_states: list[torch.Tensor] = []  # target states not yet fed to the drafter
         self.index = NgramIndex(int(settings["lookup_min_ngram"]), int(settings["lookup_max_ngram"]))
@@ -168,7 +170,11 @@ class OneiroCandidateGenerator(CandidateGenerator):
         self.pending_states.append(hidden[:, :keep])
 
     def _catch_up(self, input_ids: torch.LongTensor) -> torch.Tensor:
-        """Crop speculative drafter entries, feed the pending true states, return the state at the end."""
+        """Crop speculative drafter entries, feed the pending true states, return the state at the end.
+
+        A long prompt is fed in chunks of CATCH_UP_CHUNK positions, so the attention of one chunk over the
+        cache (O(chunk x context)) rather than over the whole prompt (O(context^2)) bounds the memory.
+        """
         self.cache.crop(self.true_len)
         states = torch.cat(self.pending_states, dim=1) if len(self.pending_states) > 1 else self.pending_states[0]
         self.pending_states = []
@@ -177,7 +183,10 @@ class OneiroCandidateGenerator(CandidateGenerator):
         if states.shape[1] != end - start:
             raise RuntimeError(f"drafter lost sync: {states.shape[1]} states for {end - start} positions")
         positions = torch.arange(start, end, device=input_ids.device).unsqueeze(0)
-        out = self.drafter.transition(states, input_ids[:, start:end], positions, self.cache)
+        for s in range(0, end - start, CATCH_UP_CHUNK):
+            e = min(s + CATCH_UP_CHUNK, end - start)
+            out = self.drafter.transition(states[:, s:e], input_ids[:, start + s : start + e], positions[:, s:e],
+                                          self.cache)
         self.true_len = end - 1
         return out[:, -1:]
 

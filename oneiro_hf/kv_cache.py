@@ -3,6 +3,10 @@
 The drafter's copied decoder layers call `cache.update(key, value, layer_idx, ...)` exactly as they
 would inside the target; this class answers that call with views into growing buffers, so drafting a
 token costs no concatenation and rejecting drafts is a pointer move (`crop`).
+
+Buffers grow by doubling, but never past `max_capacity` (the generate call's `max_length`: the drafter
+never holds a position the sequence cannot reach), so a long context costs at most one buffer of
+`max_length` positions per copied layer; a write beyond it is refused with a ValueError.
 """
 
 from __future__ import annotations
@@ -15,18 +19,34 @@ import torch
 class DrafterKVCache:
     """Per-layer key/value buffers indexed by the (target) layer index of each copied layer."""
 
-    def __init__(self, initial_capacity: int = 256) -> None:
+    def __init__(self, initial_capacity: int = 256, max_capacity: int | None = None) -> None:
+        if max_capacity is not None and max_capacity < 1:
+            raise ValueError(f"max_capacity must be >= 1 or None (got {max_capacity}).")
         self._keys: dict[int, torch.Tensor] = {}
         self._values: dict[int, torch.Tensor] = {}
         self._length: dict[int, int] = {}
         self._initial_capacity = initial_capacity
+        self.max_capacity = max_capacity
         self.seq_length = 0  # positions committed by the last completed forward
+
+    def capacity(self, layer_idx: int) -> int:
+        """Positions the buffers of `layer_idx` can hold without growing (0 before the first write)."""
+        buf = self._keys.get(layer_idx)
+        return 0 if buf is None else buf.shape[2]
 
     def _ensure_capacity(self, layer_idx: int, like: torch.Tensor, needed: int) -> None:
         buf = self._keys.get(layer_idx)
         if buf is not None and buf.shape[2] >= needed:
             return
+        if self.max_capacity is not None and needed > self.max_capacity:
+            raise ValueError(
+                f"The drafter's KV cache would need {needed} positions, more than its limit of {self.max_capacity} "
+                "(the generate call's max_length). Fix: raise max_length / max_new_tokens, or reset the drafter's "
+                "cache before reusing it for a longer sequence."
+            )
         capacity = max(needed, self._initial_capacity, 2 * (buf.shape[2] if buf is not None else 0))
+        if self.max_capacity is not None:
+            capacity = min(capacity, self.max_capacity)
         shape = (like.shape[0], like.shape[1], capacity, like.shape[3])
         new_k = like.new_empty(shape)
         new_v = like.new_empty(shape)
