@@ -96,3 +96,18 @@ def test_unsupported_requests_are_refused_with_the_fix(pair, kwargs, error, mess
     ids = repeat_prompt([3, 8], 3)
     with pytest.raises(error, match=message):
         model.generate(ids, do_sample=False, max_new_tokens=4, assistant_model=drafter, oneiro_tree=True, **kwargs)
+
+
+def test_eager_attention_takes_the_additive_tree_mask():
+    """Eager attention adds the mask to the scores: the tree path builds a float mask there, and the output is
+    still plain greedy's (gemma3: sliding and full layers, window 3, shorter than the context)."""
+    model = make_model("gemma3", layers=2, window=3, hidden=32, vocab=64, strength="prefix")
+    model.set_attn_implementation("eager")
+    drafter = OneiroDrafter.from_target(model, interval=(0, 2))
+    for pattern in ([5, 9, 14], [7, 21, 33, 40]):
+        ids = repeat_prompt(pattern, 3)
+        plain = model.generate(ids, do_sample=False, max_new_tokens=10)
+        tree = model.generate(ids, do_sample=False, max_new_tokens=10, assistant_model=drafter, oneiro_tree=True,
+                              oneiro_cost_aware=False)
+        assert torch.equal(tree, plain)
+        assert drafter.last_stats.tree_nodes and max(drafter.last_stats.tree_nodes) > 1

@@ -10,7 +10,8 @@ value times the calibrated acceptance of the node itself, as `DraftPolicyState` 
 * **Latent** (EAGLE-2's dynamic expansion): the drafter's readout top-k below the root; then, level by
   level, the `beam` likeliest new nodes are fed to the drafter side by side in one call (each attends to the
   teacher-forced cache and its own ancestors: a tree mask on the drafter's cache), and their top-k become
-  the next level. Expansion stops at the depth budget or when no new node is worth `min_value`.
+  the next level. Expansion stops at the depth budget, when no new node is worth `min_value`, or (cost model
+  on) when the nodes to expand promise fewer tokens than a drafter call costs.
 
 Identical tokens under the same parent merge, so lookup and latent proposals that agree share nodes and
 those that disagree become sibling branches. `cost.choose_nodes` then keeps the part of the tree the
@@ -18,6 +19,8 @@ latency profile pays for.
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 
@@ -71,8 +74,13 @@ class LatentTreeDrafter:
         min_value: float,
         policy: DraftPolicyState,
         eos_ids: set[int],
+        cost_aware: bool = True,
     ) -> int:
-        """Grow latent branches below the root of `tree`; returns how many drafter calls it made."""
+        """Grow latent branches below the root of `tree`; returns how many drafter calls it made.
+
+        With `cost_aware`, a level is expanded only if the nodes it expands promise more tokens (the sum of their
+        values) than one drafter call costs in target steps (`draft_step_time / verify_time(1)`).
+        """
         drafter = self.drafter
         vocab_ids = drafter.draft_vocab_ids
         device = input_ids.device
@@ -96,12 +104,16 @@ class LatentTreeDrafter:
             nxt = nxt[:beam]
             if not nxt:
                 break
+            if cost_aware and sum(tree.nodes[i].value for i in nxt) < policy.draft_step_time() / policy.verify_time(1):
+                break
             parent_rows = [frontier.index(tree.nodes[i].parent) for i in nxt]
             states = frontier_states[parent_rows].unsqueeze(0)
             tokens = torch.tensor([[tree.nodes[i].token for i in nxt]], dtype=torch.long, device=device)
             positions = torch.tensor([[root_position + tree.nodes[i].depth for i in nxt]], device=device)
             mask_fn = self._mask_fn(tree, spec_nodes, nxt, root_position, device)
+            started = time.perf_counter()
             out = drafter.transition(states, tokens, positions, self.cache, mask_fn=mask_fn)
+            policy.observe_draft_step(time.perf_counter() - started)
             calls += 1
             spec_nodes.extend(nxt)
             frontier, frontier_states = nxt, out[0]

@@ -216,7 +216,7 @@ def tree_decode(
                 policy.steps_since_latent = 0
                 latent.expand(
                     tree, input_ids, max_depth=depth, topk=settings.topk, beam=settings.beam,
-                    min_value=settings.min_value, policy=policy, eos_ids=eos_ids,
+                    min_value=settings.min_value, policy=policy, eos_ids=eos_ids, cost_aware=settings.cost_aware,
                 )
                 used_latent = True
             else:
