@@ -8,10 +8,10 @@ from transformers import AutoConfig, AutoModel
 
 from .compat import UnsupportedTransformersVersion, check_transformers_version
 from .configuration_oneiro import OneiroDrafterConfig
-from .modeling_oneiro import DrafterBusy, DrafterTargetMismatch, OneiroDrafter, UnsupportedTarget
+from .modeling_oneiro import DrafterBusy, OneiroDrafter
 from .stats import DraftStats
-
-__version__ = "0.1.0"
+from .targets import DrafterTargetMismatch, UnsupportedTarget
+from .version import __version__ as __version__
 
 AutoConfig.register(OneiroDrafterConfig.model_type, OneiroDrafterConfig, exist_ok=True)
 AutoModel.register(OneiroDrafterConfig, OneiroDrafter, exist_ok=True)

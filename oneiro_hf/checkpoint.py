@@ -132,7 +132,7 @@ def _download(
         RevisionNotFoundError,
     )
 
-    from . import __version__
+    from .version import __version__
 
     offline = bool(local_files_only or constants.is_offline_mode())
     at = f" at revision {revision!r}" if revision else ""
@@ -306,7 +306,7 @@ def check_checkpoint_dir(
         )
     version = checkpoint_format(config, config_path)
     if version > FORMAT_VERSION:
-        from . import __version__
+        from .version import __version__
 
         writer = config.get("oneiro_hf_version")
         by = f"a newer oneiro-hf ({writer})" if writer else "a newer oneiro-hf"

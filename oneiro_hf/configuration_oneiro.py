@@ -98,7 +98,7 @@ class OneiroDrafterConfig(PretrainedConfig):
 
     def to_dict(self) -> dict[str, Any]:
         """Stamp what this package writes: its checkpoint format and version, as transformers does for itself."""
-        from . import __version__
+        from .version import __version__
 
         data = super().to_dict()
         data["format_version"] = FORMAT_VERSION

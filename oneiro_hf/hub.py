@@ -25,7 +25,7 @@ import torch
 
 from .checkpoint import CONFIG_NAME, WEIGHTS_NAME
 from .configuration_oneiro import FORMAT_VERSION
-from .modeling_oneiro import DrafterTargetMismatch, TargetDifference, _model_identity, target_differences
+from .targets import DrafterTargetMismatch, TargetDifference, model_identity, target_differences
 
 if TYPE_CHECKING:
     from huggingface_hub import CommitInfo, ModelCard
@@ -140,9 +140,9 @@ def _card_base_model(drafter: OneiroDrafter, base_model: str | None, allow_misma
     if bound is not None:
         differences += target_differences(drafter.config, bound, allow_base_model_mismatch=allow_mismatch)
         bound_name = getattr(bound, "name_or_path", None)
-        if not allow_mismatch and is_repo_id(bound_name) and _model_identity(bound_name) != _model_identity(base_model):
+        if not allow_mismatch and is_repo_id(bound_name) and model_identity(bound_name) != model_identity(base_model):
             differences.append(TargetDifference("base_model", base_model, bound_name))
-    if not allow_mismatch and is_repo_id(recorded) and _model_identity(recorded) != _model_identity(base_model):
+    if not allow_mismatch and is_repo_id(recorded) and model_identity(recorded) != model_identity(base_model):
         differences.append(TargetDifference("base_model", recorded, base_model))
     if differences:
         raise DrafterTargetMismatch(differences, drafter_name=drafter.name_or_path or None, target=bound or _Named(base_model))
@@ -400,7 +400,7 @@ def build_model_card(
         ("cost_aware", config.cost_aware),
         ("verification", f"{config.verification} ({'lossy' if lossy_default else 'lossless'})"),
     ]
-    from . import __version__
+    from .version import __version__
 
     return ModelCard.from_template(
         data,

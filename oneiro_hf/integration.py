@@ -17,9 +17,8 @@ _HOOK_MARK = "_oneiro_hooked"
 
 
 def _is_drafter(obj: Any) -> bool:
-    from .modeling_oneiro import OneiroDrafter
-
-    return isinstance(obj, OneiroDrafter)
+    """A OneiroDrafter, recognised by its class flag (integration never imports the modeling code)."""
+    return getattr(type(obj), "is_oneiro_drafter", False) is True
 
 
 def _oneiro_generate(self, *args: Any, **kwargs: Any):

@@ -15,6 +15,8 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
+from .targets import text_config
+
 
 @torch.no_grad()
 def profile_verification_latency(
@@ -26,7 +28,7 @@ def profile_verification_latency(
     interleaved over the repeats, so a noisy machine biases them alike.
     """
     param = next(model.parameters())
-    vocab = model.config.get_text_config().vocab_size
+    vocab = text_config(model).vocab_size
     gen = torch.Generator().manual_seed(0)
     context = torch.randint(0, vocab, (1, context_len), generator=gen).to(param.device)
     cache = DynamicCache(config=model.config)

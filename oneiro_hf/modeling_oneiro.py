@@ -31,128 +31,29 @@ from .compat import check_transformers_version
 from .configuration_oneiro import DRAFT_MODES, TREE_SETTING_DEFAULTS, OneiroDrafterConfig
 from .identity import (
     canonical_model_id,
-    compare_fingerprint,
     compute_fingerprint,
     fingerprinted_tensors,
     warn_unfingerprinted,
     weights_source,
 )
 from .kv_cache import DrafterKVCache
+from .targets import (  # noqa: F401 - SUPPORTED_MODEL_TYPES and the errors are re-exported (public names)
+    SUPPORTED_MODEL_TYPES,
+    DrafterTargetMismatch,
+    TargetDifference,
+    UnsupportedTarget,
+    base_model,
+    check_supported,
+    target_differences,
+    text_config,
+)
 from .verification import validate_verification_settings
 
 _CUDA_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma3_text")
-
-
-@dataclass(frozen=True)
-class TargetDifference:
-    """One way in which a target differs from the one a drafter was made for."""
-
-    field: str
-    drafter_value: Any  # what the drafter's config records
-    target_value: Any  # what the target has
-
-    def describe(self) -> str:
-        if self.field == "base_model":
-            return (
-                f"base model: drafter was made from '{self.drafter_value}', target is '{self.target_value}' "
-                "(pass allow_base_model_mismatch=True to bind to a fine-tune of the same base on purpose)"
-            )
-        if self.field == "base_weights":
-            return (
-                f"base weights: the target's weights differ from those of {self.drafter_value}, which the drafter "
-                f"was trained on, in {self.target_value}"
-            )
-        if self.field == "architecture":
-            return f"architecture: drafter expects {self.drafter_value}, target is {self.target_value}"
-        return f"{self.field}: drafter expects {self.drafter_value}, target has {self.target_value}"
 
 
 class DrafterBusy(RuntimeError):
     """The drafter is in use by another generate call (another thread, or an enclosing call in this one)."""
-
-
-class DrafterTargetMismatch(ValueError):
-    """The drafter was made for a different target than the one it is being bound to.
-
-    `differences` lists each differing field with the drafter's and the target's value, so callers (and the
-    model card check in oneiro_hf.hub) can report them without parsing the message.
-    """
-
-    def __init__(
-        self,
-        differences: list[TargetDifference] | str,
-        drafter_name: str | None = None,
-        target: Any = None,
-    ) -> None:
-        if isinstance(differences, str):  # a single free-form problem (e.g. a layer class)
-            self.differences: list[TargetDifference] = []
-            super().__init__(differences)
-            return
-        self.differences = list(differences)
-        which = f" '{drafter_name}'" if drafter_name else ""
-        target_name = getattr(target, "name_or_path", None) or type(target).__name__
-        lines = "\n  - ".join(d.describe() for d in self.differences)
-        fix = (
-            f"use a drafter trained for '{target_name}' (oneiro-train --target <it>), or build an untrained one "
-            "with OneiroDrafter.from_target(model)"
-        )
-        if all(d.field in ("base_model", "base_weights") for d in self.differences):
-            fix = (
-                "pass allow_base_model_mismatch=True if the target is a fine-tune of the same base (the output "
-                "stays lossless; fewer drafts may be accepted), or " + fix
-            )
-        super().__init__(
-            f"This drafter{which} was made for another target than '{target_name}':\n  - {lines}\nFix: {fix}."
-        )
-
-
-def target_differences(
-    config: OneiroDrafterConfig, model: PreTrainedModel, allow_base_model_mismatch: bool = False
-) -> list[TargetDifference]:
-    """Every recorded field (architecture, sizes, layer count, base model) in which `model` differs."""
-    text_config = _text_config(model)
-    found = []
-    for field, expected, actual in (
-        ("model_type", (config.target_config or {}).get("model_type"), text_config.model_type),
-        ("hidden_size", config.hidden_size, text_config.hidden_size),
-        ("vocab_size", config.vocab_size, text_config.vocab_size),
-        ("num_hidden_layers", config.num_target_layers, text_config.num_hidden_layers),
-    ):
-        if expected != actual:
-            found.append(TargetDifference(field, expected, actual))
-    if config.target_architecture and config.target_architecture != type(model).__name__:
-        found.append(TargetDifference("architecture", config.target_architecture, type(model).__name__))
-    if found or allow_base_model_mismatch or not config.base_model_fingerprint:
-        return found  # shapes differ (sampling would compare unrelated values), or the weights are not checked
-    tensors = fingerprinted_tensors(model, OneiroDrafter._base_model(model), config.interval)
-    differing = compare_fingerprint(config.base_model_fingerprint, tensors)
-    if differing:
-        shown = ", ".join(d.describe() for d in differing[:4])
-        more = f" and {len(differing) - 4} more" if len(differing) > 4 else ""
-        where = f"{len(differing)} of {len(config.base_model_fingerprint['tensors'])} sampled tensors: {shown}{more}"
-        base = config.base_model_name_or_path or "the base model"
-        source = config.base_model_fingerprint.get("source")
-        found.append(TargetDifference("base_weights", f"{base} ({source})" if source else base, where))
-    return found
-
-
-class UnsupportedTarget(ValueError):
-    """The target's architecture is not one oneiro-hf knows how to draft for."""
-
-
-def _text_config(model_or_config: Any):
-    config = getattr(model_or_config, "config", model_or_config)
-    return config.get_text_config() if hasattr(config, "get_text_config") else config
-
-
-def _check_supported(text_config) -> None:
-    if text_config.model_type not in SUPPORTED_MODEL_TYPES:
-        raise UnsupportedTarget(
-            f"oneiro-hf does not support target architecture '{text_config.model_type}'. Supported: "
-            f"{', '.join(SUPPORTED_MODEL_TYPES)}. Fix: use a target of a supported architecture, or open an "
-            "issue with the model type so its decoder layer can be tested."
-        )
 
 
 def _decoder_layer_class(text_config) -> type[nn.Module]:
@@ -175,14 +76,6 @@ def _init_like_target(layer: nn.Module, target: PreTrainedModel) -> None:
         target._init_weights(module)
 
 
-def _model_identity(name: str | None) -> str | None:
-    """Compare base models by their last two path components, so 'org/name' and a local copy agree."""
-    if not name:
-        return None
-    parts = [p for p in str(name).replace("\\", "/").rstrip("/").split("/") if p]
-    return "/".join(parts[-2:]).lower()
-
-
 @dataclass
 class BoundTarget:
     """Handles on the target's shared modules, held outside nn.Module registration (never saved)."""
@@ -200,6 +93,7 @@ class OneiroDrafter(PreTrainedModel):
     """Latent drafter made of copies of target decoder layers [start, end) plus a small input fusion."""
 
     config_class = OneiroDrafterConfig
+    is_oneiro_drafter = True  # how the generate hook (integration.py) recognises a drafter
     base_model_prefix = "oneiro"
     main_input_name = "input_ids"
     _supports_sdpa = True
@@ -213,7 +107,7 @@ class OneiroDrafter(PreTrainedModel):
                 "OneiroDrafter.from_target(model) or load them with OneiroDrafter.from_pretrained(path, target=model)."
             )
         layer_config = self.build_target_config(config)
-        _check_supported(layer_config)
+        check_supported(layer_config)
         layer_config._attn_implementation = "sdpa"
         layer_cls = _decoder_layer_class(layer_config)
         start, end = config.interval
@@ -267,9 +161,9 @@ class OneiroDrafter(PreTrainedModel):
                 f"transition_init must be one of {', '.join(TRANSITION_INITS)} (got {transition_init!r}). Fix: use "
                 "'target' (copy the target's layers, the method) or 'random' (the ablation baseline)."
             )
-        text_config = _text_config(model)
-        _check_supported(text_config)
-        num_layers = text_config.num_hidden_layers
+        config_t = text_config(model)
+        check_supported(config_t)
+        num_layers = config_t.num_hidden_layers
         if interval is None:
             interval = (max(0, num_layers - 2), num_layers)
         start, end = (int(interval[0]), int(interval[1]))
@@ -282,12 +176,12 @@ class OneiroDrafter(PreTrainedModel):
             draft_vocab_ids = torch.as_tensor(draft_vocab_ids, dtype=torch.long).flatten()
             if (
                 draft_vocab_ids.numel() == 0
-                or int(draft_vocab_ids.max()) >= text_config.vocab_size
+                or int(draft_vocab_ids.max()) >= config_t.vocab_size
                 or int(draft_vocab_ids.min()) < 0
             ):
                 raise ValueError(
-                    f"draft_vocab_ids must be a non-empty list of ids in [0, {text_config.vocab_size}) "
-                    f"(the target's vocab size {text_config.vocab_size})."
+                    f"draft_vocab_ids must be a non-empty list of ids in [0, {config_t.vocab_size}) "
+                    f"(the target's vocab size {config_t.vocab_size})."
                 )
             if draft_vocab_ids.unique().numel() != draft_vocab_ids.numel():
                 raise ValueError("draft_vocab_ids contains duplicates. Fix: pass unique token ids.")
@@ -295,17 +189,17 @@ class OneiroDrafter(PreTrainedModel):
         if unknown:
             raise TypeError(f"unknown drafter settings {sorted(unknown)}")
         config = OneiroDrafterConfig(
-            target_config=text_config.to_dict(),
+            target_config=config_t.to_dict(),
             base_model_name_or_path=canonical_model_id(model),
             base_model_revision=getattr(model.config, "_commit_hash", None),
             target_architecture=type(model).__name__,
-            hidden_size=text_config.hidden_size,
-            vocab_size=text_config.vocab_size,
+            hidden_size=config_t.hidden_size,
+            vocab_size=config_t.vocab_size,
             num_target_layers=num_layers,
             interval=(start, end),
             draft_vocab_size=None if draft_vocab_ids is None else int(draft_vocab_ids.numel()),
             base_model_fingerprint=compute_fingerprint(
-                fingerprinted_tensors(model, cls._base_model(model), (start, end)), source=weights_source(model)
+                fingerprinted_tensors(model, base_model(model), (start, end)), source=weights_source(model)
             ),
             **draft_settings,
         )
@@ -397,21 +291,9 @@ class OneiroDrafter(PreTrainedModel):
         )
 
     # ------------------------------------------------------------------ binding
-    @staticmethod
-    def _base_model(model: PreTrainedModel) -> nn.Module:
-        base = model.get_decoder() if hasattr(model, "get_decoder") else None
-        if base is None or not hasattr(base, "layers"):
-            base = getattr(model, "model", None)
-        if base is None or not all(hasattr(base, a) for a in ("layers", "norm", "rotary_emb")):
-            raise UnsupportedTarget(
-                f"{type(model).__name__} does not expose decoder layers, a final norm and a rotary embedding "
-                "the way oneiro-hf expects."
-            )
-        return base
-
     @classmethod
     def _target_layers(cls, model: PreTrainedModel) -> nn.ModuleList:
-        return cls._base_model(model).layers
+        return base_model(model).layers
 
     def check_target(self, model: PreTrainedModel, allow_base_model_mismatch: bool = False) -> None:
         """Raise DrafterTargetMismatch naming every field in which `model` differs from the recorded target."""
@@ -482,7 +364,7 @@ class OneiroDrafter(PreTrainedModel):
         from .integration import install_generate_hook
 
         self.check_target(model, allow_base_model_mismatch=allow_base_model_mismatch)
-        base = self._base_model(model)
+        base = base_model(model)
         target_layers = base.layers
         start, _ = self.config.interval
         for i, layer in enumerate(self.layers):
@@ -509,7 +391,7 @@ class OneiroDrafter(PreTrainedModel):
             readout = readout.index_select(0, self.draft_vocab_ids.to(readout.device))
         rotary = base.rotary_emb
         takes_layer_type = "layer_type" in inspect.signature(rotary.forward).parameters
-        softcap = getattr(_text_config(model), "final_logit_softcapping", None)
+        softcap = getattr(text_config(model), "final_logit_softcapping", None)
         object.__setattr__(
             self,
             "_bound",
@@ -536,7 +418,7 @@ class OneiroDrafter(PreTrainedModel):
         """Re-bind if the target was moved or cast since binding (the drafter follows its device and dtype)."""
         bound = self.require_bound()
         start = self.config.interval[0]
-        ref = next(self._base_model(bound.model).layers[start].parameters())
+        ref = next(base_model(bound.model).layers[start].parameters())
         mine = next(self.parameters())
         if (mine.device, mine.dtype) != (ref.device, ref.dtype) or bound.readout_weight.device != ref.device or (
             bound.readout_weight.dtype != ref.dtype
@@ -585,28 +467,55 @@ class OneiroDrafter(PreTrainedModel):
         return self._transition(bound, states, token_ids, position_ids, cache, mask_fn)
 
     def _transition(self, bound, states, token_ids, position_ids, cache, mask_fn=None):
-        emb = bound.embed_tokens(token_ids)
-        x = self.fuse(torch.cat([states.to(emb.dtype), emb], dim=-1))
-        q = x.shape[1]
-        past = cache.seq_length if cache is not None else 0
-        rotary_cache: dict[str | None, tuple[torch.Tensor, torch.Tensor]] = {}
+        x = self.fuse_inputs(states, bound.embed_tokens(token_ids))
+        q, past = x.shape[1], cache.seq_length if cache is not None else 0
+        if mask_fn is None:
+            def mask_fn(window: int | None) -> torch.Tensor | None:
+                return self._mask(q, past, window, x.device)
+        out = self.run_layers(x, self.rotary_embeddings(x, position_ids), position_ids, mask_fn, cache)
+        if cache is not None:
+            cache.commit()
+        return out
+
+    def fuse_inputs(self, states: torch.Tensor, token_embeddings: torch.Tensor) -> torch.Tensor:
+        """(B, Q, H) input of layer `start`: the fusion of each previous state with its token's embedding."""
+        return self.fuse(torch.cat([states.to(token_embeddings.dtype), token_embeddings], dim=-1))
+
+    def rotary_embeddings(self, like: torch.Tensor, position_ids: torch.LongTensor) -> dict[str | None, tuple]:
+        """The target's (cos, sin) at `position_ids` for each layer type of the copied layers; `like` gives the
+        dtype and device."""
+        bound = self.require_bound()
+        rotary: dict[str | None, tuple[torch.Tensor, torch.Tensor]] = {}
+        for layer_type in self._layer_types():
+            if layer_type not in rotary:
+                args = (like, position_ids, layer_type) if bound.rotary_takes_layer_type else (like, position_ids)
+                rotary[layer_type] = bound.rotary_emb(*args)
+        return rotary
+
+    def run_layers(
+        self,
+        x: torch.Tensor,
+        rotary: dict[str | None, tuple],
+        position_ids: torch.LongTensor,
+        mask_for_window: Callable[[int | None], torch.Tensor | None],
+        cache: Any = None,
+    ) -> torch.Tensor:
+        """The one transition, shared by drafting (`transition`) and training (`parallel_rollout`).
+
+        x: (B, Q, H) fused inputs; rotary: `rotary_embeddings` at position_ids (B, Q); mask_for_window(window)
+        gives each layer's boolean (1, 1, Q, K) mask (or None) for its sliding window (None: full attention);
+        cache: what the layers' attention calls `update` on. Returns the predicted final-normed states (B, Q, H).
+        """
         for layer, layer_type in zip(self.layers, self._layer_types()):
-            if layer_type not in rotary_cache:
-                args = (x, position_ids, layer_type) if bound.rotary_takes_layer_type else (x, position_ids)
-                rotary_cache[layer_type] = bound.rotary_emb(*args)
-            window = self._sliding_window(layer)
-            mask = mask_fn(window) if mask_fn is not None else self._mask(q, past, window, x.device)
             out = layer(
                 x,
-                position_embeddings=rotary_cache[layer_type],
-                attention_mask=mask,
+                position_embeddings=rotary[layer_type],
+                attention_mask=mask_for_window(self._sliding_window(layer)),
                 position_ids=position_ids,
                 cache=cache,
             )
             x = out[0] if isinstance(out, tuple) else out
-        if cache is not None:
-            cache.commit()
-        return bound.norm(x)
+        return self.require_bound().norm(x)
 
     @staticmethod
     def _sliding_window(layer: nn.Module) -> int | None:

@@ -214,29 +214,27 @@ def test_parallel_rollout_matches_sequential_drafting(target):
                 torch.testing.assert_close(state[0, 0], outs[k][0, i], atol=1e-5, rtol=1e-4)
 
 
-def test_parallel_rollout_matches_sequential_drafting_with_sliding_window():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+# Every supported architecture; the windowed ones with a window (4) shorter than the rollout's contexts.
+ROLLOUT_ARCHS = {
+    "llama": {},
+    "mistral": {"window": 4},
+    "qwen2": {"window": 4},  # the upper half of the layers slide: the drafter's copies (2, 4)
+    "qwen3": {"use_sliding_window": True, "sliding_window": 4, "max_window_layers": 0},
+    "gemma3": {"window": 4},  # sliding and full layers alternate
+}
 
-    torch.manual_seed(0)
-    cfg = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        sliding_window=4,
-        use_sliding_window=True,
-        max_window_layers=0,
-        initializer_range=0.1,
-    )
-    model = Qwen2ForCausalLM(cfg).eval()
+
+@pytest.mark.parametrize("arch", sorted(ROLLOUT_ARCHS))
+def test_parallel_rollout_matches_sequential_drafting_on_every_architecture(arch):
+    from conftest import make_model
+
+    model = make_model(arch, hidden=32, seed=0, **ROLLOUT_ARCHS[arch])
     drafter = OneiroDrafter.from_target(model, interval=(2, 4))
-    assert drafter.layers[0].self_attn.sliding_window == 4
+    windows = {drafter._sliding_window(layer) for layer in drafter.layers}
+    assert windows == ({None} if arch == "llama" else {4} if arch != "gemma3" else {4, None})
     with torch.no_grad():
         drafter.fuse.weight.normal_(0, 0.1)
-        ids = torch.randint(3, VOCAB, (1, 16))
+        ids = torch.randint(3, 128, (1, 16), generator=torch.Generator().manual_seed(1))
         h = model.model(input_ids=ids).last_hidden_state
         pos = torch.arange(1, 16).unsqueeze(0)
         outs = parallel_rollout(drafter, h[:, :-1], ids[:, 1:], pos, 4, first_index=3)

@@ -78,7 +78,7 @@ def check_drafter(
     """
     from ..configuration_oneiro import OneiroDrafterConfig
     from ..loading import default_drafter_dir
-    from ..modeling_oneiro import SUPPORTED_MODEL_TYPES
+    from ..targets import SUPPORTED_MODEL_TYPES
 
     if target_cfg is not None and target_cfg.get("model_type") not in SUPPORTED_MODEL_TYPES:
         raise BenchInputError(

@@ -458,10 +458,10 @@ def _vocab_size(target: str) -> int:
     from transformers import AutoConfig
 
     from ..reference_models import resolve_target
+    from ..targets import text_config
 
     config = AutoConfig.from_pretrained(resolve_target(target))
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return int(text.vocab_size)
+    return int(text_config(config).vocab_size)
 
 
 def main(argv: list[str] | None = None) -> int:

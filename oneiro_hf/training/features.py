@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from ..targets import base_model, text_config
 from .records import DataFileError, load_records
 
 logger = logging.getLogger(__name__)
@@ -161,12 +162,6 @@ def batches_by_tokens(lengths: Sequence[int], max_tokens: int, max_batch: int = 
 
 
 # ---------------------------------------------------------------------------------------------- the target
-def target_base_model(target: Any) -> Any:
-    from ..modeling_oneiro import OneiroDrafter
-
-    return OneiroDrafter._base_model(target)
-
-
 @torch.no_grad()
 def target_features(
     target: Any,
@@ -181,7 +176,7 @@ def target_features(
 
     ``label_from`` (B,) limits the argmax (the LM head is a quarter of a small model's cost) to positions
     ``>= label_from[b]``; pass ``prompt_lens - 1`` since only response positions are ever labelled."""
-    base = target_base_model(target)
+    base = base_model(target)
     device = next(target.parameters()).device
     input_ids = input_ids.to(device)
     if attention_mask is None:
@@ -213,8 +208,8 @@ def target_features(
 
 def target_fingerprint(target: Any) -> dict[str, Any]:
     """What identifies the target's features: architecture sizes plus a hash of a few weights."""
-    config = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
-    base = target_base_model(target)
+    config = text_config(target)
+    base = base_model(target)
     h = hashlib.sha1()
     with torch.no_grad():
         h.update(base.norm.weight.detach().float().cpu().numpy().tobytes())

@@ -337,8 +337,9 @@ class OnPolicyTrainer(OneiroTrainer):
             raise OnPolicyError("OnPolicyTrainer needs OneiroTrainingArguments with stage='3'.")
         if drafter is None:
             raise OnPolicyError("stage 3 refines a trained drafter and got none. Fix: pass --init_drafter PATH.")
-        text_config = target.config.get_text_config() if hasattr(target.config, "get_text_config") else target.config
-        self.prompts = check_prompts(prompts, int(text_config.vocab_size))
+        from ..targets import text_config
+
+        self.prompts = check_prompts(prompts, int(text_config(target).vocab_size))
         total = args.onpolicy_rounds * args.onpolicy_steps_per_round
         if args.max_steps > 0 and args.max_steps != total:
             raise OnPolicyError(
@@ -577,7 +578,7 @@ def run_stage3(model_args: Any, data_args: Any, args: OneiroTrainingArguments, t
 
     Returns the refined drafter; TrainingInputError for unusable input."""
     from .. import OneiroDrafter
-    from ..modeling_oneiro import DrafterTargetMismatch, _text_config
+    from ..targets import DrafterTargetMismatch, text_config
     from . import features as feat
     from .trainer import check_checkpoint_compatible
 
@@ -590,7 +591,7 @@ def run_stage3(model_args: Any, data_args: Any, args: OneiroTrainingArguments, t
         raise TrainingInputError(f"--init_drafter {args.init_drafter} cannot be loaded: {err}") from err
     if resume:
         check_checkpoint_compatible(resume, drafter)
-    prompts, prompts_from = _stage3_prompts(args, data_args, data, _text_config(target.config).vocab_size)
+    prompts, prompts_from = _stage3_prompts(args, data_args, data, text_config(target).vocab_size)
     with timer("features"):
         cache = None
         if args.feature_cache_dir:

