@@ -19,7 +19,6 @@ from typing import Any
 
 from .configuration_oneiro import FORMAT_VERSION, OneiroDrafterConfig
 
-CURRENT_FORMAT = FORMAT_VERSION  # kept for callers of the 0.1.0 name
 WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 CONFIG_NAME = "config.json"

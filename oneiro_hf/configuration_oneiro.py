@@ -36,7 +36,6 @@ class OneiroDrafterConfig(PretrainedConfig):
         vocab_size: int | None = None,
         num_target_layers: int | None = None,
         interval: tuple[int, int] | list[int] | None = None,
-        hidden_state_layer: int = -1,
         draft_vocab_size: int | None = None,
         draft_mode: str = "hybrid",
         max_draft_tokens: int = 8,
@@ -59,6 +58,7 @@ class OneiroDrafterConfig(PretrainedConfig):
         oneiro_hf_version: str | None = None,
         **kwargs: Any,
     ) -> None:
+        kwargs.pop("hidden_state_layer", None)  # written by oneiro-hf 0.1.0, never read: dropped on load
         self.target_config = target_config
         self.base_model_name_or_path = base_model_name_or_path
         self.base_model_revision = base_model_revision
@@ -69,7 +69,6 @@ class OneiroDrafterConfig(PretrainedConfig):
         self.vocab_size = vocab_size
         self.num_target_layers = num_target_layers
         self.interval = list(interval) if interval is not None else None
-        self.hidden_state_layer = hidden_state_layer
         self.draft_vocab_size = draft_vocab_size
         self.draft_mode = draft_mode
         self.max_draft_tokens = max_draft_tokens

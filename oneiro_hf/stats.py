@@ -14,11 +14,6 @@ class DraftRound:
     accepted: int  # how many of them the target accepted
     source: str  # "latent" or "lookup"
 
-    @property
-    def error_position(self) -> int | None:
-        """The first rejected position, or None when the whole draft was accepted."""
-        return self.start + self.accepted if self.accepted < len(self.tokens) else None
-
 
 @dataclass
 class DraftStats:

@@ -670,11 +670,6 @@ class OneiroTrainer(Trainer):
             self._set_switch_step(self.state.max_steps)
         return 1 if self.state.global_step < self.switch_step else self.args.rollout_steps
 
-    def current_stage(self) -> str:
-        if self.args.stage == "3":
-            return "3"
-        return "1" if self.current_rollout_steps() == 1 and self.args.stage != "2" else "2"
-
     def _with_features(self, inputs: dict[str, Any]) -> dict[str, Any]:
         if "states" in inputs:
             return inputs
