@@ -111,3 +111,20 @@ def test_eager_attention_takes_the_additive_tree_mask():
                               oneiro_cost_aware=False)
         assert torch.equal(tree, plain)
         assert drafter.last_stats.tree_nodes and max(drafter.last_stats.tree_nodes) > 1
+
+
+def test_long_prompt_is_caught_up_in_chunks_and_stays_lossless():
+    """A prompt longer than the drafter's catch-up chunk, generation up to max_length (the drafter's cache limit
+    leaves room for the speculative nodes of a full tree)."""
+    from oneiro_hf.candidate_generator import CATCH_UP_CHUNK
+
+    model = make_model("qwen2", layers=2, window=8, hidden=32, vocab=64, strength="prefix",
+                       max_position_embeddings=4096)
+    drafter = OneiroDrafter.from_target(model, interval=(0, 2))
+    ids = repeat_prompt(list(range(3, 40)), CATCH_UP_CHUNK // 37 + 2)
+    assert ids.shape[1] > CATCH_UP_CHUNK
+    plain = model.generate(ids, do_sample=False, max_new_tokens=12)
+    tree = model.generate(ids, do_sample=False, max_new_tokens=12, assistant_model=drafter, oneiro_tree=True,
+                          oneiro_cost_aware=False, oneiro_mode="latent")
+    assert torch.equal(tree, plain)
+    assert drafter.last_stats.accepted_tokens > 0

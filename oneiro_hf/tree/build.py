@@ -24,6 +24,7 @@ import time
 
 import torch
 
+from ..candidate_generator import CATCH_UP_CHUNK
 from ..draft_policy import DraftPolicyState
 from ..kv_cache import DrafterKVCache
 from ..lookup import NgramIndex
@@ -39,9 +40,9 @@ class LatentTreeDrafter:
     Target states of newly accepted positions wait in `pending` until a latent draft is wanted.
     """
 
-    def __init__(self, drafter) -> None:
+    def __init__(self, drafter, max_capacity: int | None = None) -> None:
         self.drafter = drafter
-        self.cache = DrafterKVCache()
+        self.cache = DrafterKVCache(max_capacity=max_capacity)
         self.true_len = 0
         self.pending: list[torch.Tensor] = []
 
@@ -58,7 +59,10 @@ class LatentTreeDrafter:
             raise RuntimeError(f"tree drafter lost sync: {states.shape[1]} states for {end - start} positions")
         self.pending = []
         positions = torch.arange(start, end, device=input_ids.device).unsqueeze(0)
-        out = self.drafter.transition(states, input_ids[:, start:end], positions, self.cache)
+        for s in range(0, end - start, CATCH_UP_CHUNK):  # in chunks, as the chain's catch-up: bounded memory
+            e = min(s + CATCH_UP_CHUNK, end - start)
+            out = self.drafter.transition(states[:, s:e], input_ids[:, start + s : start + e], positions[:, s:e],
+                                          self.cache)
         self.true_len = end - 1
         return out[0, -1:]
 

@@ -176,7 +176,9 @@ def tree_decode(
     policy = _policy(drafter)
     stats = DraftStats()
     object.__setattr__(drafter, "last_stats", stats)
-    latent = LatentTreeDrafter(drafter) if settings.mode != "lookup" else None
+    # the drafter holds the accepted positions plus at most one level of `beam` speculative nodes per depth
+    capacity = generation_config.max_length + settings.beam * settings.max_depth
+    latent = LatentTreeDrafter(drafter, capacity) if settings.mode != "lookup" else None
     hidden_flag = -1 if latent is not None else False
     index = NgramIndex(settings.lookup_min_ngram, settings.lookup_max_ngram, keep_occurrences=settings.lookup_branches)
     walk = sampling_walk if do_sample else greedy_walk
