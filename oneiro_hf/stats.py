@@ -34,6 +34,7 @@ class DraftStats:
     # tree verification only (oneiro_tree=True): candidate nodes per pass, and per pass the highest sibling rank
     # (0 = the likeliest child) among the accepted nodes, -1 when none was accepted
     tree_nodes: list[int] = field(default_factory=list)
+    tree_drafter_calls: list[int] = field(default_factory=list)  # drafter forwards per pass (catch-up included)
     tree_branch_ranks: list[int] = field(default_factory=list)
     # every non-empty drafting round, only when the drafter's ``record_draft_rounds`` is True (else None)
     rounds: list[DraftRound] | None = None

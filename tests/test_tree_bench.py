@@ -16,19 +16,24 @@ def test_tree_methods_parse_to_tree_settings() -> None:
     spec = bench.parse_method("oneiro-tree-8")
     assert spec.oneiro_settings == {"mode": "hybrid", "tree": True, "tree_max_nodes": 8}
     assert spec.lossless and not spec.relaxed
-    for bad in ("oneiro-tree-0", "oneiro-tree-x", "oneiro-tree-"):
+    fixed = bench.parse_method("oneiro-tree-fixed-16")
+    assert fixed.oneiro_settings == {"mode": "hybrid", "tree": True, "tree_max_nodes": 16, "cost_aware": False}
+    assert fixed.lossless
+    for bad in ("oneiro-tree-0", "oneiro-tree-x", "oneiro-tree-", "oneiro-tree-fixed-0", "oneiro-tree-fixed-"):
         with pytest.raises(bench.BenchInputError, match="N must be an integer"):
             bench.parse_method(bad)
 
 
 def test_tree_run_next_to_the_chain_and_its_h200_breakdown(env, tmp_path):  # noqa: F811
     out = tmp_path / "run"
-    methods = "greedy,oneiro-hybrid,oneiro-tree,oneiro-tree-4"
+    methods = "greedy,oneiro-hybrid,oneiro-tree,oneiro-tree-4,oneiro-tree-fixed-6"
     assert bench.main(_args(env, out, "--methods", methods, "--drafter", "fresh", "--no-plots",
                             "--max-new-tokens", "16")) == 0
     summary = json.loads((out / "summary.json").read_text())["methods"]
-    for method in ("oneiro-tree", "oneiro-tree-4"):
+    for method in ("oneiro-tree", "oneiro-tree-4", "oneiro-tree-fixed-6"):
         assert summary[method]["overall"]["identical_to_greedy"] == 1.0
+    fixed = [d for r in _lines(out / "answers" / "oneiro-tree-fixed-6.jsonl") for c in r["choices"] for d in c["draft_lengths"]]
+    assert max(fixed) == 6  # the cost model is off: full-size trees wherever the budget allows
     small = [d for r in _lines(out / "answers" / "oneiro-tree-4.jsonl") for c in r["choices"] for d in c["draft_lengths"]]
     assert small and max(small) <= 4  # nodes per pass, within the size limit
     lines = _lines(out / "answers" / "oneiro-tree.jsonl")

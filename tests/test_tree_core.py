@@ -239,6 +239,8 @@ def test_modelled_speedup_by_hand() -> None:
     assert modelled_speedup(10, [1, 5, 8, 20]) == pytest.approx(10 / 4.497)
     assert ratio_at({1: 1.0, 4: 2.0}, 3) == 1.0 and ratio_at({2: 1.5, 4: 2.0}, 1) == 1.5
     assert modelled_speedup(5, [1] * 5, {1: 1.0}) == pytest.approx(1.0)
+    # drafting priced: 3 drafter calls at 0.5 t(1) each add 1.5 to the cost
+    assert modelled_speedup(10, [1, 5, 8, 20], drafter_calls=3, drafter_call_ratio=0.5) == pytest.approx(10 / 5.997)
 
 
 def test_ngram_index_offers_several_occurrences() -> None:

@@ -149,6 +149,9 @@ def _check(zoo: Zoo, case: dict[str, Any]) -> None:
     stats = drafter.last_stats
     produced = out.shape[1] - ids.shape[1]
     assert stats.steps == len(stats.accept_lengths) == len(stats.tree_nodes) == len(stats.tree_branch_ranks)
+    assert len(stats.tree_drafter_calls) == stats.steps
+    if case["mode"] == "lookup":
+        assert not any(stats.tree_drafter_calls)
     assert sum(stats.accept_lengths) == produced - 1
     assert stats.accepted_tokens == sum(n - 1 for n in stats.accept_lengths)
     assert all(0 <= n <= nodes for n in stats.tree_nodes)

@@ -23,6 +23,7 @@ DEFAULT_METHODS = ("greedy", "hf-lookup", "oneiro-lookup", "oneiro-latent", "one
 RELAXED_PATTERNS = ("oneiro-topk-<K>", "oneiro-threshold-<T>")
 FIXED_LATENT_PATTERN = "oneiro-latent-fixed-<N>"
 TREE_PATTERN = "oneiro-tree-<N>"  # tree verification with at most N candidate nodes per pass
+FIXED_TREE_PATTERN = "oneiro-tree-fixed-<N>"  # N nodes every pass, cost model off (the trees a flat GPU profile picks)
 HF_LOOKUP_TOKENS = 10
 
 
@@ -53,7 +54,7 @@ class MethodSpec:
 
 
 def _method_help() -> str:
-    return (f"Known methods: {', '.join(BASE_METHODS)}, {FIXED_LATENT_PATTERN}, {TREE_PATTERN}, and "
+    return (f"Known methods: {', '.join(BASE_METHODS)}, {FIXED_LATENT_PATTERN}, {TREE_PATTERN}, {FIXED_TREE_PATTERN}, and "
             f"{', '.join(RELAXED_PATTERNS)}; any oneiro-* method "
             "may end in @NAME to use the drafter given by --extra-drafter NAME=PATH.")
 
@@ -82,6 +83,13 @@ def parse_method(name: str, early_exit_layer: int = 4) -> MethodSpec:
         return MethodSpec(name, oneiro_settings={"mode": name.split("-", 1)[1]})
     if name == "oneiro-tree":
         return MethodSpec(name, oneiro_settings={"mode": "hybrid", "tree": True})
+    match = re.fullmatch(r"oneiro-tree-fixed-(\S*)", name)
+    if match:
+        n = int(match.group(1)) if match.group(1).isdigit() else 0
+        if n < 1:
+            raise BenchInputError(f"method {name!r}: N must be an integer >= 1, e.g. oneiro-tree-fixed-16.")
+        return MethodSpec(name, oneiro_settings={"mode": "hybrid", "tree": True, "tree_max_nodes": n,
+                                                 "cost_aware": False})
     match = re.fullmatch(r"oneiro-tree-(\S*)", name)
     if match:
         n = int(match.group(1)) if match.group(1).isdigit() else 0

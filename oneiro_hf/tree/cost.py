@@ -20,6 +20,8 @@ from .tree import TokenTree
 # t(k)/t(1) measured on one H200 for a SmolLM2-135M-shaped target in bf16 with 512 cached tokens (docs/gpu.md,
 # docs/measurements/h200_latency_profile.json); k between and beyond those measured reads the nearest one below.
 H200_RATIOS: dict[int, float] = {1: 1.0, 2: 1.167, 3: 1.155, 4: 1.159, 6: 1.177, 8: 1.169, 12: 1.169, 16: 1.169}
+# one latent drafter step of the SmolLM2 drafter on the H200, in t(1) of its target (docs/gpu.md: 0.15-0.18)
+H200_DRAFTER_CALL_RATIO = 0.18
 H200_PROFILE = {"t1_s": 0.02004, "ratios": H200_RATIOS, "device": "NVIDIA H200", "dtype": "torch.bfloat16",
                 "context_len": 512}
 
@@ -48,12 +50,21 @@ def ratio_at(ratios: dict[int, float], k: int) -> float:
     return float(ratios[below[-1]] if below else ratios[known[0]])
 
 
-def modelled_speedup(tokens: int, pass_sizes: Sequence[int], ratios: dict[int, float] | None = None) -> float:
-    """Speedup over plain decoding if verification were all the time spent (drafting free), labelled modelled.
+def modelled_speedup(
+    tokens: int,
+    pass_sizes: Sequence[int],
+    ratios: dict[int, float] | None = None,
+    drafter_calls: int = 0,
+    drafter_call_ratio: float = 0.0,
+) -> float:
+    """Speedup over plain decoding that a t(k) profile gives, labelled modelled.
 
     tokens: tokens generated; pass_sizes: tokens fed to each verification pass (tree nodes incl. the root, or
     draft length + 1); ratios: t(k)/t(1) (default: the H200 profile). Plain decoding costs t(1) per token.
+    Drafting is free unless `drafter_calls` (drafter forwards over the run, e.g. the sum of
+    `DraftStats.tree_drafter_calls`) and `drafter_call_ratio` (one call's cost in t(1);
+    H200_DRAFTER_CALL_RATIO for SmolLM2 on the H200) are given.
     """
     ratios = H200_RATIOS if ratios is None else ratios
-    cost = sum(ratio_at(ratios, int(k)) for k in pass_sizes)
+    cost = sum(ratio_at(ratios, int(k)) for k in pass_sizes) + drafter_calls * drafter_call_ratio
     return float(tokens) / cost if cost else 0.0

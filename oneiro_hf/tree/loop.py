@@ -207,7 +207,7 @@ def tree_decode(
         index.extend(input_ids[0, len(index.tokens):].tolist())
         depth = min(settings.max_depth, generation_config.max_length - cur - 1)
         tree = TokenTree.with_root(int(input_ids[0, -1]))
-        used_latent = False
+        used_latent, drafter_calls = False, 0
         if depth > 0 and settings.mode in ("lookup", "hybrid"):
             add_lookup_branches(
                 tree, index, max_depth=depth, branches=settings.lookup_branches,
@@ -216,7 +216,7 @@ def tree_decode(
         if depth > 0 and latent is not None:
             if not settings.cost_aware or policy.latent_worth_trying():
                 policy.steps_since_latent = 0
-                latent.expand(
+                drafter_calls = latent.expand(
                     tree, input_ids, max_depth=depth, topk=settings.topk, beam=settings.beam,
                     min_value=settings.min_value, policy=policy, eos_ids=eos_ids, cost_aware=settings.cost_aware,
                 )
@@ -272,6 +272,7 @@ def tree_decode(
         stats.draft_time_s += draft_s
         stats.verify_time_s += verify_s
         stats.tree_nodes.append(size - 1)
+        stats.tree_drafter_calls.append(drafter_calls)
         stats.tree_branch_ranks.append(max((_sibling_rank(tree, i) for i in verdict.path[:accepted]), default=-1))
         if size == 1:
             stats.empty_steps += 1
