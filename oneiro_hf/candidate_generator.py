@@ -20,8 +20,6 @@ from .lookup import NgramIndex
 from .stats import DraftRound, DraftStats
 from .verification import RelaxedAcceptanceProcessor, check_relaxed_supported, warn_lossy_once
 
-CATCH_UP_CHUNK = 1024  # positions fed to the drafter per forward when it catches up (bounds memory)
-
 
 class OneiroCandidateGenerator(CandidateGenerator):
     """Drafts for one generate call; owns the drafter's KV cache and n-gram index for that call."""
@@ -172,8 +170,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
     def _catch_up(self, input_ids: torch.LongTensor) -> torch.Tensor:
         """Crop speculative drafter entries, feed the pending true states, return the state at the end.
 
-        A long prompt is fed in chunks of CATCH_UP_CHUNK positions, so the attention of one chunk over the
-        cache (O(chunk x context)) rather than over the whole prompt (O(context^2)) bounds the memory.
+        A long prompt goes through in chunks (`transition` with a cache: TRANSITION_CHUNK positions a forward).
         """
         self.cache.crop(self.true_len)
         states = torch.cat(self.pending_states, dim=1) if len(self.pending_states) > 1 else self.pending_states[0]
@@ -183,10 +180,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
         if states.shape[1] != end - start:
             raise RuntimeError(f"drafter lost sync: {states.shape[1]} states for {end - start} positions")
         positions = torch.arange(start, end, device=input_ids.device).unsqueeze(0)
-        for s in range(0, end - start, CATCH_UP_CHUNK):
-            e = min(s + CATCH_UP_CHUNK, end - start)
-            out = self.drafter.transition(states[:, s:e], input_ids[:, start + s : start + e], positions[:, s:e],
-                                          self.cache)
+        out = self.drafter.transition(states, input_ids[:, start:end], positions, self.cache)
         self.true_len = end - 1
         return out[:, -1:]
 

@@ -50,6 +50,7 @@ from .targets import (  # noqa: F401 - SUPPORTED_MODEL_TYPES and the errors are 
 from .verification import validate_verification_settings
 
 _CUDA_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+TRANSITION_CHUNK = 1024  # cached positions fed per forward when the drafter catches up on a long prompt
 
 
 class DrafterBusy(RuntimeError):
@@ -457,14 +458,23 @@ class OneiroDrafter(PreTrainedModel):
         states: (B, Q, H) state of the position before each token; token_ids: (B, Q); position_ids: (B, Q).
         With a cache, the Q entries attend to everything cached plus themselves causally; `mask_fn(window)`,
         when given, returns each layer's (1, 1, Q, cached+Q) bool mask instead (tree drafts: siblings side by
-        side), `window` being the layer's sliding window or None.
+        side), `window` being the layer's sliding window or None. With a cache and no `mask_fn`, more than
+        TRANSITION_CHUNK entries (a long prompt caught up at once) are fed in chunks of that many, so the
+        attention of one chunk over the cache, not of the whole prompt over itself, bounds the memory.
         """
         bound = self.require_bound()
-        if token_ids.device.type == "cuda":
-            # cuDNN attention re-plans for every new key length (about 40 ms a step on an H200): skip it.
-            with sdpa_kernel(_CUDA_SDPA_BACKENDS):
-                return self._transition(bound, states, token_ids, position_ids, cache, mask_fn)
-        return self._transition(bound, states, token_ids, position_ids, cache, mask_fn)
+        q = token_ids.shape[1]
+        chunk = q if cache is None or mask_fn is not None else TRANSITION_CHUNK
+        outs = []
+        for s in range(0, q, chunk):
+            part = (states[:, s : s + chunk], token_ids[:, s : s + chunk], position_ids[:, s : s + chunk])
+            if token_ids.device.type == "cuda":
+                # cuDNN attention re-plans for every new key length (about 40 ms a step on an H200): skip it.
+                with sdpa_kernel(_CUDA_SDPA_BACKENDS):
+                    outs.append(self._transition(bound, *part, cache, mask_fn))
+            else:
+                outs.append(self._transition(bound, *part, cache, mask_fn))
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
 
     def _transition(self, bound, states, token_ids, position_ids, cache, mask_fn=None):
         x = self.fuse_inputs(states, bound.embed_tokens(token_ids))

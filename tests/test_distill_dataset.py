@@ -244,3 +244,24 @@ def test_oneiro_train_on_a_dataset_directory_equals_training_on_the_jsonl(tmp_pa
     assert weights[0].keys() == weights[1].keys()
     for name in weights[0]:
         assert torch.equal(weights[0][name], weights[1][name]), name
+
+
+def test_hub_dataset_id_offline_is_a_clear_error():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "from oneiro_hf.training.records import DataFileError, load_records\n"
+        "try:\n"
+        "    load_records('someorg/selfdistill-data')\n"
+        "except DataFileError as err:\n"
+        "    print('DataFileError:', err)\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1", PYTHONPATH=str(root))
+    out = subprocess.run([sys.executable, "-c", code], check=False, cwd=root, env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert "DataFileError: could not load someorg/selfdistill-data as a dataset" in out.stdout, out.stderr[-2000:]
+    assert "Fix:" in out.stdout

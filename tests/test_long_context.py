@@ -1,6 +1,6 @@
-"""Long contexts: lossless with prompts filling 1/4, 1/2 and ~7/8 of the position limit, every mode; the drafter's
-cache grows up to the call's max_length and no further; the catch-up over a long prompt is chunked; max_length at
-the model's limit stops exactly where greedy stops.
+"""Long contexts: lossless with prompts filling 1/4, 1/2 and ~7/8 of the position limit in every mode (lookup,
+latent, hybrid, tree); the drafter's cache grows up to the call's max_length and no further; the catch-up over a
+long prompt is chunked; max_length at the model's limit stops exactly where greedy stops.
 
 Tiny models with max_position_embeddings=192 stand in for SmolLM2's 8192 (2k, 4k, 7k -> 48, 96, 168 tokens);
 one real SmolLM2 test runs a ~2k-token prompt.
@@ -16,6 +16,7 @@ import torch
 from conftest import greedy, make_model, random_prompt
 
 import oneiro_hf.candidate_generator as cg
+import oneiro_hf.modeling_oneiro as modeling
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.kv_cache import DrafterKVCache
 
@@ -33,7 +34,7 @@ def long_prompt(length: int, seed: int) -> torch.LongTensor:
 
 @pytest.fixture
 def small_chunks(monkeypatch):
-    monkeypatch.setattr(cg, "CATCH_UP_CHUNK", 16)  # exercise the chunked catch-up at tiny scale
+    monkeypatch.setattr(modeling, "TRANSITION_CHUNK", 16)  # exercise the chunked catch-up at tiny scale
 
 
 @pytest.fixture
@@ -55,13 +56,13 @@ def test_long_prompts_every_mode_identical_to_greedy(arch, small_chunks, caches,
     model = make_model(arch, strength="prefix", max_position_embeddings=LIMIT)
     drafter = OneiroDrafter.from_target(model)
     widths: list[int] = []
-    transition = drafter.transition
+    forward = drafter._transition
 
-    def spy(states, token_ids, position_ids, cache=None):
+    def spy(bound, states, token_ids, position_ids, cache, mask_fn=None):
         widths.append(token_ids.shape[1])
-        return transition(states, token_ids, position_ids, cache)
+        return forward(bound, states, token_ids, position_ids, cache, mask_fn)
 
-    monkeypatch.setattr(drafter, "transition", spy)
+    monkeypatch.setattr(drafter, "_transition", spy)
     for length in (48, 96, 168):  # SmolLM2's 2k, 4k, 7k of 8k
         ids = long_prompt(length, seed=length)
         ref = greedy(model, ids, 16)
@@ -76,7 +77,9 @@ def test_long_prompts_every_mode_identical_to_greedy(arch, small_chunks, caches,
             if mode != "lookup":  # lookup alone drafts only where the text repeats, and never uses the drafter
                 assert drafter.last_stats.latent_steps > 0, (arch, mode, length)
                 assert cache.seq_length >= length - 1  # the whole prompt went through the drafter
-    assert max(widths) == cg.CATCH_UP_CHUNK  # the prompt was fed in chunks, never all at once
+        tree = greedy(model, ids, 16, assistant_model=drafter, oneiro_tree=True)
+        assert torch.equal(tree, ref), f"{arch} tree at {length} prompt tokens differs from greedy"
+    assert max(widths) == modeling.TRANSITION_CHUNK  # the prompt was fed in chunks, never all at once
 
 
 @pytest.mark.parametrize("arch", LONG_ARCHS)
@@ -95,6 +98,26 @@ def test_max_length_at_the_position_limit_stops_where_greedy_stops(arch):
         assert torch.equal(out, ref), f"{arch} {mode} differs from greedy at max_length={LIMIT}"
         if mode != "lookup":
             assert drafter.last_stats.latent_steps > 0, (arch, mode)
+    with torch.no_grad():
+        tree = model.generate(ids, do_sample=False, max_length=LIMIT, assistant_model=drafter, oneiro_tree=True)
+    assert torch.equal(tree, ref), f"{arch} tree differs from greedy at max_length={LIMIT}"
+
+
+@pytest.mark.parametrize("arch", LONG_ARCHS)
+def test_chunked_transition_equals_one_pass(arch, monkeypatch):
+    model = make_model(arch, strength="prefix", max_position_embeddings=LIMIT)
+    drafter = OneiroDrafter.from_target(model)
+    ids = long_prompt(100, seed=7)
+    with torch.no_grad():
+        states = model(ids, output_hidden_states=True).hidden_states[-1][:, :-1]
+        positions = torch.arange(1, 100).unsqueeze(0)
+        whole = drafter.transition(states, ids[:, 1:], positions, DrafterKVCache())
+        monkeypatch.setattr(modeling, "TRANSITION_CHUNK", 16)
+        cache = DrafterKVCache()
+        chunked = drafter.transition(states, ids[:, 1:], positions, cache)
+    assert chunked.shape == whole.shape == (1, 99, model.config.hidden_size)
+    torch.testing.assert_close(chunked, whole, rtol=1e-5, atol=1e-5)
+    assert cache.seq_length == 99
 
 
 def test_cache_grows_by_doubling_up_to_its_limit_then_refuses():
