@@ -116,7 +116,7 @@ def test_eager_attention_takes_the_additive_tree_mask():
 def test_long_prompt_is_caught_up_in_chunks_and_stays_lossless():
     """A prompt longer than the drafter's catch-up chunk, generation up to max_length (the drafter's cache limit
     leaves room for the speculative nodes of a full tree)."""
-    from oneiro_hf.candidate_generator import CATCH_UP_CHUNK
+    from oneiro_hf.modeling_oneiro import TRANSITION_CHUNK as CATCH_UP_CHUNK
 
     model = make_model("qwen2", layers=2, window=8, hidden=32, vocab=64, strength="prefix",
                        max_position_embeddings=4096)

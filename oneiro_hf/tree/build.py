@@ -24,7 +24,6 @@ import time
 
 import torch
 
-from ..candidate_generator import CATCH_UP_CHUNK
 from ..draft_policy import DraftPolicyState
 from ..kv_cache import DrafterKVCache
 from ..lookup import NgramIndex
@@ -59,10 +58,8 @@ class LatentTreeDrafter:
             raise RuntimeError(f"tree drafter lost sync: {states.shape[1]} states for {end - start} positions")
         self.pending = []
         positions = torch.arange(start, end, device=input_ids.device).unsqueeze(0)
-        for s in range(0, end - start, CATCH_UP_CHUNK):  # in chunks, as the chain's catch-up: bounded memory
-            e = min(s + CATCH_UP_CHUNK, end - start)
-            out = self.drafter.transition(states[:, s:e], input_ids[:, start + s : start + e], positions[:, s:e],
-                                          self.cache)
+        # transition feeds a long catch-up in chunks (TRANSITION_CHUNK): bounded memory
+        out = self.drafter.transition(states, input_ids[:, start:end], positions, self.cache)
         self.true_len = end - 1
         return out[0, -1:]
 
