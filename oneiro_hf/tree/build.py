@@ -94,10 +94,11 @@ class LatentTreeDrafter:
             probs = drafter.readout_logits(frontier_states).float().softmax(-1)
             top = probs.topk(min(topk, probs.shape[-1]), dim=-1)
             new_nodes: list[int] = []
+            confs, tokens_of = top.values.tolist(), vocab_ids[top.indices].tolist()  # one device sync per level
             for row, node in enumerate(frontier):
-                for conf, idx in zip(top.values[row].tolist(), top.indices[row].tolist()):
+                for conf, token in zip(confs[row], tokens_of[row]):
                     value = tree.nodes[node].value * policy.latent_rate(conf).value
-                    new_nodes.append(tree.add(node, int(vocab_ids[idx]), value, "latent", confidence=conf))
+                    new_nodes.append(tree.add(node, token, value, "latent", confidence=conf))
             if level + 1 == max_depth:
                 break
             ranked = sorted(set(new_nodes), key=lambda i: (-tree.nodes[i].value, i))

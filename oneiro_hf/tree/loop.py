@@ -147,6 +147,152 @@ def _sibling_rank(tree: TokenTree, node: int) -> int:
     )
 
 
+@dataclass
+class Draft:
+    """One step's tree as it goes to verification."""
+
+    tree: TokenTree
+    drafter_calls: int  # drafter forwards spent on it (0: no latent branch drafted)
+    seconds: float
+
+
+@dataclass
+class Pass:
+    """One verification pass: the verdict, how many of its tokens were kept, and the target's outputs."""
+
+    verdict: Verdict
+    kept: int  # tokens appended (a stopping criterion may cut the verdict short)
+    logits: torch.Tensor  # (nodes, V) raw logits of the pass
+    seconds: float
+
+
+class TreeDecoder:
+    """The per-call state of one tree generate call (batch size 1) and its steps."""
+
+    def __init__(self, model, drafter, settings: TreeSettings, logits_processor, stopping_criteria,
+                 generation_config, streamer, cache) -> None:
+        self.model, self.drafter, self.settings = model, drafter, settings
+        self.logits_processor, self.stopping_criteria = logits_processor, stopping_criteria
+        self.generation_config, self.streamer, self.cache = generation_config, streamer, cache
+        eos = getattr(generation_config, "_eos_token_tensor", None)
+        self.eos_ids: set[int] = set(eos.flatten().tolist()) if eos is not None else set()
+        self.walk = sampling_walk if generation_config.do_sample else greedy_walk
+        self.policy = _policy(drafter)
+        self.stats = DraftStats()
+        object.__setattr__(drafter, "last_stats", self.stats)
+        # the drafter holds the accepted positions plus at most one level of `beam` speculative nodes per depth
+        capacity = generation_config.max_length + settings.beam * settings.max_depth
+        self.latent = LatentTreeDrafter(drafter, capacity) if settings.mode != "lookup" else None
+        self.hidden_flag: int | bool = -1 if self.latent is not None else False  # only the final-normed states
+        self.index = NgramIndex(settings.lookup_min_ngram, settings.lookup_max_ngram,
+                                keep_occurrences=settings.lookup_branches)
+        self.scores: list[torch.Tensor] = []  # (1, V) processed scores of each new token
+        self.raw_logits: list[torch.Tensor] = []  # (1, V) raw logits of each new token
+
+    def _append(self, input_ids: torch.LongTensor, token: int, scores: torch.Tensor) -> tuple[torch.LongTensor, bool]:
+        """Append one token; whether a stopping criterion fires now (checked per token, as plain decoding does)."""
+        new = torch.tensor([[token]], dtype=input_ids.dtype, device=input_ids.device)
+        input_ids = torch.cat([input_ids, new], dim=-1)
+        return input_ids, bool(self.stopping_criteria(input_ids, scores).all())
+
+    def prefill(self, input_ids: torch.LongTensor, position_ids) -> tuple[torch.LongTensor, bool]:
+        """Exactly plain decoding's first step; the prompt's states go to the drafter."""
+        out = self.model(input_ids=input_ids, position_ids=position_ids, cache=self.cache, use_cache=True,
+                         output_hidden_states=self.hidden_flag, logits_to_keep=1)
+        trim_sliding_layers(self.cache)
+        raw = out.logits[:, -1].float()
+        row = self.logits_processor(input_ids, raw.clone())
+        token = int(torch.multinomial(row.softmax(-1), 1)) if self.generation_config.do_sample else int(row.argmax(-1))
+        if self.latent is not None:
+            self.latent.observe(out.hidden_states[-1])
+        self.scores.append(row)
+        self.raw_logits.append(raw)
+        ids, finished = self._append(input_ids, token, row)
+        if self.streamer is not None:
+            self.streamer.put(ids[:, -1:].cpu())
+        return ids, finished
+
+    def draft(self, input_ids: torch.LongTensor) -> Draft:
+        """A tree below the last token: lookup and latent branches, cut to the size the cost model pays for."""
+        started = time.perf_counter()
+        settings, policy = self.settings, self.policy
+        self.index.extend(input_ids[0, len(self.index.tokens):].tolist())
+        depth = min(settings.max_depth, self.generation_config.max_length - input_ids.shape[1] - 1)
+        tree = TokenTree.with_root(int(input_ids[0, -1]))
+        calls = 0
+        if depth > 0 and settings.mode in ("lookup", "hybrid"):
+            add_lookup_branches(tree, self.index, max_depth=depth, branches=settings.lookup_branches,
+                                min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
+        if depth > 0 and self.latent is not None:
+            if not settings.cost_aware or policy.latent_worth_trying():
+                policy.steps_since_latent = 0
+                calls = self.latent.expand(tree, input_ids, max_depth=depth, topk=settings.topk, beam=settings.beam,
+                                           min_value=settings.min_value, policy=policy, eos_ids=self.eos_ids,
+                                           cost_aware=settings.cost_aware)
+            else:
+                policy.steps_since_latent += 1
+        chosen = choose_nodes(tree, policy.verify_time if settings.cost_aware else None, settings.max_nodes)
+        return Draft(tree.keep(chosen), calls, time.perf_counter() - started)
+
+    def verify(self, input_ids: torch.LongTensor, tree: TokenTree) -> tuple[torch.LongTensor, Pass, bool]:
+        """One target pass over the flattened tree, the walk, the tokens appended, the cache compacted."""
+        started = time.perf_counter()
+        device = input_ids.device
+        positions = tree.position_ids(input_ids.shape[1] - 1, device)
+        mask = target_tree_mask(self.model, self.cache, tree.ancestors(device), positions[0])
+        out = self.model(input_ids=tree.tokens(device), position_ids=positions, attention_mask=mask, cache=self.cache,
+                         use_cache=True, output_hidden_states=self.hidden_flag, logits_to_keep=0)
+        logits = out.logits[0].float()  # (nodes, V)
+
+        def scores(node: int) -> torch.Tensor:  # the user's processors, on the prefix that ends at `node`
+            path = [tree.nodes[i].token for i in tree.path_to(node)]
+            prefix = torch.cat([input_ids, torch.tensor([path], dtype=input_ids.dtype, device=device)], dim=-1)
+            return self.logits_processor(prefix, logits[node : node + 1].clone())
+
+        verdict = self.walk(tree, scores)
+        kept, finished = 0, False
+        for token, row in zip(verdict.tokens, verdict.scores):
+            input_ids, finished = self._append(input_ids, token, row)
+            kept += 1
+            if finished:
+                break
+        keep = [0, *verdict.path[: kept - 1]]  # the root and the accepted nodes whose successor was appended
+        compact_cache(self.cache, torch.tensor(keep, device=device), len(tree))
+        if self.latent is not None:
+            self.latent.observe(out.hidden_states[-1][:, keep])
+        if self.streamer is not None:
+            self.streamer.put(input_ids[:, -kept:].cpu())
+        return input_ids, Pass(verdict, kept, logits, time.perf_counter() - started), finished
+
+    def learn(self, draft: Draft, done: Pass) -> None:
+        """Latency, calibration and statistics from one step."""
+        tree, verdict, kept, policy, stats = draft.tree, done.verdict, done.kept, self.policy, self.stats
+        size = len(tree)
+        policy.observe_verify(size, done.seconds)
+        _calibrate(tree, verdict, kept, policy)
+        if draft.drafter_calls and self.settings.cost_aware:
+            policy.observe_latent_profit(kept * policy.verify_time(1) - policy.verify_time(size) - draft.seconds)
+        self.scores.extend(verdict.scores[:kept])
+        self.raw_logits.extend(done.logits[i : i + 1] for i in [0, *verdict.path][:kept])
+        accepted = verdict.path[: kept - 1]  # as in chains: the last token a pass yields counts as the target's own
+        stats.steps += 1
+        stats.accept_lengths.append(kept)
+        stats.draft_time_s += draft.seconds
+        stats.verify_time_s += done.seconds
+        stats.tree_nodes.append(size - 1)
+        stats.tree_drafter_calls.append(draft.drafter_calls)
+        stats.tree_branch_ranks.append(max((_sibling_rank(tree, i) for i in accepted), default=-1))
+        stats.empty_steps += size == 1
+        stats.drafted_tokens += size - 1
+        stats.accepted_tokens += len(accepted)
+        for node in tree.nodes[1:]:
+            stats.drafted_by_source[node.source] += 1
+        for i in accepted:
+            stats.accepted_by_source[tree.nodes[i].source] += 1
+        stats.latent_steps += any(n.source == "latent" for n in tree.nodes)
+        stats.lookup_steps += any(n.source == "lookup" for n in tree.nodes)
+
+
 @torch.no_grad()
 def tree_decode(
     model,
@@ -159,139 +305,29 @@ def tree_decode(
     streamer,
     model_kwargs: dict[str, Any],
 ):
-    """Generate with tree verification; returns what `generate` returns (ids, or a GenerateDecoderOnlyOutput)."""
+    """Generate with tree verification; returns what `generate` returns (ids, or a GenerateDecoderOnlyOutput).
+
+    input_ids: (1, T) the prompt; the result holds (1, T + new tokens).
+    """
     _check_call(generation_config, model_kwargs, input_ids)
     cache = model_kwargs["cache"]
     prepare_cache(cache)
     if cache.get_seq_length() > 0:
         raise ValueError("tree verification starts from an empty cache. Fix: do not pass a filled cache to generate.")
-    device = input_ids.device
-    eos = getattr(generation_config, "_eos_token_tensor", None)
-    eos_ids = set(eos.flatten().tolist()) if eos is not None else set()
-    do_sample = bool(generation_config.do_sample)
-    want_scores = generation_config.return_dict_in_generate and generation_config.output_scores
-    want_logits = generation_config.return_dict_in_generate and generation_config.output_logits
-    scores_out: list[torch.Tensor] = []
-    logits_out: list[torch.Tensor] = []
-    policy = _policy(drafter)
-    stats = DraftStats()
-    object.__setattr__(drafter, "last_stats", stats)
-    # the drafter holds the accepted positions plus at most one level of `beam` speculative nodes per depth
-    capacity = generation_config.max_length + settings.beam * settings.max_depth
-    latent = LatentTreeDrafter(drafter, capacity) if settings.mode != "lookup" else None
-    hidden_flag = -1 if latent is not None else False
-    index = NgramIndex(settings.lookup_min_ngram, settings.lookup_max_ngram, keep_occurrences=settings.lookup_branches)
-    walk = sampling_walk if do_sample else greedy_walk
-
-    # prefill: exactly plain decoding's first step
-    out = model(
-        input_ids=input_ids, position_ids=model_kwargs.get("position_ids"), cache=cache, use_cache=True,
-        output_hidden_states=hidden_flag, logits_to_keep=1,
-    )
-    trim_sliding_layers(cache)
-    raw = out.logits[:, -1].float()
-    row = logits_processor(input_ids, raw.clone())
-    token = torch.multinomial(row.softmax(-1), 1) if do_sample else row.argmax(-1, keepdim=True)
-    if latent is not None:
-        latent.observe(out.hidden_states[-1])
-    input_ids = torch.cat([input_ids, token.to(input_ids.dtype)], dim=-1)
-    scores_out.append(row)
-    logits_out.append(raw)
-    if streamer is not None:
-        streamer.put(token.cpu())
-    finished = bool(stopping_criteria(input_ids, row).all())
-
+    decoder = TreeDecoder(model, drafter, settings, logits_processor, stopping_criteria, generation_config, streamer,
+                          cache)
+    input_ids, finished = decoder.prefill(input_ids, model_kwargs.get("position_ids"))
     while not finished:
-        started = time.perf_counter()
-        cur = input_ids.shape[1]
-        index.extend(input_ids[0, len(index.tokens):].tolist())
-        depth = min(settings.max_depth, generation_config.max_length - cur - 1)
-        tree = TokenTree.with_root(int(input_ids[0, -1]))
-        used_latent, drafter_calls = False, 0
-        if depth > 0 and settings.mode in ("lookup", "hybrid"):
-            add_lookup_branches(
-                tree, index, max_depth=depth, branches=settings.lookup_branches,
-                min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=eos_ids,
-            )
-        if depth > 0 and latent is not None:
-            if not settings.cost_aware or policy.latent_worth_trying():
-                policy.steps_since_latent = 0
-                drafter_calls = latent.expand(
-                    tree, input_ids, max_depth=depth, topk=settings.topk, beam=settings.beam,
-                    min_value=settings.min_value, policy=policy, eos_ids=eos_ids, cost_aware=settings.cost_aware,
-                )
-                used_latent = True
-            else:
-                policy.steps_since_latent += 1
-        chosen = choose_nodes(tree, policy.verify_time if settings.cost_aware else None, settings.max_nodes)
-        tree = tree.keep(chosen)
-        size = len(tree)
-        draft_s = time.perf_counter() - started
-
-        verify_started = time.perf_counter()
-        positions = tree.position_ids(cur - 1, device)
-        mask = target_tree_mask(model, cache, tree.ancestors(device), positions[0])
-        out = model(
-            input_ids=tree.tokens(device), position_ids=positions, attention_mask=mask, cache=cache,
-            use_cache=True, output_hidden_states=hidden_flag, logits_to_keep=0,
-        )
-        logits = out.logits[0].float()  # (size, V)
-
-        def scores(node: int, _ids=input_ids, _tree=tree, _logits=logits) -> torch.Tensor:
-            path = [_tree.nodes[i].token for i in _tree.path_to(node)]
-            prefix = torch.cat([_ids, torch.tensor([path], dtype=_ids.dtype, device=device)], dim=-1) if path else _ids
-            return logits_processor(prefix, _logits[node : node + 1].clone())
-
-        verdict = walk(tree, scores)
-        kept = 0
-        for token, row in zip(verdict.tokens, verdict.scores):
-            input_ids = torch.cat([input_ids, torch.tensor([[token]], dtype=input_ids.dtype, device=device)], dim=-1)
-            kept += 1
-            if bool(stopping_criteria(input_ids, row).all()):
-                finished = True
-                break
-        keep = [0, *verdict.path[: kept - 1]]
-        compact_cache(cache, torch.tensor(keep, device=device), size)
-        verify_s = time.perf_counter() - verify_started
-        policy.observe_verify(size, verify_s)
-        if latent is not None:
-            latent.observe(out.hidden_states[-1][:, keep])
-        _calibrate(tree, verdict, kept, policy)
-        if used_latent and settings.cost_aware:
-            policy.observe_latent_profit(kept * policy.verify_time(1) - policy.verify_time(size) - draft_s)
-        new_tokens = input_ids[:, cur:]
-        if streamer is not None:
-            streamer.put(new_tokens.cpu())
-        nodes_of_tokens = [0, *verdict.path][:kept]
-        scores_out.extend(verdict.scores[:kept])
-        logits_out.extend(logits[i : i + 1] for i in nodes_of_tokens)
-
-        accepted = kept - 1  # as in chains: the last token a pass yields counts as the target's own
-        stats.steps += 1
-        stats.accept_lengths.append(kept)
-        stats.draft_time_s += draft_s
-        stats.verify_time_s += verify_s
-        stats.tree_nodes.append(size - 1)
-        stats.tree_drafter_calls.append(drafter_calls)
-        stats.tree_branch_ranks.append(max((_sibling_rank(tree, i) for i in verdict.path[:accepted]), default=-1))
-        if size == 1:
-            stats.empty_steps += 1
-        stats.drafted_tokens += size - 1
-        stats.accepted_tokens += accepted
-        for node in tree.nodes[1:]:
-            stats.drafted_by_source[node.source] += 1
-        for i in verdict.path[:accepted]:
-            stats.accepted_by_source[tree.nodes[i].source] += 1
-        stats.latent_steps += any(n.source == "latent" for n in tree.nodes)
-        stats.lookup_steps += any(n.source == "lookup" for n in tree.nodes)
-
+        draft = decoder.draft(input_ids)
+        input_ids, done, finished = decoder.verify(input_ids, draft.tree)
+        decoder.learn(draft, done)
     if streamer is not None:
         streamer.end()
     if generation_config.return_dict_in_generate:
         return GenerateDecoderOnlyOutput(
             sequences=input_ids,
-            scores=tuple(scores_out) if want_scores else None,
-            logits=tuple(logits_out) if want_logits else None,
+            scores=tuple(decoder.scores) if generation_config.output_scores else None,
+            logits=tuple(decoder.raw_logits) if generation_config.output_logits else None,
             cache=cache,
         )
     return input_ids

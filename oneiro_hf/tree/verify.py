@@ -61,13 +61,13 @@ def sampling_walk(
     while True:
         row = scores(node)
         rows.append(row)
-        probs = row.float().softmax(-1)[0].clone()
+        probs = row.float().softmax(-1)[0].cpu()  # the rejections below read single entries: on the host
         accepted = None
         for token, child in tree.children[node].items():
             mass = float(probs[token])
             if mass <= 0.0:
                 continue
-            if float(torch.rand((), generator=generator, device=probs.device)) < mass:
+            if float(torch.rand((), generator=generator)) < mass:
                 accepted = (token, child)
                 break
             probs[token] = 0.0
