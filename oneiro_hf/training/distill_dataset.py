@@ -14,8 +14,9 @@ end-of-turn token rather than at the token limit). The raw prompt text is left o
 personal data. The prompt's token ids stay (training needs them), so the card says that they decode to it.
 
 The export is incremental and idempotent: records whose id is already in the dataset are skipped, new ones
-fill up the last shard and then new shards, so earlier shards never change (a git history of snapshots
-stores each record once). Re-running it while generation is still appending picks up what was added.
+fill up the last shard and then new shards, so full shards never change (a git history of snapshots holds each
+full shard once, plus the versions of the one partial shard). Re-running it while generation is still appending
+picks up what was added.
 
 ``records.load_records`` reads such a directory (``datasets.load_dataset``), a ``save_to_disk`` copy
 (``datasets.load_from_disk``) or a Hub dataset id into the records ``oneiro-train`` trains on.
@@ -47,7 +48,7 @@ from .records import DataFileError, load_records
 
 logger = logging.getLogger(__name__)
 
-SHARD_RECORDS = 2000
+SHARD_RECORDS = 500  # a refresh rewrites at most one shard this size (about 0.5 MB for SmolLM2)
 SETTINGS_FILE = "export.json"
 SHARD_GLOB = "train-*.parquet"
 COLUMNS = ("id", "source", "input_ids", "output_ids", "stopped")
@@ -372,7 +373,7 @@ def dataset_card(out_dir: str | Path, settings: ExportSettings) -> str:
         "",
         f"Token ids are stored as {dtype} (vocabulary of {settings.vocab_size} tokens"
         + ("; 16 bits suffice" if dtype == "uint16" else "; more than 16 bits needed")
-        + ") in zstd-compressed parquet shards of at most 2,000 records.",
+        + f") in {len(_shards(out))} zstd-compressed parquet shard(s) under `data/`.",
         "",
         ("**No prompt text.** Shared chats (ShareGPT) may hold personal data, so the raw prompt text is not "
          "stored. The prompt's token ids are (training needs the exact context), and they decode back to the "
