@@ -265,3 +265,32 @@ def test_hub_dataset_id_offline_is_a_clear_error():
                          text=True, timeout=300)
     assert "DataFileError: could not load someorg/selfdistill-data as a dataset" in out.stdout, out.stderr[-2000:]
     assert "Fix:" in out.stdout
+
+
+def test_refresh_rechecks_against_the_remembered_question_files(tmp_path, monkeypatch, capsys):
+    from oneiro_hf.training.prompts import public
+
+    questions = tmp_path / "spec_bench" / "question.jsonl"
+    questions.parent.mkdir()
+    questions.write_text(json.dumps({"turns": ["Compose an engaging travel blog post about a recent trip to Hawaii."]})
+                         + "\n")
+    seen = []
+
+    def fake_filter(exclude=(), cache_dir=None):  # MT-bench's wheel is not needed for this check
+        seen.append(exclude)
+        return EvaluationFilter([t for path in exclude for t in public.question_turns(path)])
+
+    monkeypatch.setattr(public, "evaluation_filter", fake_filter)
+    jsonl = tmp_path / "gen.jsonl"
+    write_jsonl(jsonl, make_records(3))
+    out = tmp_path / "ds"
+    base = ["--jsonl", str(jsonl), "--out", str(out)]
+    assert export_main([*base, "--target", "t", "--vocab-size", str(VOCAB), "--exclude", str(questions)]) == 0
+    bad = make_records(1, start=3)
+    bad[0]["prompt"] = "compose an engaging travel blog post about a recent trip to Hawaii!"
+    write_jsonl(jsonl, bad, mode="a")
+    assert export_main(base) == 2  # the refresh re-checked against the remembered Spec-Bench file
+    assert "overlap an evaluation set" in capsys.readouterr().err
+    assert seen == [(str(questions),), (str(questions),)]
+    card = (out / "README.md").read_text()
+    assert "Spec-Bench (question.jsonl" in card and "3 of 3 records, no overlap" in card

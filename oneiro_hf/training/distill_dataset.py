@@ -81,6 +81,7 @@ class ExportSettings:
     seed: int | None = None
     max_prompt_tokens: int | None = None
     exclude: list[str] = field(default_factory=list)
+    exclude_files: list[str] = field(default_factory=list)  # the question files, as passed (re-used on refresh)
     hardware: str = ""
     throughput: dict[str, float] = field(default_factory=dict)
     prompt_plan: dict[str, int] = field(default_factory=dict)
@@ -488,7 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hardware", default=None, help="default: this machine's CPU")
     parser.add_argument(
         "--exclude", action="append", default=None, metavar="QUESTIONS_JSONL",
-        help="evaluation question files the job excluded; every new prompt is re-checked against them",
+        help="evaluation question files the job excluded; every new prompt is re-checked against them "
+        "(remembered in export.json for later refreshes)",
     )
     parser.add_argument("--no-overlap-check", action="store_true", help="skip re-checking prompts")
     parser.add_argument("--shard-records", type=int, default=SHARD_RECORDS)
@@ -508,9 +510,13 @@ def main(argv: list[str] | None = None) -> int:
             setattr(settings, name, getattr(args, name))
     if not settings.hardware:
         settings.hardware = _hardware()
-    exclude_paths = args.exclude if args.exclude is not None else []
     if args.exclude is not None:
         settings.exclude = [_describe_exclude(p) for p in args.exclude]
+        settings.exclude_files = list(args.exclude)
+    elif settings.exclude and not settings.exclude_files and not args.no_overlap_check:
+        parser.error(f"{args.out} was exported with --exclude ({', '.join(settings.exclude)}) but does not record "
+                     "the files; pass the same --exclude QUESTIONS_JSONL again so new prompts are re-checked")
+    exclude_paths = settings.exclude_files
     if args.log:
         parsed = parse_generation_log(args.log)
         settings.throughput = parsed["throughput"]
