@@ -150,7 +150,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
             for j in range(min(n + 1, length)):
                 self.policy.latent_rate(proposal["conf"][j]).add(j < n)
             t1 = self.policy.verify_time(1)
-            spent = self.policy.verify_time(length + 1) + proposal["draft_s"]
+            spent = self.policy.verify_time(length + 1) + self.policy.drafting_cost(proposal["draft_s"], length)
             self.policy.observe_latent_profit((n + 1) * t1 - spent)
 
     # ------------------------------------------------------------------ bookkeeping

@@ -54,12 +54,24 @@ class DraftPolicyState:
     latent_profit_s: float = 0.0  # EMA of seconds saved per latent attempt (negative: drafting loses)
     steps_since_latent: int = 0
     explore_every: int = 8  # doubles (up to 128) while retries keep losing, back to 8 once one pays
+    pinned: bool = False  # latencies fixed by `pin_profile` (another machine's), not learned from this one
 
     # -------------------------------------------------------------- latency
     def load_profile(self, ratios: dict[int, float], t1_s: float) -> None:
         """Seed t(k) from a measured profile: ratios[k] = t(k)/t(1), t1_s = seconds for k=1."""
         for k, r in ratios.items():
             self.verify_s[int(k)] = float(r) * t1_s
+
+    def pin_profile(self, ratios: dict[int, float], t1_s: float, draft_step_ratio: float) -> None:
+        """Decide as on the machine a profile was measured on: t(k) and the drafter step cost stay as given.
+
+        Used to make a run's cost decisions those of other hardware (e.g. the H200 profile of docs/gpu.md), whose
+        speedup is then modelled from the run's acceptance (oneiro-bench --pin-profile).
+        """
+        self.verify_s = {}
+        self.load_profile(ratios, t1_s)
+        self.draft_step_s = float(draft_step_ratio) * float(t1_s)
+        self.pinned = True
 
     def verify_time(self, k: int) -> float:
         if k in self.verify_s:
@@ -71,6 +83,8 @@ class DraftPolicyState:
         return base * _default_latency_ratio(k)
 
     def observe_verify(self, k: int, seconds: float) -> None:
+        if self.pinned:
+            return
         old = self.verify_s.get(k)
         if old is None:
             self.verify_s[k] = seconds
@@ -78,8 +92,14 @@ class DraftPolicyState:
             self.verify_s[k] = (1 - EMA) * old + EMA * min(seconds, 3 * old)
 
     def observe_draft_step(self, seconds: float) -> None:
+        if self.pinned:
+            return
         old = self.draft_step_s
         self.draft_step_s = seconds if old is None else (1 - EMA) * old + EMA * min(seconds, 3 * old)
+
+    def drafting_cost(self, measured_s: float, drafter_calls: int) -> float:
+        """Seconds a draft cost: as measured, or (pinned to another machine's profile) as that machine's steps."""
+        return drafter_calls * self.draft_step_time() if self.pinned else measured_s
 
     def draft_step_time(self) -> float:
         if self.draft_step_s is not None:

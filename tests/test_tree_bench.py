@@ -49,3 +49,25 @@ def test_tree_run_next_to_the_chain_and_its_h200_breakdown(env, tmp_path):  # no
     tokens = sum(sum(c["new_tokens"]) for r in lines for c in r["choices"])
     passes = [d + 1 for r in lines for c in r["choices"] for d in c["draft_lengths"]]
     assert row["modelled_speedup"] == pytest.approx(modelled_speedup(tokens, passes, H200_RATIOS))
+
+
+def test_pinned_profile_decides_as_on_the_h200_and_never_relearns(env, tmp_path):  # noqa: F811
+    from oneiro_hf.draft_policy import DraftPolicyState
+    from oneiro_hf.tree.cost import H200_PROFILE
+
+    state = DraftPolicyState()
+    state.pin_profile(H200_PROFILE["ratios"], H200_PROFILE["t1_s"], H200_PROFILE["drafter_step_ratio"])
+    before = dict(state.verify_s)
+    state.observe_verify(4, 5.0)  # this machine's seconds are not the H200's: ignored
+    state.observe_draft_step(5.0)
+    assert state.verify_s == before and state.verify_time(16) / state.verify_time(1) == pytest.approx(1.169)
+    assert state.drafting_cost(measured_s=9.0, drafter_calls=3) == pytest.approx(3 * 0.18 * H200_PROFILE["t1_s"])
+    assert DraftPolicyState().drafting_cost(measured_s=9.0, drafter_calls=3) == 9.0  # unpinned: as measured
+
+    out = tmp_path / "run"
+    assert bench.main(_args(env, out, "--methods", "greedy,oneiro-hybrid,oneiro-tree", "--drafter", "fresh",
+                            "--no-plots", "--max-new-tokens", "12", "--pin-profile", "h200")) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["pin_profile"] == "h200"
+    assert summary["methods"]["oneiro-tree"]["overall"]["identical_to_greedy"] == 1.0
+    assert bench.main(_args(env, tmp_path / "bad", "--pin-profile", "a100")) == bench.EXIT_BAD_INPUT

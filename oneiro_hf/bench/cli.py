@@ -77,6 +77,10 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--latency-profile", default=None,
                    help="t(k) JSON from `oneiro-bench profile` (default: the cached one for target/device/dtype)")
     p.add_argument("--no-profile", action="store_true", help="do not seed the drafters with a latency profile")
+    p.add_argument("--pin-profile", default=None,
+                   help="`h200`: every oneiro method decides draft lengths and tree sizes as on the H200 of "
+                        "docs/gpu.md (t(k) and drafter step cost pinned, not learned); model its speedup with "
+                        "`oneiro-bench breakdown --latency-profile h200`")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--out", default="runs/bench", help="output directory (default: %(default)s)")
     p.add_argument("--resume", action="store_true", help="keep finished answers in --out and run the rest")

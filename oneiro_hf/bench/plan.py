@@ -219,6 +219,8 @@ def plan_run(args) -> Plan:
             )
     elif args.assistant:
         plan.notes.append("--assistant is ignored: hf-assistant is not among --methods.")
+    if getattr(args, "pin_profile", None) not in (None, "h200"):
+        raise BenchInputError(f"--pin-profile {args.pin_profile!r}: only `h200` is known. Fix: --pin-profile h200.")
     if args.latency_profile and args.no_profile:
         raise BenchInputError("--latency-profile and --no-profile contradict each other; pass one.")
     if (plan.drafter is not None or plan.extra_drafters) and not args.no_profile:

@@ -289,6 +289,14 @@ def load_models(args, plan: Plan) -> BenchContext:
     recorder.install(model)
     ctx = BenchContext(model, tokenizer, drafters.get(None), assistant, {s.name: s for s in plan.specs}, recorder,
                        drafters={k: v for k, v in drafters.items() if k is not None})
+    if getattr(args, "pin_profile", None) == "h200":  # decide as on the H200: its t(k) and drafter step cost, never re-learned
+        from ..draft_policy import DraftPolicyState
+        from ..tree.cost import H200_PROFILE
+
+        for d in drafters.values():
+            pinned = DraftPolicyState()
+            pinned.pin_profile(H200_PROFILE["ratios"], H200_PROFILE["t1_s"], H200_PROFILE["drafter_step_ratio"])
+            object.__setattr__(d, "_policy_state", pinned)
     initial = {name: d._policy_state for name, d in drafters.items()}
     ctx.policy_states = {s.name: copy.deepcopy(initial[s.drafter_name]) for s in plan.specs if s.uses_drafter}
     warm = encode_prompt(tokenizer, [{"role": "user", "content": "Warm up the caches."}]).to(model.device)

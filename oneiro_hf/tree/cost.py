@@ -22,8 +22,8 @@ from .tree import TokenTree
 H200_RATIOS: dict[int, float] = {1: 1.0, 2: 1.167, 3: 1.155, 4: 1.159, 6: 1.177, 8: 1.169, 12: 1.169, 16: 1.169}
 # one latent drafter step of the SmolLM2 drafter on the H200, in t(1) of its target (docs/gpu.md: 0.15-0.18)
 H200_DRAFTER_CALL_RATIO = 0.18
-H200_PROFILE = {"t1_s": 0.02004, "ratios": H200_RATIOS, "device": "NVIDIA H200", "dtype": "torch.bfloat16",
-                "context_len": 512}
+H200_PROFILE = {"t1_s": 0.02004, "ratios": H200_RATIOS, "drafter_step_ratio": H200_DRAFTER_CALL_RATIO,
+                "device": "NVIDIA H200", "dtype": "torch.bfloat16", "context_len": 512}
 
 
 def choose_nodes(tree: TokenTree, verify_time: Callable[[int], float] | None, max_nodes: int) -> list[int]:

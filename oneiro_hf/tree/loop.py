@@ -271,7 +271,8 @@ class TreeDecoder:
         policy.observe_verify(size, done.seconds)
         _calibrate(tree, verdict, kept, policy)
         if draft.drafter_calls and self.settings.cost_aware:
-            policy.observe_latent_profit(kept * policy.verify_time(1) - policy.verify_time(size) - draft.seconds)
+            spent = policy.verify_time(size) + policy.drafting_cost(draft.seconds, draft.drafter_calls)
+            policy.observe_latent_profit(kept * policy.verify_time(1) - spent)
         self.scores.extend(verdict.scores[:kept])
         self.raw_logits.extend(done.logits[i : i + 1] for i in [0, *verdict.path][:kept])
         accepted = verdict.path[: kept - 1]  # as in chains: the last token a pass yields counts as the target's own
