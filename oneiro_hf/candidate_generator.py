@@ -9,16 +9,34 @@ transformers loop then verifies the draft in one target pass; strict acceptance 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from transformers.generation.candidate_generator import CandidateGenerator
 
-from .draft_policy import DraftPolicyState
 from .kv_cache import DrafterKVCache
 from .lookup import NgramIndex
-from .stats import DraftRound, DraftStats
+from .session import DraftingSession
+from .stats import DraftRound
 from .verification import RelaxedAcceptanceProcessor, check_relaxed_supported, warn_lossy_once
+
+
+@dataclass
+class Draft:
+    """One proposal: the drafted tokens (possibly none), where they came from, and what judging them needs.
+
+    logits: (1, L, V) drafting distribution when sampling (point masses for lookup), else None; ngram: the
+    matched n-gram length of a lookup draft; confidences: the readout's probability of each latent token.
+    start (the sequence length when drafting began) and draft_s (seconds spent) are filled when proposed."""
+
+    tokens: list[int] = field(default_factory=list)
+    logits: torch.Tensor | None = None
+    source: str = "none"  # "latent", "lookup" or "none"
+    ngram: int = 0
+    confidences: list[float] = field(default_factory=list)
+    start: int = 0
+    draft_s: float = 0.0
 
 
 class OneiroCandidateGenerator(CandidateGenerator):
@@ -31,9 +49,10 @@ class OneiroCandidateGenerator(CandidateGenerator):
         drafter,
         generation_config,
         logits_processor,
-        settings: dict[str, Any],
+        session: DraftingSession,
         user_wants_hidden_states: bool = False,
     ) -> None:
+        settings = session.settings
         verification = settings.get("verification", "strict")
         check_relaxed_supported(verification, bool(generation_config.do_sample))
         self.drafter = drafter
@@ -55,13 +74,8 @@ class OneiroCandidateGenerator(CandidateGenerator):
         self.true_len = 0  # drafter positions 1..true_len hold teacher-forced (accepted) entries
         self.pending_states: list[torch.Tensor] = []  # target states not yet fed to the drafter
         self.index = NgramIndex(int(settings["lookup_min_ngram"]), int(settings["lookup_max_ngram"]))
-        if drafter._policy_state is None:
-            object.__setattr__(drafter, "_policy_state", DraftPolicyState())
-        self.policy: DraftPolicyState = drafter._policy_state
-        self.stats = DraftStats(verification=verification)
-        if getattr(drafter, "record_draft_rounds", False):  # off by default: on-policy data collection only
-            self.stats.rounds = []
-        object.__setattr__(drafter, "last_stats", self.stats)
+        self.policy = session.policy  # the drafter's, learned across calls
+        self.stats = session.stats  # becomes drafter.last_stats
         # absolute positions of drafted tokens the loop kept (debugging / tests; bounded by max_length)
         self.accepted_positions: list[int] = []
         # relaxed verification: judged by a processor appended last to the loop's own processor list
@@ -75,7 +89,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
                 settings.get("verification_min_entropy", 0.0),
             )
             logits_processor.append(self.relaxed)
-        self._proposal: dict[str, Any] | None = None
+        self._proposal: Draft | None = None
         self._verify_started: float | None = None
 
     # ------------------------------------------------------------------ loop interface
@@ -88,32 +102,43 @@ class OneiroCandidateGenerator(CandidateGenerator):
         n_last_matches: int = 0,
         **kwargs: Any,
     ) -> tuple[torch.LongTensor, torch.FloatTensor | None]:
-        now = time.perf_counter()
+        """input_ids (1, T) -> (input_ids with the draft appended (1, T+L), drafting logits (1, L, V) or None).
+
+        Steps: close the timing of the verification pass that just ran, take in what it accepted, draft, and
+        hand the draft to the loop (the first call only takes in the prompt: the prefill pass verifies nothing)."""
+        with self.stats.time("draft") as timer:
+            self._end_verification(is_first_iteration, timer.started)
+            self._sync_sequence(input_ids, model_outputs, is_first_iteration, int(n_last_matches))
+            draft = None if model_outputs is None else self._draft(input_ids)
+        if draft is None:
+            self.stats.draft_time_s -= timer.seconds  # taking in the prompt is not drafting
+        return self._propose(input_ids, draft, timer.seconds)
+
+    def _end_verification(self, is_first_iteration: bool, now: float) -> None:
+        """Time the target pass that verified the last proposal (it teaches t(k)); clear the relaxed judge."""
         if self._verify_started is not None and not is_first_iteration:
             elapsed = now - self._verify_started
             self.stats.verify_time_s += elapsed
             if self._proposal is not None:
-                self.policy.observe_verify(self._proposal["length"] + 1, elapsed)
+                self.policy.observe_verify(len(self._proposal.tokens) + 1, elapsed)
         if self.relaxed is not None:
             self.relaxed.clear()
-        self._sync_sequence(input_ids, model_outputs, is_first_iteration, int(n_last_matches))
-        if model_outputs is None:  # first iteration: the target's pass is the prefill
-            self._proposal = None
-            self._verify_started = time.perf_counter()
-            return input_ids, None
 
-        tokens, logits, source, ngram, confidences = self._draft(input_ids)
-        self.stats.draft_time_s += time.perf_counter() - now
-        self._proposal = {"length": len(tokens), "source": source, "ngram": ngram, "conf": confidences,
-                          "draft_s": time.perf_counter() - now, "start": input_ids.shape[1], "tokens": tokens}
-        if self.relaxed is not None:
-            self.relaxed.proposals = {input_ids.shape[1] + j: t for j, t in enumerate(tokens)}
+    def _propose(self, input_ids: torch.LongTensor, draft: Draft | None, draft_s: float):
+        """Remember the proposal for update_candidate_strategy and return what the loop verifies."""
+        self._proposal = draft
+        if draft is not None:
+            draft.start, draft.draft_s = input_ids.shape[1], draft_s
+            if self.relaxed is not None:
+                self.relaxed.proposals = {input_ids.shape[1] + j: t for j, t in enumerate(draft.tokens)}
         self._verify_started = time.perf_counter()
-        if not tokens:
+        if draft is None:
+            return input_ids, None
+        if not draft.tokens:
             self.stats.empty_steps += 1
             return input_ids, None
-        draft = torch.tensor([tokens], dtype=input_ids.dtype, device=input_ids.device)
-        return torch.cat([input_ids, draft], dim=-1), logits
+        tokens = torch.tensor([draft.tokens], dtype=input_ids.dtype, device=input_ids.device)
+        return torch.cat([input_ids, tokens], dim=-1), draft.logits
 
     def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, num_matches: int):
         proposal = self._proposal
@@ -124,8 +149,8 @@ class OneiroCandidateGenerator(CandidateGenerator):
         if proposal is None:
             return
         n = int(num_matches)
-        length = proposal["length"]
-        start = proposal["start"]
+        length = len(proposal.tokens)
+        start = proposal.start
         self.accepted_positions.extend(range(start, start + min(n, length)))
         if n < length and start + n in kept:  # a kept draft the loop counted as the bonus (EOS cut)
             self.accepted_positions.append(start + n)
@@ -133,24 +158,24 @@ class OneiroCandidateGenerator(CandidateGenerator):
         self.stats.accept_lengths.append(n + 1)
         if length == 0:
             return
-        source = proposal["source"]
+        source = proposal.source
         if self.stats.rounds is not None:
-            self.stats.rounds.append(DraftRound(start, list(proposal["tokens"]), min(n, length), source))
+            self.stats.rounds.append(DraftRound(start, list(proposal.tokens), min(n, length), source))
         self.stats.drafted_tokens += length
         self.stats.accepted_tokens += n
         self.stats.drafted_by_source[source] += length
         self.stats.accepted_by_source[source] += n
         if source == "lookup":
             self.stats.lookup_steps += 1
-            rate = self.policy.lookup_rate(proposal["ngram"])
+            rate = self.policy.lookup_rate(proposal.ngram)
             for j in range(min(n + 1, length)):
                 rate.add(j < n)
         else:
             self.stats.latent_steps += 1
             for j in range(min(n + 1, length)):
-                self.policy.latent_rate(proposal["conf"][j]).add(j < n)
+                self.policy.latent_rate(proposal.confidences[j]).add(j < n)
             t1 = self.policy.verify_time(1)
-            spent = self.policy.verify_time(length + 1) + self.policy.drafting_cost(proposal["draft_s"], length)
+            spent = self.policy.verify_time(length + 1) + self.policy.drafting_cost(proposal.draft_s, length)
             self.policy.observe_latent_profit((n + 1) * t1 - spent)
 
     # ------------------------------------------------------------------ bookkeeping
@@ -188,10 +213,11 @@ class OneiroCandidateGenerator(CandidateGenerator):
     def _budget(self, input_ids) -> int:
         return max(0, min(self.max_draft, self.max_length - input_ids.shape[1] - 1))
 
-    def _draft(self, input_ids):
+    def _draft(self, input_ids) -> Draft:
+        """A lookup draft when a trustworthy match exists (hybrid/lookup), else a latent one, else none."""
         budget = self._budget(input_ids)
         if budget == 0:
-            return [], None, "none", 0, []
+            return Draft()
         if self.mode in ("lookup", "hybrid"):
             tokens, ngram = self.index.lookup(budget)
             if tokens and (self.mode == "lookup" or ngram >= self.settings["lookup_min_ngram"]):
@@ -200,12 +226,12 @@ class OneiroCandidateGenerator(CandidateGenerator):
                     else len(tokens)
                 if length > 0:
                     tokens = self._cut_at_eos(tokens[:length])
-                    return tokens, self._one_hot_logits(tokens, input_ids), "lookup", ngram, []
+                    return Draft(tokens, self._one_hot_logits(tokens, input_ids), "lookup", ngram)
             if self.mode == "lookup":
-                return [], None, "none", 0, []
+                return Draft()
         if self.cost_aware and not self.policy.latent_worth_trying():
             self.policy.steps_since_latent += 1
-            return [], None, "none", 0, []
+            return Draft()
         self.policy.steps_since_latent = 0
         return self._draft_latent(input_ids, budget)
 
@@ -216,7 +242,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
         return tokens
 
     @torch.no_grad()
-    def _draft_latent(self, input_ids, budget):
+    def _draft_latent(self, input_ids, budget) -> Draft:
         drafter = self.drafter
         vocab_ids = drafter.draft_vocab_ids
         state = self._catch_up(input_ids)
@@ -262,7 +288,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
             length = self.policy.best_length(probs, list(range(1, len(probs) + 1)))
         tokens, confidences = tokens[:length], confidences[:length]
         logits_out = torch.cat(logit_rows[:length], dim=0).unsqueeze(0) if (self.do_sample and length) else None
-        return tokens, logits_out, "latent", 0, confidences
+        return Draft(tokens, logits_out, "latent", 0, confidences)
 
     def _one_hot_logits(self, tokens: list[int], input_ids) -> torch.Tensor | None:
         """In sampling mode a copied token is a point mass: q(token)=1, so p/q acceptance stays exact."""

@@ -58,8 +58,6 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
             "transformers' assisted decoding does. Fix: call generate once per prompt, or without assistant_model "
             "for batched generation."
         )
-    # The settings travel on the drafter, which this thread holds: on the target (shared by every thread using
-    # it) a concurrent call with another drafter could replace them before our candidate generator reads them.
     if settings["tree"]:  # the tree owns its decoding loop: generate's public custom_generate runs it
         from .tree.loop import TreeSettings, tree_generate_function
 
@@ -68,12 +66,10 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
         tree_settings = TreeSettings.from_drafting_settings(settings)
         kwargs.pop("assistant_model")  # generate prepares plain greedy/sampling; the drafter travels in the closure
         kwargs["custom_generate"] = tree_generate_function(drafter, tree_settings, kwargs.get("streamer"))
+    # The call's session lives on the drafter, which this thread holds: on the target (shared by every thread
+    # using it) a concurrent call with another drafter could replace it before our candidate generator reads it.
+    with drafter.drafting_session(settings):  # found there as drafter.current_session
         return type(self).generate(self, *args, **kwargs)
-    object.__setattr__(drafter, "_oneiro_pending_settings", settings)
-    try:
-        return type(self).generate(self, *args, **kwargs)
-    finally:
-        object.__setattr__(drafter, "_oneiro_pending_settings", None)
 
 
 def _oneiro_get_candidate_generator(self, generation_config, *args: Any, **kwargs: Any):
@@ -82,12 +78,12 @@ def _oneiro_get_candidate_generator(self, generation_config, *args: Any, **kwarg
         return type(self)._get_candidate_generator(self, generation_config, *args, **kwargs)
     from .candidate_generator import OneiroCandidateGenerator
 
-    settings = getattr(assistant, "_oneiro_pending_settings", None) or assistant.drafting_settings()
+    session = assistant.current_session or assistant.new_session()  # None: generate called past our hook
     return OneiroCandidateGenerator(
         assistant,
         generation_config,
         kwargs["logits_processor"],
-        settings,
+        session,
         user_wants_hidden_states=bool(generation_config.output_hidden_states),
     )
 

@@ -29,6 +29,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from .compat import check_transformers_version
 from .configuration_oneiro import DRAFT_MODES, TREE_SETTING_DEFAULTS, OneiroDrafterConfig
+from .draft_policy import DraftPolicyState
 from .identity import (
     canonical_model_id,
     compute_fingerprint,
@@ -37,6 +38,8 @@ from .identity import (
     weights_source,
 )
 from .kv_cache import DrafterKVCache
+from .session import DraftingSession
+from .stats import DraftStats
 from .targets import (  # noqa: F401 - SUPPORTED_MODEL_TYPES and the errors are re-exported (public names)
     SUPPORTED_MODEL_TYPES,
     DrafterTargetMismatch,
@@ -119,15 +122,16 @@ class OneiroDrafter(PreTrainedModel):
         self.register_buffer("draft_vocab_ids", torch.arange(vocab, dtype=torch.long), persistent=True)
         self.post_init()
         object.__setattr__(self, "_bound", None)
-        from .stats import DraftStats
-
+        # the statistics of the last generate call (a DraftingSession's stats, set when the session is made)
         object.__setattr__(self, "last_stats", DraftStats())
-        object.__setattr__(self, "_policy_state", None)
+        object.__setattr__(self, "_policy_state", None)  # see policy_state
+        # on-policy training: record every drafting round of the next calls in last_stats.rounds
+        object.__setattr__(self, "record_draft_rounds", False)
         # One generate call (or re-bind) at a time: the drafter's per-call settings, statistics and binding are
         # not shareable. _lock_owner is the thread holding the lock, so that thread may re-bind inside its call.
         object.__setattr__(self, "_generate_lock", threading.Lock())
         object.__setattr__(self, "_lock_owner", None)
-        object.__setattr__(self, "_oneiro_pending_settings", None)  # settings of the running call
+        object.__setattr__(self, "_session", None)  # the DraftingSession of the running generate call
 
     @staticmethod
     def build_target_config(config: OneiroDrafterConfig):
@@ -349,8 +353,8 @@ class OneiroDrafter(PreTrainedModel):
         twin.load_state_dict(self.state_dict())
         twin.name_or_path = self.name_or_path
         twin.bind(model, allow_base_model_mismatch=allow_base_model_mismatch)
-        if self._policy_state is not None:
-            object.__setattr__(twin, "_policy_state", copy.deepcopy(self._policy_state))
+        if self.policy_state is not None:
+            twin.policy_state = copy.deepcopy(self.policy_state)
         return twin
 
     def bind(self, model: PreTrainedModel, allow_base_model_mismatch: bool = False) -> OneiroDrafter:
@@ -566,15 +570,54 @@ class OneiroDrafter(PreTrainedModel):
 
     def reset_drafting_policy(self) -> None:
         """Forget the learned latencies and acceptance calibration (e.g. after moving to other hardware)."""
-        object.__setattr__(self, "_policy_state", None)
+        self.policy_state = None
 
     def use_latency_profile(self, profile: dict) -> None:
         """Seed the cost-aware draft length with a measured t(k) profile (see oneiro_hf.latency)."""
-        from .draft_policy import DraftPolicyState
+        self._ensure_policy_state().load_profile(profile["ratios"], profile["t1_s"])
 
+    @property
+    def policy_state(self) -> DraftPolicyState | None:
+        """What drafting has learned so far (latencies t(k), acceptance calibration), carried from call to call;
+        None before the first call. Assign one (e.g. a copy kept elsewhere) to draft with it from the next call."""
+        return self._policy_state
+
+    @policy_state.setter
+    def policy_state(self, state: DraftPolicyState | None) -> None:
+        if state is not None and not isinstance(state, DraftPolicyState):
+            raise TypeError(f"policy_state must be a DraftPolicyState or None, got {type(state).__name__}. "
+                            "Fix: assign a value read from drafter.policy_state.")
+        object.__setattr__(self, "_policy_state", state)
+
+    def _ensure_policy_state(self) -> DraftPolicyState:
         if self._policy_state is None:
             object.__setattr__(self, "_policy_state", DraftPolicyState())
-        self._policy_state.load_profile(profile["ratios"], profile["t1_s"])
+        return self._policy_state
+
+    # ------------------------------------------------------------------ sessions
+    def new_session(self, settings: dict[str, Any] | None = None) -> DraftingSession:
+        """The state of one generate call: `settings` (default: `drafting_settings()`), the drafter's policy and
+        fresh statistics, which become `last_stats`."""
+        settings = settings if settings is not None else self.drafting_settings()
+        stats = DraftStats(verification=settings.get("verification", "strict"),
+                           rounds=[] if self.record_draft_rounds else None)
+        object.__setattr__(self, "last_stats", stats)
+        return DraftingSession(settings, self._ensure_policy_state(), stats)
+
+    @contextlib.contextmanager
+    def drafting_session(self, settings: dict[str, Any]):
+        """A session for the generate call running inside this block, found there as `current_session`."""
+        session = self.new_session(settings)
+        object.__setattr__(self, "_session", session)
+        try:
+            yield session
+        finally:
+            object.__setattr__(self, "_session", None)
+
+    @property
+    def current_session(self) -> DraftingSession | None:
+        """The DraftingSession of the generate call running now, or None."""
+        return self._session
 
     # ------------------------------------------------------------------ settings
     def drafting_settings(self, **overrides: Any) -> dict[str, Any]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 
@@ -13,6 +16,14 @@ class DraftRound:
     tokens: list[int]  # the drafted tokens, positions start .. start+len-1
     accepted: int  # how many of them the target accepted
     source: str  # "latent" or "lookup"
+
+
+@dataclass
+class PhaseTimer:
+    """One timed phase of `DraftStats.time`: its start, and its length once the block has ended."""
+
+    started: float = field(default_factory=time.perf_counter)
+    seconds: float = 0.0
 
 
 @dataclass
@@ -52,6 +63,17 @@ class DraftStats:
     def draft_time_share(self) -> float:
         total = self.draft_time_s + self.verify_time_s
         return self.draft_time_s / total if total else 0.0
+
+    @contextmanager
+    def time(self, phase: str) -> Iterator[PhaseTimer]:
+        """Add the seconds spent inside the block to `<phase>_time_s` ("draft" or "verify"); the yielded timer
+        holds them afterwards (`timer.seconds`)."""
+        timer = PhaseTimer()
+        try:
+            yield timer
+        finally:
+            timer.seconds = time.perf_counter() - timer.started
+            setattr(self, f"{phase}_time_s", getattr(self, f"{phase}_time_s") + timer.seconds)
 
     def as_dict(self) -> dict:
         data = asdict(self)

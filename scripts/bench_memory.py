@@ -167,7 +167,7 @@ def make_prompts(tokenizer, vocab: int, count: int, seed: int) -> list[torch.Lon
 
 def snapshot(call: int, model, drafter, recorder: GeneratorRecorder, traced: bool, seconds: float) -> dict[str, Any]:
     per_call = recorder.take()  # includes a gc pass, so the counts below see only what is really alive
-    policy = drafter._policy_state
+    policy = drafter.policy_state
     stats = drafter.last_stats
     row: dict[str, Any] = {
         "call": call,

@@ -322,7 +322,7 @@ def test_generate_once_passes_relaxed_kwargs():
             return torch.cat([input_ids, torch.tensor([[9, 10]])], dim=1)
 
     class FakeDrafter:
-        _policy_state = None
+        policy_state = None
         last_stats = type("S", (), {"as_dict": staticmethod(lambda: {"latent_steps": 1})})()
 
     spec = bench.parse_method("oneiro-threshold-0.1")

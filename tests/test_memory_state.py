@@ -60,7 +60,7 @@ def _call(model, drafter, i: int) -> torch.LongTensor:
 
 
 def _state(model, drafter) -> dict[str, int]:
-    policy = drafter._policy_state
+    policy = drafter.policy_state
     return {
         "verify_entries": len(policy.verify_s),
         "lookup_entries": len(policy.lookup_by_ngram),
@@ -80,7 +80,7 @@ def test_drafter_state_stays_bounded_over_many_calls():
     for i in range(12):
         _call(model, drafter, i)
     warm = _state(model, drafter)
-    warm_policy_size = _deep_size(drafter._policy_state)
+    warm_policy_size = _deep_size(drafter.policy_state)
     drafted = 0
     for i in range(12, 90):
         _call(model, drafter, i)
@@ -96,7 +96,7 @@ def test_drafter_state_stays_bounded_over_many_calls():
     for key in ("latent_bins", "drafter_attributes", "target_attributes", "target_hooks", "drafter_buffers"):
         assert late[key] == warm[key], (key, warm, late)
     # a few new table entries may appear after warm-up (a draft length seen for the first time); nothing more
-    grown = _deep_size(drafter._policy_state) - warm_policy_size
+    grown = _deep_size(drafter.policy_state) - warm_policy_size
     assert grown <= 8 * 200, grown
     # per-call objects do not outlive their call
     for cls in per_call_types:

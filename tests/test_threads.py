@@ -136,8 +136,8 @@ def test_copy_for_gives_an_independent_drafter_for_another_target():
         twin.fuse.bias.add_(1.0)
     assert not torch.equal(twin.fuse.bias, drafter.fuse.bias)
     # the learned policy is copied, not shared
-    assert twin._policy_state is not None and twin._policy_state is not drafter._policy_state
-    assert twin._policy_state.verify_s == drafter._policy_state.verify_s
+    assert twin.policy_state is not None and twin.policy_state is not drafter.policy_state
+    assert twin.policy_state.verify_s == drafter.policy_state.verify_s
     # and both serve their own target losslessly
     assert torch.equal(greedy(model_b, ids, 12, assistant_model=twin), greedy(model_b, ids, 12))
     assert torch.equal(greedy(model_a, ids, 12, assistant_model=drafter), greedy(model_a, ids, 12))

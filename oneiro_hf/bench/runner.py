@@ -111,7 +111,7 @@ def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int
         kwargs["assistant_model"] = drafter
         kwargs.update({f"oneiro_{k}": v for k, v in spec.oneiro_settings.items()})
         # each oneiro method keeps its own learned policy (calibration, t(k)), as if it ran alone
-        object.__setattr__(drafter, "_policy_state", ctx.policy_states.get(method))
+        drafter.policy_state = ctx.policy_states.get(method)
     ctx.recorder.reset()
     cuda = input_ids.device.type == "cuda"
     if cuda:
@@ -130,7 +130,7 @@ def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int
         "oneiro_stats": None,
     }
     if drafter is not None:
-        ctx.policy_states[method] = drafter._policy_state
+        ctx.policy_states[method] = drafter.policy_state
         if spec.oneiro_settings.get("tree"):  # the tree loop is no candidate generator: its own stats say it all
             tree_stats = drafter.last_stats
             # as the recorder logs chains: the prefill is a pass without drafts; a pass over d nodes feeds d + 1 tokens
@@ -296,8 +296,8 @@ def load_models(args, plan: Plan) -> BenchContext:
         for d in drafters.values():
             pinned = DraftPolicyState()
             pinned.pin_profile(H200_PROFILE["ratios"], H200_PROFILE["t1_s"], H200_PROFILE["drafter_step_ratio"])
-            object.__setattr__(d, "_policy_state", pinned)
-    initial = {name: d._policy_state for name, d in drafters.items()}
+            d.policy_state = pinned
+    initial = {name: d.policy_state for name, d in drafters.items()}
     ctx.policy_states = {s.name: copy.deepcopy(initial[s.drafter_name]) for s in plan.specs if s.uses_drafter}
     warm = encode_prompt(tokenizer, [{"role": "user", "content": "Warm up the caches."}]).to(model.device)
     for spec in plan.specs:

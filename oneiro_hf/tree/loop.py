@@ -26,7 +26,6 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from ..draft_policy import DraftPolicyState
 from ..lookup import NgramIndex
-from ..stats import DraftStats
 from .attention import target_tree_mask
 from .build import LatentTreeDrafter, add_lookup_branches
 from .cache import compact_cache, prepare_cache, trim_sliding_layers
@@ -122,12 +121,6 @@ def _check_call(generation_config, model_kwargs: dict[str, Any], input_ids: torc
         raise ValueError("tree verification needs the target's cache. Fix: drop use_cache=False.")
 
 
-def _policy(drafter) -> DraftPolicyState:
-    if drafter._policy_state is None:
-        object.__setattr__(drafter, "_policy_state", DraftPolicyState())
-    return drafter._policy_state
-
-
 def _calibrate(tree: TokenTree, verdict: Verdict, kept: int, policy: DraftPolicyState) -> None:
     """Every child of the root and of each kept accepted node was tested: feed accepted/rejected to its rate."""
     path = set(verdict.path)
@@ -177,9 +170,8 @@ class TreeDecoder:
         eos = getattr(generation_config, "_eos_token_tensor", None)
         self.eos_ids: set[int] = set(eos.flatten().tolist()) if eos is not None else set()
         self.walk = sampling_walk if generation_config.do_sample else greedy_walk
-        self.policy = _policy(drafter)
-        self.stats = DraftStats()
-        object.__setattr__(drafter, "last_stats", self.stats)
+        session = drafter.current_session or drafter.new_session()  # None: called past the generate hook
+        self.policy, self.stats = session.policy, session.stats  # the drafter's policy; stats -> last_stats
         # the drafter holds the accepted positions plus at most one level of `beam` speculative nodes per depth
         capacity = generation_config.max_length + settings.beam * settings.max_depth
         self.latent = LatentTreeDrafter(drafter, capacity) if settings.mode != "lookup" else None

@@ -1,0 +1,31 @@
+"""The state of one generate call with a drafter, in one typed object handed to whatever drafts for that call.
+
+The drafter makes a `DraftingSession` per call (`OneiroDrafter.new_session`, or `drafting_session` for the
+whole of a generate call) and the candidate generator (or the tree loop) reads and writes only the session:
+
+    settings   the call's drafting settings (the drafter's config defaults, then the call's oneiro_* kwargs)
+    policy     the cost model it learns into: the drafter's `policy_state`, carried from call to call
+    stats      this call's `DraftStats`, readable afterwards as `drafter.last_stats`; its `rounds` list
+               exists only when the drafter's `record_draft_rounds` is on (on-policy training)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .draft_policy import DraftPolicyState
+from .stats import DraftStats
+
+
+@dataclass(frozen=True)
+class DraftingSession:
+    """One generate call's drafting state; made by the drafter, never shared between calls."""
+
+    settings: dict[str, Any]
+    policy: DraftPolicyState
+    stats: DraftStats
+
+    @property
+    def records_rounds(self) -> bool:
+        return self.stats.rounds is not None
