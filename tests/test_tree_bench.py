@@ -32,6 +32,10 @@ def test_tree_run_next_to_the_chain_and_its_h200_breakdown(env, tmp_path):  # no
     summary = json.loads((out / "summary.json").read_text())["methods"]
     for method in ("oneiro-tree", "oneiro-tree-4", "oneiro-tree-fixed-6"):
         assert summary[method]["overall"]["identical_to_greedy"] == 1.0
+    assert 0 < summary["oneiro-tree-4"]["overall"]["tree_nodes_per_pass"] <= 4
+    assert "tree_nodes_per_pass" not in summary["oneiro-hybrid"]["overall"]  # chains have no trees
+    share = summary["oneiro-tree-fixed-6"]["overall"]["tree_non_first_branch_share"]
+    assert share is None or 0.0 <= share <= 1.0
     fixed = [d for r in _lines(out / "answers" / "oneiro-tree-fixed-6.jsonl") for c in r["choices"] for d in c["draft_lengths"]]
     assert max(fixed) == 6  # the cost model is off: full-size trees wherever the budget allows
     small = [d for r in _lines(out / "answers" / "oneiro-tree-4.jsonl") for c in r["choices"] for d in c["draft_lengths"]]

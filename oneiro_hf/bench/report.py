@@ -220,6 +220,8 @@ def method_block(rows: list[dict], greedy_by_id: dict, questions: dict | None, c
 def _oneiro_sources(rows: list[dict]) -> dict | None:
     drafted: Counter = Counter()
     accepted: Counter = Counter()
+    nodes: list[int] = []
+    ranks: list[int] = []
     found = False
     for r in rows:
         stats = r.get("oneiro_stats")
@@ -228,9 +230,18 @@ def _oneiro_sources(rows: list[dict]) -> dict | None:
         found = True
         drafted.update(stats.get("drafted_by_source", {}))
         accepted.update(stats.get("accepted_by_source", {}))
+        nodes.extend(stats.get("tree_nodes", []))
+        ranks.extend(stats.get("tree_branch_ranks", []))
     if not found:
         return None
-    return {"drafted_by_source": dict(drafted), "accepted_by_source": dict(accepted)}
+    block: dict[str, Any] = {"drafted_by_source": dict(drafted), "accepted_by_source": dict(accepted)}
+    if nodes:  # tree verification: nodes per pass, and how often the accepted path left the likeliest child
+        accepting = [rank for rank in ranks if rank >= 0]
+        block["tree_nodes_per_pass"] = _mean(nodes)
+        block["tree_non_first_branch_share"] = (
+            sum(rank > 0 for rank in accepting) / len(accepting) if accepting else None
+        )
+    return block
 
 
 def task_score_coverage(questions: dict) -> dict:
