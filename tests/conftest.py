@@ -1,48 +1,20 @@
-"""Tiny random targets shared by the oneiro-hf tests.
-
-Every factory builds a fresh model (hidden 64, 4 layers, vocab 128 by default) so that hooks installed
-by binding a drafter, and the drafter's learned policy, never leak from one test into another.
-
-`strength` shapes a random target so that the default drafter (copies of the last two layers, fusion =
-embedding of the drafted token) is more or less right, which is the only way to get latent drafts
-accepted without training:
-
-* None: plain random weights; latent drafts are mostly rejected.
-* "prefix": the layers before the drafter's interval are turned into identities (their attention and
-  MLP outputs are zeroed), so the drafter sees the same inputs as the target's copied layers except
-  position 0; its drafts are often, but not always, right.
-* "per_token": additionally the copied layers' attention outputs are zeroed, so the target's next
-  token is a pure function of the current one and the default drafter is exact: every latent draft
-  must be accepted.
-"""
+"""Fixtures shared by the oneiro-hf tests; the tiny models themselves are built by tests/tiny.py."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from transformers import (
-    Gemma3ForCausalLM,
-    Gemma3TextConfig,
-    LlamaConfig,
-    LlamaForCausalLM,
-    MistralConfig,
-    MistralForCausalLM,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-    Qwen3Config,
-    Qwen3ForCausalLM,
-)
+from tiny import ARCHS, make_model
 
-ARCHS = ("llama", "qwen2", "gemma3", "mistral", "qwen3")
-WINDOW = 8  # sliding window of the windowed architectures; test contexts are longer than this
-
-_MY_MODULES = {"test_core_equality", "test_bad_inputs", "test_save_load", "test_components"}
+# Tiny matmuls: threading overhead dominates, so these modules run single-threaded (restored after).
+_ONE_THREAD_MODULES = {"test_core_equality", "test_bad_inputs", "test_save_load", "test_components", "test_bench",
+                       "test_onpolicy", "test_verification"}
 
 
 @pytest.fixture(autouse=True)
-def _single_thread_for_tiny_models(request):
-    """Tiny matmuls: threading overhead dominates, so these modules run single-threaded (restored after)."""
-    if request.module.__name__.rsplit(".", 1)[-1] not in _MY_MODULES:
+def _one_thread(request):
+    """One torch thread for the modules in _ONE_THREAD_MODULES (the one place that sets it)."""
+    if request.module.__name__.rsplit(".", 1)[-1] not in _ONE_THREAD_MODULES:
         yield
         return
     before = torch.get_num_threads()
@@ -51,149 +23,6 @@ def _single_thread_for_tiny_models(request):
         yield
     finally:
         torch.set_num_threads(before)
-
-
-def make_config(
-    arch: str,
-    *,
-    layers: int = 4,
-    vocab: int = 128,
-    hidden: int = 64,
-    window: int = WINDOW,
-    init: float = 0.1,
-    **overrides,
-):
-    common = {
-        "vocab_size": vocab,
-        "hidden_size": hidden,
-        "intermediate_size": 2 * hidden,
-        "num_hidden_layers": layers,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 512,
-        "initializer_range": init,
-        "tie_word_embeddings": False,
-        "pad_token_id": 0,
-        "bos_token_id": 1,
-        "eos_token_id": None,
-    }
-    common.update(overrides)
-    if arch == "llama":
-        return LlamaConfig(**common)
-    if arch == "qwen2":
-        # the upper half of the layers use a sliding window
-        return Qwen2Config(
-            **common, use_sliding_window=True, sliding_window=window, max_window_layers=layers // 2
-        )
-    if arch == "qwen3":
-        return Qwen3Config(**common, head_dim=16)
-    if arch == "mistral":
-        return MistralConfig(**common, sliding_window=window)
-    if arch == "gemma3":
-        types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
-        return Gemma3TextConfig(
-            **common,
-            head_dim=16,
-            query_pre_attn_scalar=16,
-            sliding_window=window,
-            layer_types=types,
-            final_logit_softcapping=30.0,
-        )
-    raise ValueError(f"unknown test arch {arch}")
-
-
-MODEL_CLASSES = {
-    "llama": LlamaForCausalLM,
-    "qwen2": Qwen2ForCausalLM,
-    "qwen3": Qwen3ForCausalLM,
-    "mistral": MistralForCausalLM,
-    "gemma3": Gemma3ForCausalLM,
-}
-
-
-def _shape_strength(model, strength: str | None, drafter_start: int) -> None:
-    if strength is None:
-        return
-    if strength not in ("prefix", "per_token"):
-        raise ValueError(strength)
-    with torch.no_grad():
-        for i, layer in enumerate(model.model.layers):
-            if i < drafter_start:
-                layer.self_attn.o_proj.weight.zero_()
-                layer.mlp.down_proj.weight.zero_()
-            elif strength == "per_token":
-                layer.self_attn.o_proj.weight.zero_()
-
-
-def make_model(
-    arch: str = "llama",
-    *,
-    seed: int = 0,
-    strength: str | None = None,
-    name: str | None = None,
-    dtype: torch.dtype = torch.float32,
-    **config_kwargs,
-):
-    """A fresh tiny random causal LM of `arch`, in eval mode, with no EOS (generation runs to the limit)."""
-    config = make_config(arch, **config_kwargs)
-    torch.manual_seed(seed)
-    model = MODEL_CLASSES[arch](config).eval().to(dtype)
-    _shape_strength(model, strength, config.num_hidden_layers - 2)
-    if name is not None:  # as from_pretrained leaves it: on the instance and in its config
-        model.config._name_or_path = name
-        model.name_or_path = name
-    model.generation_config.eos_token_id = None
-    model.generation_config.pad_token_id = 0
-    model.generation_config.do_sample = False
-    return model
-
-
-def random_prompt(length: int, seed: int, vocab: int = 128) -> torch.LongTensor:
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randint(3, vocab, (1, length), generator=gen)
-
-
-def repeat_prompt(pattern: list[int], times: int) -> torch.LongTensor:
-    return torch.tensor([pattern * times], dtype=torch.long)
-
-
-def greedy(model, ids: torch.LongTensor, max_new_tokens: int, **kwargs) -> torch.LongTensor:
-    with torch.no_grad():
-        return model.generate(ids, do_sample=False, max_new_tokens=max_new_tokens, **kwargs)
-
-
-def longest_cycle(model) -> list[int]:
-    """For a per-token target: the longest cycle of its greedy next-token function t -> f(t).
-
-    f is read off one batched forward over every single-token input; from any token on a cycle,
-    greedy decoding repeats that cycle forever, which makes a perfectly repetitive prompt.
-    """
-    vocab = model.config.vocab_size
-    with torch.no_grad():
-        nxt = model(torch.arange(vocab).unsqueeze(1)).logits[:, -1].argmax(-1).tolist()
-    best: list[int] = []
-    for start in range(3, vocab):  # avoid the pad/bos/eos ids
-        seen: dict[int, int] = {}
-        path, t = [], start
-        while t not in seen:
-            seen[t] = len(path)
-            path.append(t)
-            t = nxt[t]
-        cyc = path[seen[t] :]
-        if len(cyc) > len(best) and min(cyc) >= 3:
-            best = cyc
-    assert best, "no cycle avoiding the special ids"
-    return best
-
-
-def make_cyclic_model(arch: str, min_cycle: int = 4, **kwargs):
-    """A per-token target whose next-token function has a cycle of at least `min_cycle` tokens, and it."""
-    for seed in range(20):
-        model = make_model(arch, seed=seed, strength="per_token", **kwargs)
-        cyc = longest_cycle(model)
-        if len(cyc) >= min_cycle:
-            return model, cyc
-    raise AssertionError(f"no seed gives a {arch} per-token target with a cycle of {min_cycle}+ tokens")
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 import torch
-from conftest import greedy, make_model, random_prompt
 from safetensors.torch import load_file, save_file
+from tiny import greedy, make_model, random_prompt
 from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel
 
 import oneiro_hf

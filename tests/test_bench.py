@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from conftest import make_model
+from tiny import make_model
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
@@ -29,12 +29,6 @@ QUESTIONS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _tokenizer() -> PreTrainedTokenizerFast:

@@ -8,7 +8,7 @@ import random
 
 import pytest
 import torch
-from conftest import ARCHS, WINDOW, greedy, make_model, random_prompt
+from tiny import ARCHS, WINDOW, greedy, make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.candidate_generator import OneiroCandidateGenerator

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ARCHS, greedy, make_cyclic_model, make_model, random_prompt, repeat_prompt
+from tiny import ARCHS, greedy, make_cyclic_model, make_model, random_prompt, repeat_prompt
 from transformers import GenerationConfig
 from transformers.generation.streamers import BaseStreamer
 

@@ -11,7 +11,8 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
-from transformers import LlamaConfig, LlamaForCausalLM
+from tiny import tiny_config
+from transformers import LlamaForCausalLM
 
 from oneiro_hf.training import features as feat
 from oneiro_hf.training.cli import main as cli_main
@@ -219,9 +220,8 @@ def test_cli_card_states_settings_throughput_and_filter(tmp_path, capsys):
 
 def tiny_target() -> LlamaForCausalLM:
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      tie_word_embeddings=True, eos_token_id=2, bos_token_id=1, pad_token_id=0)
+    cfg = tiny_config("llama", vocab=VOCAB, hidden=32, init=0.02, max_position_embeddings=256,
+                      tie_word_embeddings=True, eos_token_id=2)
     return LlamaForCausalLM(cfg).eval()
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import make_model
+from tiny import make_model
 from transformers import TrainingArguments
 
 import oneiro_hf

@@ -20,9 +20,9 @@ from pathlib import Path
 import httpx2
 import pytest
 import torch
-from conftest import make_model
 from huggingface_hub import constants, scan_cache_dir, set_client_factory
 from safetensors import safe_open
+from tiny import make_model
 
 from oneiro_hf import DrafterTargetMismatch, OneiroDrafter
 from oneiro_hf.checkpoint import CorruptCheckpoint, DrafterNotFound, IncompatibleCheckpoint

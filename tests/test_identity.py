@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import make_model
+from tiny import make_model
 from transformers import AutoModelForCausalLM
 
 from oneiro_hf import DrafterTargetMismatch, OneiroDrafter

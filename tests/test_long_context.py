@@ -13,7 +13,7 @@ import json
 
 import pytest
 import torch
-from conftest import greedy, make_model, random_prompt
+from tiny import greedy, make_model, random_prompt
 
 import oneiro_hf.candidate_generator as cg
 import oneiro_hf.modeling_oneiro as modeling

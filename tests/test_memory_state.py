@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 import torch
-from conftest import greedy, make_model, random_prompt
+from tiny import greedy, make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.candidate_generator import OneiroCandidateGenerator

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import greedy, make_model, random_prompt
+from tiny import greedy, make_model, random_prompt
 from transformers import TrainerCallback
 
 from oneiro_hf import OneiroDrafter
@@ -22,14 +22,6 @@ from oneiro_hf.training.onpolicy import (
     collect,
 )
 from oneiro_hf.training.trainer import OneiroTrainingArguments
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def prompts_for(n: int, seed: int = 0, length: int = 6) -> list[dict]:

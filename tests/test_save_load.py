@@ -7,8 +7,8 @@ import json
 
 import pytest
 import torch
-from conftest import greedy, make_model, random_prompt
 from safetensors import safe_open
+from tiny import greedy, make_model, random_prompt
 from transformers import AutoConfig, AutoModel
 
 from oneiro_hf import OneiroDrafter, OneiroDrafterConfig

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import greedy, make_model, random_prompt
+from tiny import greedy, make_model, random_prompt
 from transformers.generation.streamers import BaseStreamer
 
 from oneiro_hf import OneiroDrafter

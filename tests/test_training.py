@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, TrainerCallback
+from tiny import tiny_config
+from transformers import LlamaForCausalLM, TrainerCallback
 
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.kv_cache import DrafterKVCache
@@ -34,20 +35,9 @@ EOS = 2
 
 def tiny_target(seed: int = 0) -> LlamaForCausalLM:
     torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        eos_token_id=EOS,
-        bos_token_id=1,
-        pad_token_id=0,
-        initializer_range=0.1,  # peaked distributions, layers that matter
-    )
+    # peaked distributions (initializer_range 0.1), layers that matter
+    cfg = tiny_config("llama", vocab=VOCAB, hidden=32, max_position_embeddings=256, tie_word_embeddings=True,
+                      eos_token_id=EOS)
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -226,7 +216,7 @@ ROLLOUT_ARCHS = {
 
 @pytest.mark.parametrize("arch", sorted(ROLLOUT_ARCHS))
 def test_parallel_rollout_matches_sequential_drafting_on_every_architecture(arch):
-    from conftest import make_model
+    from tiny import make_model
 
     model = make_model(arch, hidden=32, seed=0, **ROLLOUT_ARCHS[arch])
     drafter = OneiroDrafter.from_target(model, interval=(2, 4))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_model, repeat_prompt
+from tiny import make_model, repeat_prompt
 from transformers.generation.logits_process import LogitsProcessor, LogitsProcessorList
 from transformers.generation.streamers import BaseStreamer
 

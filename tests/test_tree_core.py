@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import ARCHS, make_model
+from tiny import ARCHS, make_model
 from transformers import DynamicCache
 
 from oneiro_hf.lookup import NgramIndex

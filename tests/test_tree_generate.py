@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import make_model, repeat_prompt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_lossless_property import _uniform
+from tiny import make_model, repeat_prompt
 from transformers import LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper
 

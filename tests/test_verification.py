@@ -17,9 +17,9 @@ import math
 
 import pytest
 import torch
-from conftest import greedy, make_cyclic_model, make_model, random_prompt, repeat_prompt
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from tiny import greedy, make_cyclic_model, make_model, random_prompt, repeat_prompt
 from transformers.generation.logits_process import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
 
 from oneiro_hf import OneiroDrafter
@@ -32,15 +32,6 @@ ARCHS3 = ("llama", "qwen2", "gemma3")
 TOL = 1e-4  # cached incremental vs teacher-forced full forward differ by float rounding only
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny matmuls on a shared machine: one thread is faster and keeps the suite light."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 _CACHE: dict[tuple[str, str | None], tuple] = {}

@@ -23,25 +23,24 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers import Trainer, TrainerCallback
 
+from .arguments import STAGES, OneiroTrainingArguments, parse_interval, parse_step_weights  # noqa: F401 (re-exported)
 from .features import IGNORE, collate, iter_feature_batches, loss_mask, target_features
+from .rollout import parallel_rollout, rollout_mask, rollout_start  # noqa: F401 (re-exported)
 
 logger = logging.getLogger(__name__)
 
 TRAINING_STATE_FILE = "oneiro_training.safetensors"
 TRAINING_INFO_FILE = "oneiro_training.json"
-STAGES = ("1", "2", "1+2", "3")
 
 
 class CheckpointMismatch(ValueError):
@@ -50,290 +49,6 @@ class CheckpointMismatch(ValueError):
 
 class OutputDirHasDrafter(FileExistsError):
     """The output directory already holds a finished drafter."""
-
-
-# ============================================================================================ arguments
-@dataclass
-class OneiroTrainingArguments(TrainingArguments):
-    """TrainingArguments plus the drafter-specific settings of ``oneiro-train``."""
-
-    stage: str = field(
-        default="1+2",
-        metadata={
-            "help": "'1' teacher-forced, '2' joint rollouts, '1+2' stage 1 then stage 2 (see stage1_fraction), "
-            "'3' on-policy refinement of --init_drafter (see the onpolicy_* settings)"
-        },
-    )
-    stage1_fraction: float = field(
-        default=0.5, metadata={"help": "with stage '1+2': share of the optimisation steps spent in stage 1"}
-    )
-    rollout_steps: int = field(default=4, metadata={"help": "stage 2: recurrent draft steps K per position"})
-    rollout_step_weights: str = field(
-        default="1,0.8,0.6,0.5",
-        metadata={"help": "stage 2: loss weight of each rollout step (the last one repeats for larger K)"},
-    )
-    state_loss: str = field(
-        default="smooth_l1", metadata={"help": "'smooth_l1' or 'mse' on normalised states"}
-    )
-    state_loss_weight: float = field(default=1.0, metadata={"help": "weight of the state loss"})
-    token_loss: str = field(
-        default="kl",
-        metadata={"help": "'kl' to the target's draft-vocabulary distribution, or 'ce' to its argmax"},
-    )
-    token_loss_weight: float = field(default=0.5, metadata={"help": "weight of the token loss"})
-    draft_vocab_size: int = field(
-        default=8192, metadata={"help": "tokens in the drafter's readout vocabulary"}
-    )
-    interval: str | None = field(
-        default=None,
-        metadata={"help": "target layers copied into the drafter, 'start,end' (default: last two)"},
-    )
-    transition_init: str = field(
-        default="target",
-        metadata={"help": "'target': copy the interval's layers (the method); 'random': fresh weights (ablation)"},
-    )
-    max_seq_len: int = field(default=1024, metadata={"help": "prompt + response tokens kept per sequence"})
-    ridge_init: bool = field(default=True, metadata={"help": "stage 0: fit the fusion in closed form first"})
-    ridge_positions: int = field(
-        default=50_000, metadata={"help": "response positions used by the ridge fit"}
-    )
-    data_files: list[str] | None = field(
-        default=None,
-        metadata={"help": "self-distillation JSONL files (provenance; the CLI fills it from --data)"},
-    )
-    feature_cache_dir: str | None = field(
-        default=None,
-        metadata={
-            "help": "cache the target's features here (fp16 safetensors); default: compute them on the fly"
-        },
-    )
-    feature_batch_tokens: int = field(
-        default=4096, metadata={"help": "padded tokens per target pass when computing features / evaluating"}
-    )
-    eval_rollout_steps: int = field(
-        default=5, metadata={"help": "draft length of the held-out acceptance test"}
-    )
-    eval_at_stage_switch: bool = field(
-        default=True, metadata={"help": "evaluate (and checkpoint) when stage 2 starts"}
-    )
-    overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "allow replacing a finished drafter already saved in output_dir"}
-    )
-    save_dtype: str = field(
-        default="bfloat16",
-        metadata={"help": "dtype of the final drafter weights: bfloat16, float16 or float32"},
-    )
-    remove_unused_columns: bool = field(
-        default=False, metadata={"help": "kept False: batches carry extra keys"}
-    )
-    # ---- stage 3 (on-policy refinement, oneiro_hf/training/onpolicy.py)
-    init_drafter: str | None = field(
-        default=None, metadata={"help": "stage 3: the trained drafter to refine (a save_pretrained directory)"}
-    )
-    onpolicy_rounds: int = field(default=3, metadata={"help": "stage 3: collect -> train rounds"})
-    onpolicy_prompts_per_round: int = field(
-        default=40, metadata={"help": "stage 3: prompts decoded with the drafter per round (next slice each round)"}
-    )
-    onpolicy_steps_per_round: int = field(
-        default=30, metadata={"help": "stage 3: optimiser steps per round (max_steps = rounds x this)"}
-    )
-    onpolicy_max_new_tokens: int = field(
-        default=128, metadata={"help": "stage 3: new tokens per collected answer"}
-    )
-    onpolicy_draft_tokens: int = field(
-        default=5,
-        metadata={"help": "stage 3: fixed draft length when collecting (cost model off) and rollout steps K"},
-    )
-    onpolicy_mix_ratio: float = field(
-        default=0.7,
-        metadata={"help": "stage 3: share of each batch's loss weight on rounds with a rejection (rest: accepted)"},
-    )
-    onpolicy_error_weight: float = field(
-        default=2.0, metadata={"help": "stage 3: extra loss weight of the first rejected step of a round"}
-    )
-    onpolicy_buffer_size: int = field(
-        default=200, metadata={"help": "stage 3: collected sequences kept in the replay buffer"}
-    )
-    onpolicy_buffer_policy: str = field(
-        default="fifo", metadata={"help": "stage 3: 'fifo' (keep the newest) or 'reservoir' (uniform over all)"}
-    )
-    onpolicy_prompts: str | None = field(
-        default=None,
-        metadata={"help": "stage 3: JSONL of training prompts (records with input_ids); default: --data's train split"},
-    )
-    onpolicy_prompt_offset: int = field(
-        default=0, metadata={"help": "stage 3: skip this many records of the prompt file (e.g. those already trained on)"}
-    )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.stage not in STAGES:
-            raise ValueError(f"stage must be one of {STAGES} (got {self.stage!r})")
-        if self.rollout_steps < 1 or self.eval_rollout_steps < 1:
-            raise ValueError("rollout_steps and eval_rollout_steps must be >= 1")
-        if not 0.0 <= self.stage1_fraction <= 1.0:
-            raise ValueError("stage1_fraction must be within [0, 1]")
-        if self.state_loss not in ("smooth_l1", "mse"):
-            raise ValueError("state_loss must be 'smooth_l1' or 'mse'")
-        if self.token_loss not in ("kl", "ce"):
-            raise ValueError("token_loss must be 'kl' or 'ce'")
-        if self.save_dtype not in ("bfloat16", "float16", "float32"):
-            raise ValueError("save_dtype must be bfloat16, float16 or float32")
-        if self.draft_vocab_size < 1:
-            raise ValueError("draft_vocab_size must be >= 1")
-        from ..modeling_oneiro import TRANSITION_INITS
-
-        if self.transition_init not in TRANSITION_INITS:
-            raise ValueError(f"transition_init must be one of {', '.join(TRANSITION_INITS)} "
-                             f"(got {self.transition_init!r})")
-        self.step_weights(self.rollout_steps)
-        self.parsed_interval()
-        if self.stage == "3":
-            if min(self.onpolicy_rounds, self.onpolicy_prompts_per_round, self.onpolicy_steps_per_round) < 1:
-                raise ValueError("onpolicy_rounds, onpolicy_prompts_per_round and onpolicy_steps_per_round must be >= 1")
-            if min(self.onpolicy_max_new_tokens, self.onpolicy_draft_tokens, self.onpolicy_buffer_size) < 1:
-                raise ValueError("onpolicy_max_new_tokens, onpolicy_draft_tokens and onpolicy_buffer_size must be >= 1")
-            if not 0.0 <= self.onpolicy_mix_ratio <= 1.0:
-                raise ValueError("onpolicy_mix_ratio must be within [0, 1]")
-            if self.onpolicy_error_weight < 0 or self.onpolicy_prompt_offset < 0:
-                raise ValueError("onpolicy_error_weight and onpolicy_prompt_offset must be >= 0")
-            if self.onpolicy_buffer_policy not in ("fifo", "reservoir"):
-                raise ValueError("onpolicy_buffer_policy must be 'fifo' or 'reservoir'")
-
-    def step_weights(self, steps: int) -> list[float]:
-        return parse_step_weights(self.rollout_step_weights, steps)
-
-    def parsed_interval(self) -> tuple[int, int] | None:
-        return parse_interval(self.interval)
-
-
-def parse_step_weights(text: str | None, steps: int) -> list[float]:
-    values = [float(v) for v in str(text or "1").replace(" ", "").split(",") if v]
-    if not values or any(v < 0 or not math.isfinite(v) for v in values):
-        raise ValueError(
-            f"rollout_step_weights must be non-negative numbers, e.g. '1,0.8,0.6,0.5' (got {text!r})"
-        )
-    return [values[min(i, len(values) - 1)] for i in range(steps)]
-
-
-def parse_interval(text: str | tuple | list | None) -> tuple[int, int] | None:
-    if text is None or text == "":
-        return None
-    if isinstance(text, (tuple, list)):
-        parts = list(text)
-    else:
-        parts = [p for p in str(text).replace("-", ",").replace(":", ",").split(",") if p.strip()]
-    if len(parts) != 2:
-        raise ValueError(f"interval must be 'start,end', e.g. '28,30' (got {text!r})")
-    start, end = int(parts[0]), int(parts[1])
-    if not 0 <= start < end:
-        raise ValueError(f"interval needs 0 <= start < end (got {start},{end})")
-    return start, end
-
-
-# ============================================================================================ rollouts
-class _RolloutCache:
-    """Stands in for the KV cache in parallel rollouts: each step's keys/values are appended along the
-    sequence axis, so step k attends over [step 1 | step 2 | ... | step k] keys under ``rollout_mask``."""
-
-    def __init__(self) -> None:
-        self.keys: dict[int, list[torch.Tensor]] = {}
-        self.values: dict[int, list[torch.Tensor]] = {}
-
-    def update(self, key_states, value_states, layer_idx, *args: Any, **kwargs: Any):
-        ks = self.keys.setdefault(layer_idx, [])
-        vs = self.values.setdefault(layer_idx, [])
-        ks.append(key_states)
-        vs.append(value_states)
-        if len(ks) == 1:
-            return key_states, value_states
-        return torch.cat(ks, dim=2), torch.cat(vs, dim=2)
-
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return 0
-
-
-def rollout_mask(
-    length: int, step: int, window: int | None, device: torch.device, first: int = 0
-) -> torch.Tensor:
-    """Boolean (1, 1, Q, Kv) mask for the queries of rollout step ``step`` (1-based).
-
-    Query index i belongs to the chain started at index s = i - step + 1. It sees step-1 keys at indices
-    <= s (the teacher-forced prefix) and, for j = 2..step, the step-j key at index s + j - 1. Step 1 covers
-    all ``length`` indices; later steps only the suffix ``[first, length)`` (Q = length - first), so the keys
-    are [step 1: length | step 2..step: length - first each].
-    """
-    first = first if step > 1 else 0
-    rows = torch.arange(first, length, device=device).unsqueeze(1)  # query indices
-    full = torch.arange(length, device=device).unsqueeze(0)
-    suffix = torch.arange(first, length, device=device).unsqueeze(0)
-    blocks = [full <= rows - step + 1]
-    for j in range(2, step + 1):
-        blocks.append(suffix == rows - step + j)
-    if window is not None:
-        blocks[0] = blocks[0] & (full > rows - window)
-        for j in range(1, len(blocks)):
-            blocks[j] = blocks[j] & (suffix > rows - window)
-    return torch.cat(blocks, dim=1)[None, None]
-
-
-def parallel_rollout(
-    drafter: Any,
-    states: torch.Tensor,
-    token_ids: torch.LongTensor,
-    position_ids: torch.LongTensor,
-    steps: int,
-    first_index: int = 0,
-) -> list[torch.Tensor]:
-    """Run ``steps`` draft steps at every position at once; returns each step's predicted states (B, L, D).
-
-    ``states[:, i]`` is the true state before token ``token_ids[:, i]``. Output k (0-based) at index i is the
-    (k+1)-th step of the chain started from the true state at index i - k. Runs the drafter's own transition
-    (``OneiroDrafter.run_layers``, as drafting does) with the rollout's masks.
-
-    Step 1 runs over all indices (its keys are the teacher-forced context every chain attends to); steps >= 2
-    only over ``[first_index, L)``, which is exact for every chain started at or after ``first_index`` (use
-    ``first_index = first loss index - (steps - 1)`` to skip work on prompt positions). Outputs of steps >= 2
-    before ``first_index`` are zeros.
-    """
-    bound = drafter.require_bound()
-    emb = bound.embed_tokens(token_ids)
-    length = token_ids.shape[1]
-    first = min(max(int(first_index), 0), length - 1)
-    cache = _RolloutCache()
-    rotary = drafter.rotary_embeddings(emb, position_ids)
-    suffix_rotary = {t: tuple(r[:, first:] for r in cs) for t, cs in rotary.items()}
-    masks: dict[tuple[int, Any], torch.Tensor] = {}
-    outputs: list[torch.Tensor] = []
-    for k in range(1, steps + 1):
-        if k == 1:
-            current, tok, pos, rot = states, emb, position_ids, rotary
-        else:
-            prev = outputs[-1][:, first:]  # step k-1 on the suffix
-            # index i takes step k-1's output at i-1; the first suffix index has none (never used by a loss)
-            current = torch.cat([states[:, first : first + 1], prev[:, :-1]], dim=1)
-            tok, pos, rot = emb[:, first:], position_ids[:, first:], suffix_rotary
-
-        def mask_for_window(window: int | None, k: int = k) -> torch.Tensor:
-            if (k, window) not in masks:
-                masks[(k, window)] = rollout_mask(length, k, window, emb.device, first)
-            return masks[(k, window)]
-
-        x = drafter.run_layers(drafter.fuse_inputs(current, tok), rot, pos, mask_for_window, cache)
-        if k > 1 and first > 0:
-            x = torch.cat([x.new_zeros(x.shape[0], first, x.shape[2]), x], dim=1)
-        outputs.append(x)
-    return outputs
-
-
-def rollout_start(mask: torch.Tensor, steps: int) -> int:
-    """The ``first_index`` for ``parallel_rollout``: chains of ``steps`` steps ending at any loss position
-    start at or after it."""
-    rows = mask.any(-1)
-    if not bool(rows.any()):
-        return 0
-    first_loss = int(mask[rows].float().argmax(-1).min())
-    return max(0, first_loss - (steps - 1))
 
 
 def _draft_index(drafter: Any, labels: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,189 @@
+"""`oneiro-train`'s drafter and training settings: `OneiroTrainingArguments` (TrainingArguments plus the
+drafter's own flags) and the parsers of its text flags."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from transformers import TrainingArguments
+
+STAGES = ("1", "2", "1+2", "3")
+
+
+@dataclass
+class OneiroTrainingArguments(TrainingArguments):
+    """TrainingArguments plus the drafter-specific settings of ``oneiro-train``."""
+
+    stage: str = field(
+        default="1+2",
+        metadata={
+            "help": "'1' teacher-forced, '2' joint rollouts, '1+2' stage 1 then stage 2 (see stage1_fraction), "
+            "'3' on-policy refinement of --init_drafter (see the onpolicy_* settings)"
+        },
+    )
+    stage1_fraction: float = field(
+        default=0.5, metadata={"help": "with stage '1+2': share of the optimisation steps spent in stage 1"}
+    )
+    rollout_steps: int = field(default=4, metadata={"help": "stage 2: recurrent draft steps K per position"})
+    rollout_step_weights: str = field(
+        default="1,0.8,0.6,0.5",
+        metadata={"help": "stage 2: loss weight of each rollout step (the last one repeats for larger K)"},
+    )
+    state_loss: str = field(
+        default="smooth_l1", metadata={"help": "'smooth_l1' or 'mse' on normalised states"}
+    )
+    state_loss_weight: float = field(default=1.0, metadata={"help": "weight of the state loss"})
+    token_loss: str = field(
+        default="kl",
+        metadata={"help": "'kl' to the target's draft-vocabulary distribution, or 'ce' to its argmax"},
+    )
+    token_loss_weight: float = field(default=0.5, metadata={"help": "weight of the token loss"})
+    draft_vocab_size: int = field(
+        default=8192, metadata={"help": "tokens in the drafter's readout vocabulary"}
+    )
+    interval: str | None = field(
+        default=None,
+        metadata={"help": "target layers copied into the drafter, 'start,end' (default: last two)"},
+    )
+    transition_init: str = field(
+        default="target",
+        metadata={"help": "'target': copy the interval's layers (the method); 'random': fresh weights (ablation)"},
+    )
+    max_seq_len: int = field(default=1024, metadata={"help": "prompt + response tokens kept per sequence"})
+    ridge_init: bool = field(default=True, metadata={"help": "stage 0: fit the fusion in closed form first"})
+    ridge_positions: int = field(
+        default=50_000, metadata={"help": "response positions used by the ridge fit"}
+    )
+    data_files: list[str] | None = field(
+        default=None,
+        metadata={"help": "self-distillation JSONL files (provenance; the CLI fills it from --data)"},
+    )
+    feature_cache_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "cache the target's features here (fp16 safetensors); default: compute them on the fly"
+        },
+    )
+    feature_batch_tokens: int = field(
+        default=4096, metadata={"help": "padded tokens per target pass when computing features / evaluating"}
+    )
+    eval_rollout_steps: int = field(
+        default=5, metadata={"help": "draft length of the held-out acceptance test"}
+    )
+    eval_at_stage_switch: bool = field(
+        default=True, metadata={"help": "evaluate (and checkpoint) when stage 2 starts"}
+    )
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "allow replacing a finished drafter already saved in output_dir"}
+    )
+    save_dtype: str = field(
+        default="bfloat16",
+        metadata={"help": "dtype of the final drafter weights: bfloat16, float16 or float32"},
+    )
+    remove_unused_columns: bool = field(
+        default=False, metadata={"help": "kept False: batches carry extra keys"}
+    )
+    # ---- stage 3 (on-policy refinement, oneiro_hf/training/onpolicy.py)
+    init_drafter: str | None = field(
+        default=None, metadata={"help": "stage 3: the trained drafter to refine (a save_pretrained directory)"}
+    )
+    onpolicy_rounds: int = field(default=3, metadata={"help": "stage 3: collect -> train rounds"})
+    onpolicy_prompts_per_round: int = field(
+        default=40, metadata={"help": "stage 3: prompts decoded with the drafter per round (next slice each round)"}
+    )
+    onpolicy_steps_per_round: int = field(
+        default=30, metadata={"help": "stage 3: optimiser steps per round (max_steps = rounds x this)"}
+    )
+    onpolicy_max_new_tokens: int = field(
+        default=128, metadata={"help": "stage 3: new tokens per collected answer"}
+    )
+    onpolicy_draft_tokens: int = field(
+        default=5,
+        metadata={"help": "stage 3: fixed draft length when collecting (cost model off) and rollout steps K"},
+    )
+    onpolicy_mix_ratio: float = field(
+        default=0.7,
+        metadata={"help": "stage 3: share of each batch's loss weight on rounds with a rejection (rest: accepted)"},
+    )
+    onpolicy_error_weight: float = field(
+        default=2.0, metadata={"help": "stage 3: extra loss weight of the first rejected step of a round"}
+    )
+    onpolicy_buffer_size: int = field(
+        default=200, metadata={"help": "stage 3: collected sequences kept in the replay buffer"}
+    )
+    onpolicy_buffer_policy: str = field(
+        default="fifo", metadata={"help": "stage 3: 'fifo' (keep the newest) or 'reservoir' (uniform over all)"}
+    )
+    onpolicy_prompts: str | None = field(
+        default=None,
+        metadata={"help": "stage 3: JSONL of training prompts (records with input_ids); default: --data's train split"},
+    )
+    onpolicy_prompt_offset: int = field(
+        default=0, metadata={"help": "stage 3: skip this many records of the prompt file (e.g. those already trained on)"}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.stage not in STAGES:
+            raise ValueError(f"stage must be one of {STAGES} (got {self.stage!r})")
+        if self.rollout_steps < 1 or self.eval_rollout_steps < 1:
+            raise ValueError("rollout_steps and eval_rollout_steps must be >= 1")
+        if not 0.0 <= self.stage1_fraction <= 1.0:
+            raise ValueError("stage1_fraction must be within [0, 1]")
+        if self.state_loss not in ("smooth_l1", "mse"):
+            raise ValueError("state_loss must be 'smooth_l1' or 'mse'")
+        if self.token_loss not in ("kl", "ce"):
+            raise ValueError("token_loss must be 'kl' or 'ce'")
+        if self.save_dtype not in ("bfloat16", "float16", "float32"):
+            raise ValueError("save_dtype must be bfloat16, float16 or float32")
+        if self.draft_vocab_size < 1:
+            raise ValueError("draft_vocab_size must be >= 1")
+        from ..modeling_oneiro import TRANSITION_INITS
+
+        if self.transition_init not in TRANSITION_INITS:
+            raise ValueError(f"transition_init must be one of {', '.join(TRANSITION_INITS)} "
+                             f"(got {self.transition_init!r})")
+        self.step_weights(self.rollout_steps)
+        self.parsed_interval()
+        if self.stage == "3":
+            if min(self.onpolicy_rounds, self.onpolicy_prompts_per_round, self.onpolicy_steps_per_round) < 1:
+                raise ValueError("onpolicy_rounds, onpolicy_prompts_per_round and onpolicy_steps_per_round must be >= 1")
+            if min(self.onpolicy_max_new_tokens, self.onpolicy_draft_tokens, self.onpolicy_buffer_size) < 1:
+                raise ValueError("onpolicy_max_new_tokens, onpolicy_draft_tokens and onpolicy_buffer_size must be >= 1")
+            if not 0.0 <= self.onpolicy_mix_ratio <= 1.0:
+                raise ValueError("onpolicy_mix_ratio must be within [0, 1]")
+            if self.onpolicy_error_weight < 0 or self.onpolicy_prompt_offset < 0:
+                raise ValueError("onpolicy_error_weight and onpolicy_prompt_offset must be >= 0")
+            if self.onpolicy_buffer_policy not in ("fifo", "reservoir"):
+                raise ValueError("onpolicy_buffer_policy must be 'fifo' or 'reservoir'")
+
+    def step_weights(self, steps: int) -> list[float]:
+        return parse_step_weights(self.rollout_step_weights, steps)
+
+    def parsed_interval(self) -> tuple[int, int] | None:
+        return parse_interval(self.interval)
+
+
+def parse_step_weights(text: str | None, steps: int) -> list[float]:
+    values = [float(v) for v in str(text or "1").replace(" ", "").split(",") if v]
+    if not values or any(v < 0 or not math.isfinite(v) for v in values):
+        raise ValueError(
+            f"rollout_step_weights must be non-negative numbers, e.g. '1,0.8,0.6,0.5' (got {text!r})"
+        )
+    return [values[min(i, len(values) - 1)] for i in range(steps)]
+
+
+def parse_interval(text: str | tuple | list | None) -> tuple[int, int] | None:
+    if text is None or text == "":
+        return None
+    if isinstance(text, (tuple, list)):
+        parts = list(text)
+    else:
+        parts = [p for p in str(text).replace("-", ",").replace(":", ",").split(",") if p.strip()]
+    if len(parts) != 2:
+        raise ValueError(f"interval must be 'start,end', e.g. '28,30' (got {text!r})")
+    start, end = int(parts[0]), int(parts[1])
+    if not 0 <= start < end:
+        raise ValueError(f"interval needs 0 <= start < end (got {start},{end})")
+    return start, end
