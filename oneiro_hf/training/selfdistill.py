@@ -147,6 +147,21 @@ def generate_batch(
     return results
 
 
+def _record_line(rec: Prompt, ids: list[int], response: list[int], stopped: bool) -> str:
+    """One JSONL line of the self-distillation file."""
+    record = {"id": str(rec["id"]), "source": rec.get("source", ""), "prompt": rec["prompt"], "input_ids": ids,
+              "output_ids": response, "stopped": stopped}
+    return json.dumps(record, ensure_ascii=False)
+
+
+def _prepare_output(out: Path, resume: bool) -> set[str]:
+    """The ids already in `out` when resuming (a cut last line dropped); else `out` emptied and no ids."""
+    if resume:
+        return scan_existing(out)
+    out.write_bytes(b"")
+    return set()
+
+
 def generate_self_distillation_data(
     model: Any,
     tokenizer: Any,
@@ -173,11 +188,7 @@ def generate_self_distillation_data(
         raise ValueError(f"batch_size and max_new_tokens must be >= 1 (got {batch_size}, {max_new_tokens}).")
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    if resume:
-        done = scan_existing(out)
-    else:
-        done = set()
-        out.write_bytes(b"")
+    done = _prepare_output(out, resume)
     stop_ids = stop_token_ids(tokenizer, model)
     if not stop_ids:
         raise ValueError(
@@ -221,19 +232,7 @@ def generate_self_distillation_data(
             results = generate_batch(model, [ids for _, ids in batch], max_new_tokens, stop_ids, pad_id)
             lines = []
             for (rec, ids), (response, stopped) in zip(batch, results):
-                lines.append(
-                    json.dumps(
-                        {
-                            "id": str(rec["id"]),
-                            "source": rec.get("source", ""),
-                            "prompt": rec["prompt"],
-                            "input_ids": ids,
-                            "output_ids": response,
-                            "stopped": stopped,
-                        },
-                        ensure_ascii=False,
-                    )
-                )
+                lines.append(_record_line(rec, ids, response, stopped))
                 stats["prompt_tokens"] += len(ids)
                 stats["response_tokens"] += len(response)
             fh.write("\n".join(lines) + "\n")
@@ -303,21 +302,11 @@ def prepare_prompt_list(
     return prompts
 
 
-def load_target(
-    target: str, dtype: torch.dtype = torch.float32, cache_dir: str | None = None
-) -> tuple[Any, Any]:
-    """Load a reference-model name or a local/hub model path, with weights copied out of the memory map."""
-    from ..reference_models import REFERENCE_MODELS, load_reference_model, materialize_parameters
+def load_target(target: str, dtype: torch.dtype = torch.float32, cache_dir: str | None = None) -> tuple[Any, Any]:
+    """Load a reference-model name or a local/hub model path (`oneiro_hf.loading.load_target`)."""
+    from ..loading import load_target as load
 
-    if target.strip().lower() in REFERENCE_MODELS and not Path(target).exists():
-        return load_reference_model(target, dtype=dtype, cache_dir=cache_dir)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(target)
-    model = AutoModelForCausalLM.from_pretrained(target, dtype=dtype)
-    materialize_parameters(model)
-    model.eval()
-    return model, tokenizer
+    return load(target, dtype, cache_dir=cache_dir)
 
 
 def main(argv: list[str] | None = None) -> int:

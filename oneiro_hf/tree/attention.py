@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from ..targets import text_config
 from .cache import cached_positions
 from .tree import tree_attention_mask
 
@@ -56,7 +57,7 @@ def target_tree_mask(model, cache, ancestors: torch.BoolTensor, node_positions: 
     ancestors: (n, n) bool from `TokenTree.ancestors`; node_positions: (n,) absolute positions. Returns a
     (1, 1, n, m + n) tensor, or a dict of them by layer type, as the target's forward takes it.
     """
-    config = model.config.get_text_config()
+    config = text_config(model)
     types = layer_types(config)
     implementation = config._attn_implementation
     dtype = model.dtype
