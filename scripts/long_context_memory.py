@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -35,38 +37,46 @@ def reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")
 
 
+def measure(target: str, n: int, chunk: int, threads: int) -> dict:
+    """One measurement in this (fresh) process: peak RSS above the loaded model, and the states' checksum."""
+    torch.set_num_threads(threads)
+    model, _ = load_reference_model(target)
+    drafter = OneiroDrafter.from_pretrained(default_drafter_dir(target), target=model)
+    gen = torch.Generator().manual_seed(n)
+    states = torch.randn(1, n, model.config.hidden_size, generator=gen)
+    ids = torch.randint(0, model.config.vocab_size, (1, n), generator=gen)
+    positions = torch.arange(1, n + 1).unsqueeze(0)
+    modeling.TRANSITION_CHUNK = chunk
+    reset_peak()
+    base = peak_rss_mb()
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = drafter.transition(states, ids, positions, DrafterKVCache(max_capacity=n + 1))
+    return {"positions": n, "chunk": chunk, "peak_rss_delta_mb": round(peak_rss_mb() - base, 1),
+            "seconds": round(time.perf_counter() - t0, 2), "checksum": float(out.double().sum())}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", default="smollm2-135m-instruct")
     parser.add_argument("--lengths", type=int, nargs="+", default=[2000, 4000, 7000])
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--one", nargs=2, type=int, metavar=("LENGTH", "CHUNK"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    model, _ = load_reference_model(args.target)
-    drafter = OneiroDrafter.from_pretrained(default_drafter_dir(args.target), target=model)
-    hidden, vocab = model.config.hidden_size, model.config.vocab_size
-    chunk = modeling.TRANSITION_CHUNK
+    if args.one:  # a child process: one measurement, printed as JSON
+        print(json.dumps(measure(args.target, args.one[0], args.one[1], args.threads)))
+        return 0
     rows = []
     for n in args.lengths:
-        gen = torch.Generator().manual_seed(n)
-        states = torch.randn(1, n, hidden, generator=gen)
-        ids = torch.randint(0, vocab, (1, n), generator=gen)
-        positions = torch.arange(1, n + 1).unsqueeze(0)
-        out = {}
-        for label, size in (("one pass", n + 1), (f"chunks of {chunk}", chunk)):
-            modeling.TRANSITION_CHUNK = size
-            reset_peak()
-            base = peak_rss_mb()
-            t0 = time.perf_counter()
-            with torch.no_grad():
-                out[label] = drafter.transition(states, ids, positions, DrafterKVCache(max_capacity=n + 1))
-            rows.append({"positions": n, "mode": label, "peak_rss_delta_mb": round(peak_rss_mb() - base, 1),
-                         "seconds": round(time.perf_counter() - t0, 2)})
-            print(rows[-1], flush=True)
-        modeling.TRANSITION_CHUNK = chunk
-        first, second = out.values()
-        print(f"{n} positions: max |difference| of the states {float((first - second).abs().max()):.2e}")
-    print(json.dumps(rows))
+        for chunk in (modeling.TRANSITION_CHUNK, n + 1):  # each in a fresh process: no reused allocator pages
+            child = subprocess.run([sys.executable, __file__, "--target", args.target, "--threads", str(args.threads),
+                                    "--one", str(n), str(chunk)], check=True, capture_output=True, text=True)
+            row = json.loads(child.stdout.strip().splitlines()[-1])
+            row["mode"] = "one pass" if chunk > n else f"chunks of {chunk}"
+            rows.append(row)
+            print(row, flush=True)
+        same = rows[-1]["checksum"] == rows[-2]["checksum"]
+        print(f"{n} positions: chunked and one-pass states {'identical (checksum)' if same else 'DIFFER'}")
     return 0
 
 
