@@ -8,8 +8,16 @@ TORCH_PIN ?= torch==2.13.0
 # Spec-Bench questions for `make bench` (the file is not part of this repository).
 BENCH_QUESTIONS ?= ../shared/data/spec_bench/question.jsonl
 STAMP := $(VENV)/.oneiro-installed
+# The oldest transformers release oneiro-hf supports (oneiro_hf/compat.py MIN_TRANSFORMERS; a test checks they agree):
+# `make test-oldest` runs the losslessness suite on it in a second environment.
+OLDEST_TRANSFORMERS ?= 5.18.0
+OLDEST_VENV ?= .venv-oldest
+OLDEST_PY := $(OLDEST_VENV)/bin/python
+OLDEST_STAMP := $(OLDEST_VENV)/.oneiro-installed
+# examples per architecture of the property-based losslessness test in the oldest-release lane (main lane: 210)
+OLDEST_PROPERTY_EXAMPLES ?= 60
 
-.PHONY: setup models demo test lint bench clean
+.PHONY: setup models demo test test-fast test-oldest lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -23,11 +31,31 @@ setup: $(STAMP)
 models: setup
 	$(PY) -m oneiro_hf.reference_models fetch smollm2-135m-instruct
 
+$(OLDEST_STAMP): pyproject.toml Makefile
+	$(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_PY) -m pip install -q --upgrade pip
+	$(OLDEST_PY) -m pip install -q "$(TORCH_PIN)"
+	$(OLDEST_PY) -m pip install -q ".[dev]" "transformers==$(OLDEST_TRANSFORMERS)"
+	touch $(OLDEST_STAMP)
+
 demo: models
 	$(PY) examples/demo.py
 
+# Everything, as CI runs it: the venv's bin/ leads PATH (its own `accelerate` launcher), then the losslessness
+# suite again on the oldest supported transformers.
 test: models
-	$(PY) -m pytest -q tests
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q tests
+	$(MAKE) test-oldest
+
+# Development lane: skips the tests marked slow (real models, minutes each).
+test-fast: setup
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -m "not slow" tests
+
+test-oldest: $(OLDEST_STAMP)
+	cd tests && ONEIRO_PROPERTY_EXAMPLES=$(OLDEST_PROPERTY_EXAMPLES) $(abspath $(OLDEST_PY)) -m pytest -q -p no:cacheprovider \
+		--rootdir .. -c ../pyproject.toml test_core_equality.py test_lossless_property.py -k "not example_budget"
+	$(OLDEST_VENV)/bin/oneiro-train --help > /dev/null
+	$(OLDEST_VENV)/bin/oneiro-bench --help > /dev/null
 
 lint: setup
 	$(VENV)/bin/ruff check oneiro_hf tests examples
@@ -36,4 +64,4 @@ bench: models
 	$(PY) -m oneiro_hf.bench --questions $(BENCH_QUESTIONS) --per-category 3 --max-new-tokens 128 --out runs/bench
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(OLDEST_VENV) runs .pytest_cache

@@ -1,30 +1,84 @@
-"""Pins the transformers versions whose private generation internals oneiro-hf hooks into.
+"""Which transformers releases oneiro-hf runs on: the tested range, known breaks, and what happens outside.
 
-`GenerationMixin._get_candidate_generator` and the `_assisted_decoding` loop are private and change
-between minor releases, so we support exactly the versions we test and refuse others loudly.
+The integration replaces `_get_candidate_generator` on a target instance and relies on the assisted-decoding
+loop calling it (docs/design.md, "The hook into transformers"). Those are private internals, so:
+
+* below `MIN_TRANSFORMERS` (the oldest release the losslessness suite passed on): refused, with the fix;
+* a release listed in `KNOWN_BREAKS`: refused, naming what breaks and the fix;
+* newer than `TESTED_UP_TO` (the newest minor release tested): allowed with one warning, since most releases
+  keep the hook working and CI of a later oneiro-hf will say;
+* anything else: silent.
 """
 
 from __future__ import annotations
 
+import warnings
+
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-SUPPORTED_TRANSFORMERS = (Version("5.24.0"), Version("5.25.0"))  # [low, high)
+MIN_TRANSFORMERS = Version("5.18.0")
+TESTED_UP_TO = Version("5.24")  # every 5.24.x release; later ones are untested
+# releases in which the hook is known not to work: (specifier, what breaks); none known at present
+KNOWN_BREAKS: tuple[tuple[str, str], ...] = ()
+# kept for callers of 0.1.0: the tested range as [low, high)
+SUPPORTED_TRANSFORMERS = (MIN_TRANSFORMERS, Version(f"{TESTED_UP_TO.major}.{TESTED_UP_TO.minor + 1}.0"))
 
 
 class UnsupportedTransformersVersion(RuntimeError):
-    """Raised when the installed transformers is outside the range oneiro-hf was tested with."""
+    """Raised when the installed transformers is too old for oneiro-hf or a release known to break it."""
+
+
+class UntestedTransformersVersion(UserWarning):
+    """The installed transformers is newer than any release oneiro-hf was tested with."""
+
+
+_warned: set[str] = set()
 
 
 def check_transformers_version(version: str | None = None) -> None:
-    """Raise a clear error when `version` (default: the installed one) is outside the supported range."""
+    """Refuse a too-old or known-broken transformers `version` (default: the installed one); warn once if untested."""
     if version is None:
         import transformers
 
         version = transformers.__version__
-    low, high = SUPPORTED_TRANSFORMERS
-    parsed = Version(version)
-    if not (low <= Version(parsed.base_version) < high):
+    release = Version(Version(version).base_version)  # 5.24.1.dev0 and 5.24.0rc1 count as their release
+    if release < MIN_TRANSFORMERS:
         raise UnsupportedTransformersVersion(
-            f"oneiro-hf supports transformers >={low},<{high} but found {version}. It hooks the private "
-            f"assisted-decoding loop, which changes between releases. Fix: pip install 'transformers>={low},<{high}'."
+            f"oneiro-hf needs transformers >={MIN_TRANSFORMERS} but found {version}. Fix: pip install "
+            f"'transformers>={MIN_TRANSFORMERS}'."
         )
+    for specifier, why in KNOWN_BREAKS:
+        if release in SpecifierSet(specifier):
+            raise UnsupportedTransformersVersion(
+                f"transformers {version} is known not to work with oneiro-hf ({why}). Fix: pip install "
+                f"'transformers>={MIN_TRANSFORMERS},!={version}' (a release outside {specifier})."
+            )
+    newest_tested = Version(f"{TESTED_UP_TO.major}.{TESTED_UP_TO.minor + 1}.0")
+    if release >= newest_tested and version not in _warned:
+        _warned.add(version)
+        warnings.warn(
+            f"oneiro-hf was tested with transformers {MIN_TRANSFORMERS} to {TESTED_UP_TO}.x; {version} is newer. "
+            "The integration hooks private generation internals: if generate fails inside oneiro-hf, install a "
+            f"tested release (pip install 'transformers<{newest_tested}') or upgrade oneiro-hf.",
+            UntestedTransformersVersion,
+            stacklevel=2,
+        )
+
+
+def cache_keyword(module_cls: type) -> str:
+    """The keyword `module_cls.forward` takes its KV cache by: `cache` in recent releases, `past_key_values` before.
+
+    The version shim for calling the target's own modules (its decoder layers, or the whole model) with a cache.
+    """
+    import inspect
+
+    parameters = inspect.signature(module_cls.forward).parameters
+    if "cache" in parameters:
+        return "cache"
+    if "past_key_values" in parameters:
+        return "past_key_values"
+    raise UnsupportedTransformersVersion(
+        f"{module_cls.__name__}.forward takes neither `cache` nor `past_key_values`, so oneiro-hf cannot give it a KV "
+        f"cache. Fix: pip install 'transformers>={MIN_TRANSFORMERS},<{SUPPORTED_TRANSFORMERS[1]}'."
+    )

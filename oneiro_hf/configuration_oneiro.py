@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from transformers import PretrainedConfig
@@ -14,6 +15,21 @@ TREE_SETTING_DEFAULTS = {"tree": False, "tree_max_nodes": 32, "tree_max_depth": 
 # Checkpoint format (docs/hub.md, "Compatibility"): bumped only when a change would make an older oneiro-hf
 # misread a checkpoint. A reader loads every format up to its own and refuses newer ones by name.
 FORMAT_VERSION = 1
+
+
+class DrafterNotBound(RuntimeError):
+    """A drafter was passed to the `generate` of a model it is not bound to."""
+
+
+def not_bound_message(base_model: str | None) -> str:
+    """What to say when a model's `generate` gets a drafter that is not bound to it, and what to do."""
+    base = f" (made for '{base_model}')" if base_model else ""
+    return (
+        f"This OneiroDrafter{base} was passed to the generate of a model it is not bound to: a drafter belongs to "
+        "the target it was bound to (it shares that target's embedding and LM head). Fix: drafter.bind(model) to "
+        "move it to this model, other = drafter.copy_for(model) for a second drafter, or load one made for this "
+        "model: OneiroDrafter.from_pretrained(path, target=model) (or OneiroDrafter.from_target(model))."
+    )
 
 
 class OneiroDrafterConfig(PretrainedConfig):
@@ -94,6 +110,20 @@ class OneiroDrafterConfig(PretrainedConfig):
         self.format_version = format_version
         self.oneiro_hf_version = oneiro_hf_version
         super().__init__(**kwargs)
+
+    def get_text_config(self, *args: Any, **kwargs: Any):
+        """This config (it has no sub-configs); refuses transformers' assistant check for a target not bound to it.
+
+        A model that never had a drafter bound runs transformers' own `generate`, whose first look at an
+        assistant is this call from `_validate_generation_mode`; without this check a drafter made for another
+        vocabulary would get transformers' "different tokenizers" message instead of the real problem.
+        """
+        caller = sys._getframe(1)
+        if caller.f_code.co_name == "_validate_generation_mode" and not getattr(
+            caller.f_locals.get("self"), "_oneiro_hooked", False
+        ):
+            raise DrafterNotBound(not_bound_message(self.base_model_name_or_path))
+        return super().get_text_config(*args, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
         """Stamp what this package writes: its checkpoint format and version, as transformers does for itself."""

@@ -32,7 +32,9 @@ if TYPE_CHECKING:
 
     from .modeling_oneiro import OneiroDrafter
 
-DEFAULT_TEMPLATE = Path(__file__).resolve().parent / "model_cards" / "drafter_card.md"  # package data
+# package data: model_cards/ at the repository's top level, mapped into the package (oneiro_hf/model_cards links
+# to it), so wheels carry the template as oneiro_hf/model_cards/drafter_card.md
+DEFAULT_TEMPLATE = Path(__file__).resolve().parent / "model_cards" / "drafter_card.md"
 CARD_NAME = "README.md"
 TRAINING_INFO_NAME = "training_summary.json"
 BASE_TAGS = ("oneiro-hf", "speculative-decoding", "drafter", "oneiro-draft")
@@ -326,6 +328,18 @@ def _weights_facts(drafter: OneiroDrafter, dtype: torch.dtype | None) -> tuple[i
 
 
 # ================================================================================================ card
+def _weights_row(fingerprint: dict | None) -> str:
+    """The card's line on which base weights the drafter binds to (oneiro_hf.identity)."""
+    if not fingerprint:
+        return "not recorded (saved by oneiro-hf 0.1.0: only architecture and sizes are checked)"
+    row = (
+        f"a fingerprint of {len(fingerprint['tensors'])} base tensors; other weights (a fine-tune, a modified "
+        "copy) are refused unless `allow_base_model_mismatch=True`"
+    )
+    source = fingerprint.get("source")
+    return f"{row}; trained on {source}" if source else row
+
+
 def build_model_card(
     drafter: OneiroDrafter,
     *,
@@ -392,6 +406,7 @@ def build_model_card(
         ("num_hidden_layers", config.num_target_layers),
         ("copied layers (interval)", f"[{start}, {end})"),
         ("draft vocabulary", f"{vocab:,} token ids (`draft_vocab_ids` in {WEIGHTS_NAME})"),
+        ("base weights", _weights_row(config.base_model_fingerprint)),
     ]
     drafting = [
         ("draft_mode", config.draft_mode),

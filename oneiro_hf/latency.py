@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
+from .compat import cache_keyword
 from .targets import text_config
 
 
@@ -32,7 +33,8 @@ def profile_verification_latency(
     gen = torch.Generator().manual_seed(0)
     context = torch.randint(0, vocab, (1, context_len), generator=gen).to(param.device)
     cache = DynamicCache(config=model.config)
-    model(context, cache=cache, use_cache=True)
+    keyword = cache_keyword(type(model))  # `cache`, or `past_key_values` on older transformers
+    model(context, **{keyword: cache}, use_cache=True)
     times: dict[int, list[float]] = {k: [] for k in ks}
     for _ in range(repeats + 1):  # first round is a warm-up
         for k in ks:
@@ -40,7 +42,7 @@ def profile_verification_latency(
             if param.device.type == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            model(new, cache=cache, use_cache=True)
+            model(new, **{keyword: cache}, use_cache=True)
             if param.device.type == "cuda":
                 torch.cuda.synchronize()
             times[k].append(time.perf_counter() - start)

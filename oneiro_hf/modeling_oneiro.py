@@ -27,8 +27,14 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AutoConfig, PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
-from .compat import check_transformers_version
-from .configuration_oneiro import DRAFT_MODES, TREE_SETTING_DEFAULTS, OneiroDrafterConfig
+from .compat import cache_keyword, check_transformers_version
+from .configuration_oneiro import (
+    DRAFT_MODES,
+    TREE_SETTING_DEFAULTS,
+    DrafterNotBound,
+    OneiroDrafterConfig,
+    not_bound_message,
+)
 from .draft_policy import DraftPolicyState
 from .identity import (
     canonical_model_id,
@@ -116,6 +122,8 @@ class OneiroDrafter(PreTrainedModel):
         layer_cls = _decoder_layer_class(layer_config)
         start, end = config.interval
         self.layers = nn.ModuleList([layer_cls(layer_config, layer_idx=i) for i in range(start, end)])
+        # the keyword the layers take the drafter's KV cache by (it differs between transformers releases)
+        object.__setattr__(self, "cache_keyword", cache_keyword(layer_cls))
         hidden = config.hidden_size
         self.fuse = nn.Linear(2 * hidden, hidden, bias=True)
         vocab = config.draft_vocab_size or config.vocab_size
@@ -301,7 +309,11 @@ class OneiroDrafter(PreTrainedModel):
         return base_model(model).layers
 
     def check_target(self, model: PreTrainedModel, allow_base_model_mismatch: bool = False) -> None:
-        """Raise DrafterTargetMismatch naming every field in which `model` differs from the recorded target."""
+        """Raise DrafterTargetMismatch naming every field in which `model` differs from the recorded target.
+
+        A target of an unsupported architecture raises UnsupportedTarget instead: no drafter fits it.
+        """
+        check_supported(text_config(model))
         differences = target_differences(self.config, model, allow_base_model_mismatch=allow_base_model_mismatch)
         if not differences and not allow_base_model_mismatch and not self.config.base_model_fingerprint:
             warn_unfingerprinted(self.name_or_path or None)
@@ -409,11 +421,7 @@ class OneiroDrafter(PreTrainedModel):
     @property
     def generation_config(self):
         # Reached only when a target WITHOUT our hook treats the drafter as a plain assistant model.
-        raise RuntimeError(
-            "This OneiroDrafter was passed to a model it is not bound to, so transformers treated it as a plain "
-            "assistant model. Fix: drafter.bind(model) (or OneiroDrafter.from_pretrained(path, target=model)) "
-            "before model.generate(..., assistant_model=drafter)."
-        )
+        raise DrafterNotBound(not_bound_message(self.config.base_model_name_or_path))
 
     @property
     def target(self) -> PreTrainedModel | None:
@@ -526,7 +534,7 @@ class OneiroDrafter(PreTrainedModel):
                 position_embeddings=rotary[layer_type],
                 attention_mask=mask_for_window(self._sliding_window(layer)),
                 position_ids=position_ids,
-                cache=cache,
+                **{self.cache_keyword: cache},
             )
             x = out[0] if isinstance(out, tuple) else out
         return self.require_bound().norm(x)

@@ -282,6 +282,9 @@ def fetch_reference_model(name: str, cache_dir: str | Path | None = None) -> Pat
     final_dir = reference_model_dir(spec.name, cache_dir)
     if (final_dir / MARKER_FILE).is_file():
         return final_dir
+    from .extras import require
+
+    require("gguf", purpose=f"fetching reference model {spec.name!r} (converted from a GGUF file)")
     model_root = final_dir.parent
     with _file_lock(model_root / ".lock"):
         if (final_dir / MARKER_FILE).is_file():  # another process finished it while we waited

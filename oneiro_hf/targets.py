@@ -125,8 +125,9 @@ def check_supported(text_config) -> None:
     if text_config.model_type not in SUPPORTED_MODEL_TYPES:
         raise UnsupportedTarget(
             f"oneiro-hf does not support target architecture '{text_config.model_type}'. Supported: "
-            f"{', '.join(SUPPORTED_MODEL_TYPES)}. Fix: use a target of a supported architecture, or open an "
-            "issue with the model type so its decoder layer can be tested."
+            f"{', '.join(SUPPORTED_MODEL_TYPES)}. Fix: use a target of a supported architecture; for this one, "
+            "transformers' own prompt lookup speeds up generate without a drafter: "
+            "model.generate(..., prompt_lookup_num_tokens=10)."
         )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from tiny import ARCHS, make_model
@@ -9,6 +11,24 @@ from tiny import ARCHS, make_model
 # Tiny matmuls: threading overhead dominates, so these modules run single-threaded (restored after).
 _ONE_THREAD_MODULES = {"test_core_equality", "test_bad_inputs", "test_save_load", "test_components", "test_bench",
                        "test_onpolicy", "test_verification"}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """With ONEIRO_FAIL_ON_SKIP=1 (CI), a skipped test marked `required` counts as a failure, naming the reason."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and os.environ.get("ONEIRO_FAIL_ON_SKIP") == "1" and item.get_closest_marker("required"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"required test skipped (ONEIRO_FAIL_ON_SKIP=1): {reason}"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests on real models are slow (minutes on a 2-core CPU): `-m "not slow"` skips them in development."""
+    for item in items:
+        if item.get_closest_marker("real_model"):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

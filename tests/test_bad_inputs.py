@@ -17,10 +17,8 @@ from oneiro_hf import (
     DrafterTargetMismatch,
     OneiroDrafter,
     UnsupportedTarget,
-    UnsupportedTransformersVersion,
 )
 from oneiro_hf.checkpoint import CorruptCheckpoint
-from oneiro_hf.compat import check_transformers_version
 
 # ------------------------------------------------------------------------------- drafter vs target
 
@@ -255,25 +253,6 @@ def test_unbound_drafter_says_how_to_bind(saved_llama):
     drafter = OneiroDrafter(OneiroDrafter.from_target(model).config)  # built from a config only: not bound
     with pytest.raises(RuntimeError, match="not bound"):
         drafter.readout_logits(torch.zeros(1, 1, 64))
-
-
-# ------------------------------------------------------------------------------- transformers version
-
-
-@pytest.mark.parametrize("version", ["5.30.0", "4.57.0", "5.25.0", "6.0.0.dev0"])
-def test_transformers_version_outside_the_range(version):
-    with pytest.raises(UnsupportedTransformersVersion, match=version.replace(".", r"\.")) as info:
-        check_transformers_version(version)
-    assert "pip install" in str(info.value)
-
-
-@pytest.mark.parametrize("version", ["5.24.0", "5.24.3", "5.24.1.dev0", "5.24.0rc1"])
-def test_transformers_versions_inside_the_range(version):
-    check_transformers_version(version)
-
-
-def test_installed_transformers_is_accepted():
-    check_transformers_version()
 
 
 # ------------------------------------------------------------------------------- corrupt checkpoints

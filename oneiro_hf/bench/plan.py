@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..extras import install_hint, missing_modules
 from .answers import BenchInputError, load_questions, questions_file
 from .methods import DRAFTER_NAME, MethodSpec, parse_methods
 from .profile import default_profile_path
@@ -168,12 +168,11 @@ def plan_run(args) -> Plan:
         raise BenchInputError("--early-exit-layer must be >= 1.")
     specs = parse_methods(args.methods, args.early_exit_layer)
 
-    needed = ["rouge_score"] + ([] if args.no_plots else ["matplotlib"])
-    missing = [m for m in needed if importlib.util.find_spec(m) is None]
+    missing = missing_modules("rouge_score", *([] if args.no_plots else ["matplotlib"]))
     if missing:
         hint = "" if args.no_plots else "; --no-plots drops the need for matplotlib"
-        raise BenchInputError(f"the benchmark needs {', '.join(missing)} for scoring/plots. Fix: pip install "
-                              f"{' '.join(missing)} (both come with oneiro-hf[dev]){hint}.")
+        raise BenchInputError(f"the benchmark needs {', '.join(missing)} for scoring/plots. Fix: "
+                              f"{install_hint(missing)}{hint}.")
     categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
     qfile = questions_file(args.questions)
     questions = load_questions(qfile, args.per_category, categories)

@@ -1,0 +1,51 @@
+"""A drafter given to the wrong model, or a model no drafter fits, gets a message that leads somewhere."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny import greedy, make_model, random_prompt
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from oneiro_hf import OneiroDrafter, UnsupportedTarget
+from oneiro_hf.configuration_oneiro import DrafterNotBound
+
+
+def test_drafter_of_another_vocabulary_in_an_unhooked_generate_names_the_drafter_not_tokenizers():
+    drafter = OneiroDrafter.from_target(make_model("llama", name="org/base-a"))
+    other = make_model("llama", vocab=160, seed=1)  # never had a drafter bound: transformers' own generate
+    with pytest.raises(DrafterNotBound) as info:
+        greedy(other, random_prompt(6, seed=1), 4, assistant_model=drafter)
+    message = str(info.value)
+    assert "not bound to" in message and "'org/base-a'" in message
+    assert "drafter.bind(model)" in message and "copy_for(model)" in message
+    assert "tokenizer" not in message
+
+
+def test_the_same_drafter_still_serves_its_own_target_and_saves():
+    model = make_model("llama", strength="prefix")
+    drafter = OneiroDrafter.from_target(model)
+    ids = random_prompt(6, seed=2)
+    assert torch.equal(greedy(model, ids, 8, assistant_model=drafter), greedy(model, ids, 8))
+    assert drafter.config.get_text_config() is drafter.config  # outside transformers' assistant check: itself
+
+
+def _gpt2():
+    return GPT2LMHeadModel(GPT2Config(vocab_size=128, n_embd=64, n_layer=4, n_head=4, n_positions=128)).eval()
+
+
+def test_binding_a_drafter_to_an_unsupported_architecture_advises_what_works(tmp_path):
+    OneiroDrafter.from_target(make_model("llama", name="org/base-a")).save_pretrained(tmp_path / "d")
+    gpt2 = _gpt2()
+    with pytest.raises(UnsupportedTarget) as info:
+        OneiroDrafter.from_pretrained(tmp_path / "d", target=gpt2)
+    message = str(info.value)
+    assert "'gpt2'" in message and "llama" in message
+    assert "from_target" not in message  # it would fail the same way
+    assert "prompt_lookup_num_tokens=10" in message
+    # the advice works on this model
+    ids = random_prompt(12, seed=3)
+    with torch.no_grad():
+        out = gpt2.generate(ids, max_new_tokens=6, do_sample=False, prompt_lookup_num_tokens=10, pad_token_id=0)
+        ref = gpt2.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    assert torch.equal(out, ref)
