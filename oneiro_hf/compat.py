@@ -21,6 +21,9 @@ MIN_TRANSFORMERS = Version("5.18.0")
 TESTED_UP_TO = Version("5.24")  # every 5.24.x release; later ones are untested
 # releases in which the hook is known not to work: (specifier, what breaks); none known at present
 KNOWN_BREAKS: tuple[tuple[str, str], ...] = ()
+# tree verification (oneiro_tree=True) runs its own loop, written against 5.24's keywords (`cache`, not
+# `past_key_values`) and tested there only
+TREE_MIN_TRANSFORMERS = Version("5.24.0")
 # kept for callers of 0.1.0: the tested range as [low, high)
 SUPPORTED_TRANSFORMERS = (MIN_TRANSFORMERS, Version(f"{TESTED_UP_TO.major}.{TESTED_UP_TO.minor + 1}.0"))
 
@@ -63,6 +66,20 @@ def check_transformers_version(version: str | None = None) -> None:
             f"tested release (pip install 'transformers<{newest_tested}') or upgrade oneiro-hf.",
             UntestedTransformersVersion,
             stacklevel=2,
+        )
+
+
+def check_tree_supported(version: str | None = None) -> None:
+    """Refuse oneiro_tree=True on a transformers older than the tree loop was written and tested for."""
+    if version is None:
+        import transformers
+
+        version = transformers.__version__
+    if Version(Version(version).base_version) < TREE_MIN_TRANSFORMERS:
+        raise UnsupportedTransformersVersion(
+            f"oneiro_tree=True needs transformers >={TREE_MIN_TRANSFORMERS} (its own decoding loop is tested there "
+            f"only); found {version}. Fix: pip install 'transformers>={TREE_MIN_TRANSFORMERS}', or drop oneiro_tree "
+            f"(chain drafting works from {MIN_TRANSFORMERS})."
         )
 
 

@@ -59,7 +59,10 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
             "for batched generation."
         )
     if settings["tree"]:  # the tree owns its decoding loop: generate's public custom_generate runs it
+        from .compat import check_tree_supported
         from .tree.loop import TreeSettings, tree_generate_function
+
+        check_tree_supported()
 
         if kwargs.get("custom_generate") is not None:
             raise ValueError("oneiro_tree=True runs its own custom_generate. Fix: drop custom_generate, or oneiro_tree.")

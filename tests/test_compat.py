@@ -82,3 +82,10 @@ def test_layers_get_the_cache_by_the_keyword_their_forward_takes():
     assert compat.cache_keyword(New) == "cache" and compat.cache_keyword(Old) == "past_key_values"
     with pytest.raises(UnsupportedTransformersVersion, match="Neither.forward"):
         compat.cache_keyword(Neither)
+
+
+def test_tree_verification_needs_the_release_its_loop_was_tested_on():
+    with pytest.raises(UnsupportedTransformersVersion, match="oneiro_tree=True needs transformers >=5.24.0") as info:
+        compat.check_tree_supported("5.18.0")
+    assert "drop oneiro_tree" in str(info.value)
+    compat.check_tree_supported("5.24.0")
