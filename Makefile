@@ -52,6 +52,7 @@ test-fast: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -m "not slow" tests
 
 test-oldest: $(OLDEST_STAMP)
+	$(OLDEST_PY) -m pip install -q --no-deps --force-reinstall .  # this checkout's code, as a wheel
 	cd tests && ONEIRO_PROPERTY_EXAMPLES=$(OLDEST_PROPERTY_EXAMPLES) $(abspath $(OLDEST_PY)) -m pytest -q -p no:cacheprovider \
 		--rootdir .. -c ../pyproject.toml test_core_equality.py test_lossless_property.py -k "not example_budget"
 	$(OLDEST_VENV)/bin/oneiro-train --help > /dev/null
