@@ -7,10 +7,7 @@ from typing import Any
 
 from transformers import PretrainedConfig
 
-DRAFT_MODES = ("latent", "lookup", "hybrid")
-# tree verification (oneiro_hf.tree) settings; also the values for configs saved before these fields existed
-TREE_SETTING_DEFAULTS = {"tree": False, "tree_max_nodes": 32, "tree_max_depth": 8, "tree_topk": 4, "tree_beam": 4,
-                         "tree_lookup_branches": 4}
+from .settings import DEFAULTS, DRAFT_MODES, TREE_SETTING_DEFAULTS  # noqa: F401 - DRAFT_MODES re-exported
 
 # Checkpoint format (docs/hub.md, "Compatibility"): bumped only when a change would make an older oneiro-hf
 # misread a checkpoint. A reader loads every format up to its own and refuses newer ones by name.
@@ -53,16 +50,16 @@ class OneiroDrafterConfig(PretrainedConfig):
         num_target_layers: int | None = None,
         interval: tuple[int, int] | list[int] | None = None,
         draft_vocab_size: int | None = None,
-        draft_mode: str = "hybrid",
-        max_draft_tokens: int = 8,
-        min_draft_confidence: float = 0.05,
-        lookup_min_ngram: int = 2,
-        lookup_max_ngram: int = 4,
-        cost_aware: bool = True,
-        verification: str = "strict",
-        verification_topk: int = 3,
-        verification_threshold: float = 0.3,
-        verification_min_entropy: float = 0.0,
+        draft_mode: str = DEFAULTS.mode,  # the drafting defaults are DraftingSettings' (oneiro_hf/settings.py)
+        max_draft_tokens: int = DEFAULTS.max_draft_tokens,
+        min_draft_confidence: float = DEFAULTS.min_draft_confidence,
+        lookup_min_ngram: int = DEFAULTS.lookup_min_ngram,
+        lookup_max_ngram: int = DEFAULTS.lookup_max_ngram,
+        cost_aware: bool = DEFAULTS.cost_aware,
+        verification: str = DEFAULTS.verification,
+        verification_topk: int = DEFAULTS.verification_topk,
+        verification_threshold: float = DEFAULTS.verification_threshold,
+        verification_min_entropy: float = DEFAULTS.verification_min_entropy,
         tree: bool = TREE_SETTING_DEFAULTS["tree"],
         tree_max_nodes: int = TREE_SETTING_DEFAULTS["tree_max_nodes"],
         tree_max_depth: int = TREE_SETTING_DEFAULTS["tree_max_depth"],

@@ -28,13 +28,7 @@ from transformers import AutoConfig, PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from .compat import cache_keyword, check_transformers_version
-from .configuration_oneiro import (
-    DRAFT_MODES,
-    TREE_SETTING_DEFAULTS,
-    DrafterNotBound,
-    OneiroDrafterConfig,
-    not_bound_message,
-)
+from .configuration_oneiro import DrafterNotBound, OneiroDrafterConfig, not_bound_message
 from .draft_policy import DraftPolicyState
 from .identity import (
     canonical_model_id,
@@ -45,6 +39,7 @@ from .identity import (
 )
 from .kv_cache import DrafterKVCache
 from .session import DraftingSession
+from .settings import DraftingSettings
 from .stats import DraftStats
 from .targets import (  # noqa: F401 - SUPPORTED_MODEL_TYPES and the errors are re-exported (public names)
     SUPPORTED_MODEL_TYPES,
@@ -56,7 +51,6 @@ from .targets import (  # noqa: F401 - SUPPORTED_MODEL_TYPES and the errors are 
     target_differences,
     text_config,
 )
-from .verification import validate_verification_settings
 
 _CUDA_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 TRANSITION_CHUNK = 1024  # cached positions fed per forward when the drafter catches up on a long prompt
@@ -629,29 +623,6 @@ class OneiroDrafter(PreTrainedModel):
 
     # ------------------------------------------------------------------ settings
     def drafting_settings(self, **overrides: Any) -> dict[str, Any]:
-        """The drafting settings for one generate call: config defaults, then per-call overrides."""
-        settings = {
-            "mode": self.config.draft_mode,
-            "max_draft_tokens": self.config.max_draft_tokens,
-            "min_draft_confidence": self.config.min_draft_confidence,
-            "lookup_min_ngram": self.config.lookup_min_ngram,
-            "lookup_max_ngram": self.config.lookup_max_ngram,
-            "cost_aware": self.config.cost_aware,
-            "verification": getattr(self.config, "verification", "strict"),
-            "verification_topk": getattr(self.config, "verification_topk", 3),
-            "verification_threshold": getattr(self.config, "verification_threshold", 0.3),
-            "verification_min_entropy": getattr(self.config, "verification_min_entropy", 0.0),
-            **{key: getattr(self.config, key, default) for key, default in TREE_SETTING_DEFAULTS.items()},
-        }
-        for key, value in overrides.items():
-            if key not in settings:
-                raise TypeError(f"unknown oneiro setting '{key}'. Known: {', '.join(sorted(settings))}")
-            settings[key] = value
-        if settings["mode"] not in DRAFT_MODES:
-            raise ValueError(f"unknown draft mode '{settings['mode']}'. Choose one of {', '.join(DRAFT_MODES)}.")
-        if int(settings["max_draft_tokens"]) < 1:
-            raise ValueError("max_draft_tokens must be >= 1")
-        if not 1 <= int(settings["lookup_min_ngram"]) <= int(settings["lookup_max_ngram"]):
-            raise ValueError("need 1 <= lookup_min_ngram <= lookup_max_ngram")
-        validate_verification_settings(settings)
-        return settings
+        """The drafting settings for one generate call: config defaults, then per-call overrides (validated;
+        `DraftingSettings` in oneiro_hf/settings.py holds the names and defaults)."""
+        return DraftingSettings.from_config(self.config).replace(**overrides).validate().as_dict()

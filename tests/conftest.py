@@ -6,7 +6,20 @@ import os
 
 import pytest
 import torch
-from tiny import ARCHS, make_model
+from tiny import (  # noqa: F401 - also importable from conftest for test files written before tests/tiny.py
+    ARCHS,
+    MODEL_CLASSES,
+    WINDOW,
+    greedy,
+    longest_cycle,
+    make_cyclic_model,
+    make_model,
+    random_prompt,
+    repeat_prompt,
+    tiny_config,
+)
+
+make_config = tiny_config  # the name test files written before tests/tiny.py use
 
 # Tiny matmuls: threading overhead dominates, so these modules run single-threaded (restored after).
 _ONE_THREAD_MODULES = {"test_core_equality", "test_bad_inputs", "test_save_load", "test_components", "test_bench",

@@ -1,0 +1,75 @@
+"""Drafting settings of one generate call: one frozen dataclass, the one place their defaults live.
+
+A drafter's config stores its own defaults (`OneiroDrafterConfig.draft_mode`, `max_draft_tokens`, ...; the
+config's defaults are these); a call overrides any of them with `oneiro_<name>=` kwargs. `validate()` raises
+a clear error for a bad value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+DRAFT_MODES = ("latent", "lookup", "hybrid")
+
+
+@dataclass(frozen=True)
+class DraftingSettings:
+    """How one generate call drafts (`drafter.drafting_settings(**overrides)` returns them as a dict)."""
+
+    mode: str = "hybrid"  # config field draft_mode
+    max_draft_tokens: int = 8
+    min_draft_confidence: float = 0.05
+    lookup_min_ngram: int = 2
+    lookup_max_ngram: int = 4
+    cost_aware: bool = True
+    verification: str = "strict"
+    verification_topk: int = 3
+    verification_threshold: float = 0.3
+    verification_min_entropy: float = 0.0
+    tree: bool = False
+    tree_max_nodes: int = 32
+    tree_max_depth: int = 8
+    tree_topk: int = 4
+    tree_beam: int = 4
+    tree_lookup_branches: int = 4
+
+    @classmethod
+    def from_config(cls, config: Any) -> DraftingSettings:
+        """The defaults a drafter's config records (a config written before a setting existed: its default)."""
+        values = {f.name: getattr(config, _config_name(f.name), f.default) for f in dataclasses.fields(cls)}
+        return cls(**values)
+
+    def replace(self, **overrides: Any) -> DraftingSettings:
+        """These settings with `overrides` (names without the `oneiro_` prefix); TypeError for an unknown name."""
+        known = {f.name for f in dataclasses.fields(self)}
+        for key in overrides:
+            if key not in known:
+                raise TypeError(f"unknown oneiro setting '{key}'. Known: {', '.join(sorted(known))}")
+        return dataclasses.replace(self, **overrides)
+
+    def validate(self) -> DraftingSettings:
+        """Self, if every value is usable; else a ValueError naming the setting and the fix."""
+        from .verification import validate_verification_settings
+
+        if self.mode not in DRAFT_MODES:
+            raise ValueError(f"unknown draft mode '{self.mode}'. Choose one of {', '.join(DRAFT_MODES)}.")
+        if int(self.max_draft_tokens) < 1:
+            raise ValueError("max_draft_tokens must be >= 1")
+        if not 1 <= int(self.lookup_min_ngram) <= int(self.lookup_max_ngram):
+            raise ValueError("need 1 <= lookup_min_ngram <= lookup_max_ngram")
+        validate_verification_settings(self.as_dict())
+        return self
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _config_name(field_name: str) -> str:
+    return "draft_mode" if field_name == "mode" else field_name
+
+
+DEFAULTS = DraftingSettings()
+TREE_SETTING_DEFAULTS = {f.name: getattr(DEFAULTS, f.name) for f in dataclasses.fields(DraftingSettings)
+                         if f.name.startswith("tree")}
