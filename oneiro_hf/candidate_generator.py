@@ -66,8 +66,9 @@ class OneiroCandidateGenerator(CandidateGenerator):
         self.max_length = generation_config.max_length
         eos = getattr(generation_config, "_eos_token_tensor", None)
         self.eos_ids = set(eos.flatten().tolist()) if eos is not None else set()
-        # -1 selects only the last (final-normed) state; merge with a user asking for all of them.
-        self.model_kwargs_overrides = {"output_hidden_states": True if user_wants_hidden_states else -1}
+        # only the states the drafter reads (-1: the final-normed last one); merged with a user asking for all
+        wanted = True if user_wants_hidden_states else drafter.hidden_states_request
+        self.model_kwargs_overrides = {"output_hidden_states": wanted}
         if self.mode == "lookup" and not user_wants_hidden_states:
             self.model_kwargs_overrides = {}  # lookup alone never reads the target's states
         self.cache = DrafterKVCache(max_capacity=self.max_length)
@@ -187,7 +188,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
             self.index.extend(input_ids[0, known:].tolist())
         if model_outputs is None or self.mode == "lookup":
             return
-        hidden = model_outputs.hidden_states[-1]
+        hidden = self.drafter.input_states(model_outputs.hidden_states)  # (1, T, k*H)
         # States on the accepted path: the whole prompt after the prefill, else last token + matches.
         keep = seq_len - 1 if self.true_len == 0 and not self.pending_states else n_last_matches + 1
         self.pending_states.append(hidden[:, :keep])
@@ -279,7 +280,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
             if self.do_sample:
                 sequence = torch.cat([sequence, next_tok], dim=-1)
             position = torch.tensor([[self.cache.seq_length + 1]], device=input_ids.device)
-            state = drafter.transition(state, next_tok, position, self.cache)
+            state = drafter.transition(drafter.recurrent_inputs(state), next_tok, position, self.cache)
             steps_timed += 1
         if steps_timed:
             self.policy.observe_draft_step((time.perf_counter() - t0) / (steps_timed + 1))

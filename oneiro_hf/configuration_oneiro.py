@@ -49,6 +49,7 @@ class OneiroDrafterConfig(PretrainedConfig):
         vocab_size: int | None = None,
         num_target_layers: int | None = None,
         interval: tuple[int, int] | list[int] | None = None,
+        input_layers: tuple[int, ...] | list[int] | None = None,
         draft_vocab_size: int | None = None,
         draft_mode: str = DEFAULTS.mode,  # the drafting defaults are DraftingSettings' (oneiro_hf/settings.py)
         max_draft_tokens: int = DEFAULTS.max_draft_tokens,
@@ -82,6 +83,9 @@ class OneiroDrafterConfig(PretrainedConfig):
         self.vocab_size = vocab_size
         self.num_target_layers = num_target_layers
         self.interval = list(interval) if interval is not None else None
+        # which of the target's `output_hidden_states` feed the fusion (None: only the final-normed last one, the
+        # original drafter); other indices are RMS-normalised by the target's final norm (docs/design.md)
+        self.input_layers = [int(i) for i in input_layers] if input_layers is not None else None
         self.draft_vocab_size = draft_vocab_size
         self.draft_mode = draft_mode
         self.max_draft_tokens = max_draft_tokens

@@ -56,6 +56,21 @@ _CUDA_SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTIO
 TRANSITION_CHUNK = 1024  # cached positions fed per forward when the drafter catches up on a long prompt
 
 
+def resolve_input_layers(input_layers: tuple[int, ...] | list[int] | None, num_layers: int) -> list[int] | None:
+    """Validated `input_layers` as non-negative `output_hidden_states` indices (-1 is `num_layers`, the
+    final-normed last state); None for the default (the final-normed last state only)."""
+    if input_layers is None:
+        return None
+    resolved = [int(i) + num_layers + 1 if int(i) < 0 else int(i) for i in input_layers]
+    if not resolved or any(not 0 <= i <= num_layers for i in resolved) or len(set(resolved)) != len(resolved):
+        raise ValueError(
+            f"input_layers {list(input_layers)} must be distinct indices into the target's output_hidden_states, "
+            f"0..{num_layers} (or -1 for the final-normed last state). Fix: e.g. input_layers=("
+            f"{num_layers // 4}, {num_layers // 2}, {num_layers})."
+        )
+    return None if resolved == [num_layers] else resolved
+
+
 class DrafterBusy(RuntimeError):
     """The drafter is in use by another generate call (another thread, or an enclosing call in this one)."""
 
@@ -119,7 +134,8 @@ class OneiroDrafter(PreTrainedModel):
         # the keyword the layers take the drafter's KV cache by (it differs between transformers releases)
         object.__setattr__(self, "cache_keyword", cache_keyword(layer_cls))
         hidden = config.hidden_size
-        self.fuse = nn.Linear(2 * hidden, hidden, bias=True)
+        # [state slot 1 ; ... ; state slot k ; token embedding] -> residual stream entering layer `start`
+        self.fuse = nn.Linear((len(self.input_layers) + 1) * hidden, hidden, bias=True)
         vocab = config.draft_vocab_size or config.vocab_size
         self.register_buffer("draft_vocab_ids", torch.arange(vocab, dtype=torch.long), persistent=True)
         self.post_init()
@@ -155,9 +171,14 @@ class OneiroDrafter(PreTrainedModel):
         interval: tuple[int, int] | None = None,
         draft_vocab_ids: torch.Tensor | list[int] | None = None,
         transition_init: str = "target",
+        input_layers: tuple[int, ...] | list[int] | None = None,
         **draft_settings: Any,
     ) -> OneiroDrafter:
         """A fresh drafter whose transition copies target layers `interval` (default: the last two).
+
+        `input_layers` (multi-layer input, as EAGLE-3): indices into the target's `output_hidden_states` (0 the
+        embeddings, i the output of decoder layer i-1, num_hidden_layers or -1 the final-normed last state) whose
+        states are fused with the token embedding; default (and `(-1,)`): the final-normed last state only.
 
         `transition_init="random"` initialises those layers the way the target's own class initialises a new
         model instead of copying them: the baseline of the init ablation (docs/training.md), rarely useful else.
@@ -179,6 +200,7 @@ class OneiroDrafter(PreTrainedModel):
                 f"interval {tuple(interval)} is outside the target's {num_layers} decoder layers. Fix: pass "
                 f"interval=(start, end) with 0 <= start < end <= {num_layers}, e.g. ({num_layers - 2}, {num_layers})."
             )
+        input_layers = resolve_input_layers(input_layers, num_layers)
         if draft_vocab_ids is not None:
             draft_vocab_ids = torch.as_tensor(draft_vocab_ids, dtype=torch.long).flatten()
             if (
@@ -204,6 +226,7 @@ class OneiroDrafter(PreTrainedModel):
             vocab_size=config_t.vocab_size,
             num_target_layers=num_layers,
             interval=(start, end),
+            input_layers=input_layers,
             draft_vocab_size=None if draft_vocab_ids is None else int(draft_vocab_ids.numel()),
             base_model_fingerprint=compute_fingerprint(
                 fingerprinted_tensors(model, base_model(model), (start, end)), source=weights_source(model)
@@ -221,7 +244,7 @@ class OneiroDrafter(PreTrainedModel):
             hidden = config.hidden_size
             # Untrained default: the fused input is the embedding of the token just drafted.
             drafter.fuse.weight.zero_()
-            drafter.fuse.weight[:, hidden:].copy_(torch.eye(hidden))
+            drafter.fuse.weight[:, -hidden:].copy_(torch.eye(hidden))
             drafter.fuse.bias.zero_()
             if draft_vocab_ids is not None:
                 drafter.draft_vocab_ids = draft_vocab_ids.clone()
@@ -494,8 +517,47 @@ class OneiroDrafter(PreTrainedModel):
         return out
 
     def fuse_inputs(self, states: torch.Tensor, token_embeddings: torch.Tensor) -> torch.Tensor:
-        """(B, Q, H) input of layer `start`: the fusion of each previous state with its token's embedding."""
+        """(B, Q, H) input of layer `start`: the fusion of each previous input state (B, Q, k*H), k =
+        len(input_layers), with its token's embedding (B, Q, H)."""
         return self.fuse(torch.cat([states.to(token_embeddings.dtype), token_embeddings], dim=-1))
+
+    # ------------------------------------------------------------------ input states (multi-layer input)
+    @property
+    def input_layers(self) -> tuple[int, ...]:
+        """The target's `output_hidden_states` indices that feed the fusion, in slot order."""
+        if self.config.input_layers is not None:
+            return tuple(self.config.input_layers)
+        return (int(self.config.num_target_layers or self.config.target_config["num_hidden_layers"]),)
+
+    @property
+    def hidden_states_request(self) -> int | list[int]:
+        """What the verification pass passes as `output_hidden_states`: only the states the drafter reads."""
+        return -1 if self.config.input_layers is None else list(self.input_layers)
+
+    def input_states(self, hidden_states: tuple) -> torch.Tensor:
+        """The drafter's input states (B, T, k*H) from a target pass's `hidden_states` (L+1 entries, None where not
+        requested): the final-normed last state as it is, every other selected state through the target's final
+        norm (the pre-norm residual stream has a few dimensions in the thousands)."""
+        if self.config.input_layers is None:
+            return hidden_states[-1]
+        norm = self.require_bound().norm
+        last = len(hidden_states) - 1
+        parts = []
+        for i in self.input_layers:
+            state = hidden_states[i]
+            if state is None:
+                raise RuntimeError(
+                    f"the target pass did not return hidden state {i}, which this drafter reads. Fix: run the "
+                    f"target with output_hidden_states={self.hidden_states_request} (or True)."
+                )
+            parts.append(state if i == last else norm(state))
+        return torch.cat(parts, dim=-1)
+
+    def recurrent_inputs(self, predicted: torch.Tensor) -> torch.Tensor:
+        """(B, Q, k*H) input states for speculative positions, where only the drafter's predicted final-normed
+        state (B, Q, H) exists: it fills every slot (training's rollout does the same)."""
+        k = len(self.input_layers)
+        return predicted if k == 1 else torch.cat([predicted] * k, dim=-1)
 
     def rotary_embeddings(self, like: torch.Tensor, position_ids: torch.LongTensor) -> dict[str | None, tuple]:
         """The target's (cos, sin) at `position_ids` for each layer type of the copied layers; `like` gives the

@@ -46,7 +46,8 @@ class LatentTreeDrafter:
         self.pending: list[torch.Tensor] = []
 
     def observe(self, states: torch.Tensor) -> None:
-        """states: (1, k, H) the target's final-normed states at the next k accepted positions."""
+        """states: (1, n, k*H) the drafter's input states (`OneiroDrafter.input_states`) at the next n accepted
+        positions."""
         self.pending.append(states)
 
     def catch_up(self, input_ids: torch.LongTensor) -> torch.Tensor:
@@ -109,7 +110,7 @@ class LatentTreeDrafter:
             if cost_aware and sum(tree.nodes[i].value for i in nxt) < policy.draft_step_time() / policy.verify_time(1):
                 break
             parent_rows = [frontier.index(tree.nodes[i].parent) for i in nxt]
-            states = frontier_states[parent_rows].unsqueeze(0)
+            states = drafter.recurrent_inputs(frontier_states[parent_rows].unsqueeze(0))
             tokens = torch.tensor([[tree.nodes[i].token for i in nxt]], dtype=torch.long, device=device)
             positions = torch.tensor([[root_position + tree.nodes[i].depth for i in nxt]], device=device)
             mask_fn = self._mask_fn(tree, spec_nodes, nxt, root_position, device)

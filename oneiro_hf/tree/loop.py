@@ -175,7 +175,8 @@ class TreeDecoder:
         # the drafter holds the accepted positions plus at most one level of `beam` speculative nodes per depth
         capacity = generation_config.max_length + settings.beam * settings.max_depth
         self.latent = LatentTreeDrafter(drafter, capacity) if settings.mode != "lookup" else None
-        self.hidden_flag: int | bool = -1 if self.latent is not None else False  # only the final-normed states
+        # only the states the drafter reads (default: the final-normed last one)
+        self.hidden_flag: int | list[int] | bool = drafter.hidden_states_request if self.latent is not None else False
         self.index = NgramIndex(settings.lookup_min_ngram, settings.lookup_max_ngram,
                                 keep_occurrences=settings.lookup_branches)
         self.scores: list[torch.Tensor] = []  # (1, V) processed scores of each new token
@@ -196,7 +197,7 @@ class TreeDecoder:
         row = self.logits_processor(input_ids, raw.clone())
         token = int(torch.multinomial(row.softmax(-1), 1)) if self.generation_config.do_sample else int(row.argmax(-1))
         if self.latent is not None:
-            self.latent.observe(out.hidden_states[-1])
+            self.latent.observe(self.latent.drafter.input_states(out.hidden_states))
         self.scores.append(row)
         self.raw_logits.append(raw)
         ids, finished = self._append(input_ids, token, row)
@@ -251,7 +252,7 @@ class TreeDecoder:
         keep = [0, *verdict.path[: kept - 1]]  # the root and the accepted nodes whose successor was appended
         compact_cache(self.cache, torch.tensor(keep, device=device), len(tree))
         if self.latent is not None:
-            self.latent.observe(out.hidden_states[-1][:, keep])
+            self.latent.observe(self.latent.drafter.input_states(out.hidden_states)[:, keep])
         if self.streamer is not None:
             self.streamer.put(input_ids[:, -kept:].cpu())
         return input_ids, Pass(verdict, kept, logits, time.perf_counter() - started), finished
