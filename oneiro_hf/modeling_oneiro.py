@@ -48,6 +48,7 @@ from .targets import (  # noqa: F401 - SUPPORTED_MODEL_TYPES and the errors are 
     UnsupportedTarget,
     base_model,
     check_supported,
+    select_input_states,
     target_differences,
     text_config,
 )
@@ -540,18 +541,7 @@ class OneiroDrafter(PreTrainedModel):
         norm (the pre-norm residual stream has a few dimensions in the thousands)."""
         if self.config.input_layers is None:
             return hidden_states[-1]
-        norm = self.require_bound().norm
-        last = len(hidden_states) - 1
-        parts = []
-        for i in self.input_layers:
-            state = hidden_states[i]
-            if state is None:
-                raise RuntimeError(
-                    f"the target pass did not return hidden state {i}, which this drafter reads. Fix: run the "
-                    f"target with output_hidden_states={self.hidden_states_request} (or True)."
-                )
-            parts.append(state if i == last else norm(state))
-        return torch.cat(parts, dim=-1)
+        return select_input_states(hidden_states, self.input_layers, self.require_bound().norm)
 
     def recurrent_inputs(self, predicted: torch.Tensor) -> torch.Tensor:
         """(B, Q, k*H) input states for speculative positions, where only the drafter's predicted final-normed

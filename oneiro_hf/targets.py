@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import torch
 from torch import nn
 
 from .identity import compare_fingerprint, fingerprinted_tensors
@@ -152,3 +153,21 @@ def base_model(model: PreTrainedModel) -> nn.Module:
         )
     return base
 
+
+def select_input_states(
+    hidden_states: tuple, input_layers: tuple[int, ...] | list[int], norm: nn.Module
+) -> torch.Tensor:
+    """(B, T, k*H): the states `input_layers` selects from a target pass's `hidden_states` (L+1 entries, None where
+    not requested), the last (final-normed) as it is, every other through the target's final `norm`. The one
+    definition of a multi-layer drafter's input, shared by drafting and training's feature pass."""
+    last = len(hidden_states) - 1
+    parts = []
+    for i in input_layers:
+        state = hidden_states[i]
+        if state is None:
+            raise RuntimeError(
+                f"the target pass did not return hidden state {i}, which this drafter reads. Fix: run the target "
+                f"with output_hidden_states={list(input_layers)} (or True)."
+            )
+        parts.append(state if i == last else norm(state))
+    return torch.cat(parts, dim=-1)

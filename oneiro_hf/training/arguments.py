@@ -46,6 +46,12 @@ class OneiroTrainingArguments(TrainingArguments):
         default=None,
         metadata={"help": "target layers copied into the drafter, 'start,end' (default: last two)"},
     )
+    input_layers: str | None = field(
+        default=None,
+        metadata={"help": "multi-layer input (as EAGLE-3): the target's output_hidden_states indices fused with the "
+                          "token, e.g. '8,16,30' for SmolLM2 (0 embeddings, i output of layer i-1, the layer count "
+                          "or -1 the final-normed last state); default: the final-normed last state only"},
+    )
     transition_init: str = field(
         default="target",
         metadata={"help": "'target': copy the interval's layers (the method); 'random': fresh weights (ablation)"},
@@ -146,6 +152,7 @@ class OneiroTrainingArguments(TrainingArguments):
                              f"(got {self.transition_init!r})")
         self.step_weights(self.rollout_steps)
         self.parsed_interval()
+        self.parsed_input_layers()
         if self.stage == "3":
             if min(self.onpolicy_rounds, self.onpolicy_prompts_per_round, self.onpolicy_steps_per_round) < 1:
                 raise ValueError("onpolicy_rounds, onpolicy_prompts_per_round and onpolicy_steps_per_round must be >= 1")
@@ -164,6 +171,9 @@ class OneiroTrainingArguments(TrainingArguments):
     def parsed_interval(self) -> tuple[int, int] | None:
         return parse_interval(self.interval)
 
+    def parsed_input_layers(self) -> list[int] | None:
+        return parse_input_layers(self.input_layers)
+
 
 def parse_step_weights(text: str | None, steps: int) -> list[float]:
     values = [float(v) for v in str(text or "1").replace(" ", "").split(",") if v]
@@ -172,6 +182,18 @@ def parse_step_weights(text: str | None, steps: int) -> list[float]:
             f"rollout_step_weights must be non-negative numbers, e.g. '1,0.8,0.6,0.5' (got {text!r})"
         )
     return [values[min(i, len(values) - 1)] for i in range(steps)]
+
+
+def parse_input_layers(text: str | tuple | list | None) -> list[int] | None:
+    """'8,16,30' -> [8, 16, 30]; None or '' -> None (the default input). The range is checked against the
+    target when the drafter is built."""
+    if text is None or text == "":
+        return None
+    parts = list(text) if isinstance(text, (tuple, list)) else [p for p in str(text).split(",") if p.strip()]
+    try:
+        return [int(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"input_layers must be comma-separated integers, e.g. '8,16,30' (got {text!r})") from None
 
 
 def parse_interval(text: str | tuple | list | None) -> tuple[int, int] | None:

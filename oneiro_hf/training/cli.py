@@ -220,7 +220,7 @@ def train_offline(model_args, data_args, args, target, tokenizer, data, resume, 
 
     drafter, coverage = pipeline.build_drafter(args, target, tokenizer, data, resume)
     interval = tuple(drafter.config.interval)
-    features = pipeline.build_features(args, target, data, interval, timer)
+    features = pipeline.build_features(args, target, data, interval, timer, drafter.config.input_layers)
     evals, ridge = pipeline.stage0(args, drafter, target, features, resume, timer)
     trainer = OneiroTrainer(drafter, target, args, train_dataset=features.train, eval_dataset=features.eval,
                             state_mean=features.mean, state_std=features.std, provenance=data.provenance)

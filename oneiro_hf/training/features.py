@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from ..targets import base_model, text_config
+from ..targets import base_model, select_input_states, text_config
 from .records import DataFileError, load_records
 
 logger = logging.getLogger(__name__)
@@ -132,6 +132,11 @@ def collate(items: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
     if has_states:
         batch["states"] = states
         batch["target_argmax"] = argmax
+    if "inputs" in items[0]:  # a multi-layer drafter's input states (B, T, k*D)
+        inputs = torch.zeros((b, width, items[0]["inputs"].shape[-1]), dtype=items[0]["inputs"].dtype)
+        for row, it in enumerate(items):
+            inputs[row, : int(it["input_ids"].shape[0])] = it["inputs"]
+        batch["inputs"] = inputs
     return batch
 
 
@@ -170,9 +175,12 @@ def target_features(
     resid_layer: int | None = None,
     label_from: torch.Tensor | None = None,
     head_chunk: int = 512,
+    input_layers: Sequence[int] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Run the frozen target once: final-normed states H (B,T,D), next-token argmax (B,T; -100 on padding)
-    and, if ``resid_layer`` is given, the residual stream entering that decoder layer (B,T,D).
+    """Run the frozen target once: final-normed states H (B,T,D), next-token argmax (B,T; -100 on padding),
+    if ``resid_layer`` is given the residual stream entering that decoder layer (B,T,D), and if
+    ``input_layers`` is given (a multi-layer drafter's ``config.input_layers``) the drafter's input states
+    ``inputs`` (B,T,k*D), made by ``select_input_states`` exactly as drafting makes them.
 
     ``label_from`` (B,) limits the argmax (the LM head is a quarter of a small model's cost) to positions
     ``>= label_from[b]``; pass ``prompt_lens - 1`` since only response positions are ever labelled."""
@@ -182,11 +190,12 @@ def target_features(
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     attention_mask = attention_mask.to(device)
+    wanted_layers = sorted({*([resid_layer] if resid_layer is not None else []), *(input_layers or [])})
     out = base(
         input_ids=input_ids,
         attention_mask=attention_mask,
         use_cache=False,
-        output_hidden_states=resid_layer is not None,
+        output_hidden_states=wanted_layers or False,
     )
     states = out.last_hidden_state
     head = target.get_output_embeddings()
@@ -203,6 +212,8 @@ def target_features(
     feats = {"states": states, "target_argmax": argmax}
     if resid_layer is not None:
         feats["resid"] = out.hidden_states[resid_layer]
+    if input_layers:
+        feats["inputs"] = select_input_states(out.hidden_states, list(input_layers), base.norm)
     return feats
 
 
@@ -238,9 +249,14 @@ class FeatureCache:
     up to ``resid_budget`` tokens, ``resid`` (N,D) fp32 (the input of layer ``resid_layer``, for the ridge
     initialisation); ``shard-NNNNN.json`` (written last, so a shard without it is ignored) lists its
     sequences as ``[key, start, length, prompt_len]``.
+
+    Format 2 is a cache for a multi-layer drafter (``input_layers``, recorded in ``meta.json``): its shards also
+    hold ``inputs`` (N, k*D) fp16, the drafter's input states. A format-1 cache (final-normed states only) is
+    what every other drafter uses, and is refused for a multi-layer run (and the reverse) by the meta check.
     """
 
     FORMAT = 1
+    FORMAT_MULTILAYER = 2
 
     def __init__(
         self,
@@ -250,22 +266,27 @@ class FeatureCache:
         resid_layer: int | None = None,
         resid_budget: int = 65536,
         shard_tokens: int = 65536,
+        input_layers: Sequence[int] | None = None,
     ) -> None:
         self.dir = Path(directory)
+        self.input_layers = [int(i) for i in input_layers] if input_layers else None
         self.target = target
         self.max_len = int(max_len)
         self.resid_layer = resid_layer
         self.resid_budget = int(resid_budget)
         self.shard_tokens = int(shard_tokens)
         meta = {"format": self.FORMAT, "max_len": self.max_len, "target": target_fingerprint(target)}
+        if self.input_layers:
+            meta.update(format=self.FORMAT_MULTILAYER, input_layers=self.input_layers)
         meta_path = self.dir / "meta.json"
         if meta_path.is_file():
             old = json.loads(meta_path.read_text())
             if old != meta:
                 raise FeatureCacheMismatch(
-                    f"feature cache {self.dir} was built for another target or max_len "
-                    f"({old.get('target', {}).get('model_type')}, max_len={old.get('max_len')}) than this run "
-                    f"({meta['target']['model_type']}, max_len={self.max_len}). Fix: pass another "
+                    f"feature cache {self.dir} (format {old.get('format')}) was built for another target, max_len "
+                    f"or input_layers ({old.get('target', {}).get('model_type')}, max_len={old.get('max_len')}, "
+                    f"input_layers={old.get('input_layers')}) than this run ({meta['target']['model_type']}, "
+                    f"max_len={self.max_len}, input_layers={self.input_layers}). Fix: pass another "
                     "--feature_cache_dir, or delete that directory."
                 )
         else:
@@ -395,7 +416,8 @@ class FeatureCache:
             ids[row, : len(seq)] = torch.tensor(seq)
             mask[row, : len(seq)] = 1
         label_from = torch.tensor([prompt_len - 1 for _, _, prompt_len in group])
-        feats = target_features(self.target, ids, mask, self.resid_layer if want_resid else None, label_from)
+        feats = target_features(self.target, ids, mask, self.resid_layer if want_resid else None, label_from,
+                                input_layers=self.input_layers)
         entries = []
         for row, ((key, _, prompt_len), n) in enumerate(zip(group, lengths)):
             f = {
@@ -405,6 +427,8 @@ class FeatureCache:
             }
             if "resid" in feats:
                 f["resid"] = feats["resid"][row, :n].detach().cpu()
+            if "inputs" in feats:
+                f["inputs"] = feats["inputs"][row, :n].detach().cpu()
             entries.append((key, f, prompt_len))
         return entries, int(mask.sum())
 
@@ -419,6 +443,8 @@ class FeatureCache:
             "target_argmax": torch.cat([f["target_argmax"] for _, f, _ in buf]).to(torch.int32).contiguous(),
             "input_ids": torch.cat([f["input_ids"] for _, f, _ in buf]).to(torch.int32).contiguous(),
         }
+        if self.input_layers:
+            tensors["inputs"] = torch.cat([f["inputs"] for _, f, _ in buf]).to(torch.float16).contiguous()
         resid = all("resid" in f for _, f, _ in buf)
         if resid:
             tensors["resid"] = torch.cat([f["resid"] for _, f, _ in buf]).float().contiguous()
@@ -460,6 +486,8 @@ class FeatureCache:
             "states": sh["states"][start : start + length],
             "target_argmax": sh["target_argmax"][start : start + length].long(),
         }
+        if self.input_layers:
+            item["inputs"] = sh["inputs"][start : start + length]
         if resid:
             item["resid"] = sh["resid"][start : start + length]
         return item
@@ -508,6 +536,7 @@ def iter_feature_batches(
     batch_tokens: int = 4096,
     max_items: int | None = None,
     resid_layer: int | None = None,
+    input_layers: Sequence[int] | None = None,
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Batches with features (``states``, ``target_argmax``; ``resid`` if ``resid_layer``) in dataset order
     groups; cached features are used when the dataset has them, else the target runs."""
@@ -520,9 +549,10 @@ def iter_feature_batches(
     for group in batches_by_tokens(lengths, batch_tokens):
         items = [dataset[i] for i in group]
         batch = collate(items)
-        if "states" not in batch or resid_layer is not None:
+        if "states" not in batch or resid_layer is not None or (input_layers and "inputs" not in batch):
             feats = target_features(
-                target, batch["input_ids"], batch["attention_mask"], resid_layer, batch["prompt_lens"] - 1
+                target, batch["input_ids"], batch["attention_mask"], resid_layer, batch["prompt_lens"] - 1,
+                input_layers=input_layers,
             )
             batch.update({k: v.cpu() for k, v in feats.items()})
         yield batch

@@ -431,13 +431,17 @@ class OnPolicyTrainer(OneiroTrainer):
         """The target's states and argmax on the collected sequence (one unpadded pass, memoised)."""
         if seq.id not in self._features:
             tokens = torch.tensor([seq.tokens[: self.args.max_seq_len]], dtype=torch.long)
-            feats = target_features(self.target, tokens, label_from=torch.tensor([seq.prompt_len - 1]))
+            input_layers = self.drafter.config.input_layers
+            feats = target_features(self.target, tokens, label_from=torch.tensor([seq.prompt_len - 1]),
+                                    input_layers=input_layers)
             self._features[seq.id] = {
                 "input_ids": tokens[0],
                 "prompt_len": seq.prompt_len,
                 "states": feats["states"][0].detach(),
                 "target_argmax": feats["target_argmax"][0].cpu(),
             }
+            if input_layers:
+                self._features[seq.id]["inputs"] = feats["inputs"][0].detach()
         return self._features[seq.id]
 
     def draw(self, slots: Sequence[int]) -> list[CollectedSequence]:
@@ -446,7 +450,7 @@ class OnPolicyTrainer(OneiroTrainer):
 
     def batch_for(self, sequences: Sequence[CollectedSequence]) -> dict[str, torch.Tensor]:
         items = [self._features_of(s) for s in sequences]
-        batch = collate([{**it, "states": it["states"].cpu()} for it in items])
+        batch = collate([{**it, **{k: it[k].cpu() for k in ("states", "inputs") if k in it}} for it in items])
         batch["chain_weights"] = chain_weights(
             sequences, batch["input_ids"].shape[1], self.steps, self.step_weight_list,
             self.args.onpolicy_mix_ratio, self.args.onpolicy_error_weight,
@@ -468,6 +472,7 @@ class OnPolicyTrainer(OneiroTrainer):
             target_argmax=batch["target_argmax"],
             rollout_steps=self.steps,
             chain_weights=batch["chain_weights"],
+            inputs=batch.get("inputs"),
         )
         stats = out["stats"].detach()
         if self._train_sums is None or self._train_sums.shape[0] != self.steps or self._train_sums.device != stats.device:
@@ -595,7 +600,8 @@ def run_stage3(model_args: Any, data_args: Any, args: OneiroTrainingArguments, t
     with timer("features"):
         cache = None
         if args.feature_cache_dir:
-            cache = feat.FeatureCache(args.feature_cache_dir, target, args.max_seq_len)
+            cache = feat.FeatureCache(args.feature_cache_dir, target, args.max_seq_len,
+                                      input_layers=drafter.config.input_layers)
             cache.build(data.eval, batch_tokens=args.feature_batch_tokens, with_resid=False)
         eval_ds = held_out_dataset(data.eval, args, cache)
         mean, std = _state_statistics(args, target, data, cache)

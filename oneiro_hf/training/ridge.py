@@ -2,7 +2,8 @@
 
 The copied layers [start, end) reproduce the target exactly when they are fed the target's own residual
 stream entering layer ``start``. So the best linear fusion is the one that best predicts that residual at
-position p, R[p] = hidden_states[start][p], from what the drafter sees there: [H[p-1] ; emb(x[p])]. That is
+position p, R[p] = hidden_states[start][p], from what the drafter sees there: [H[p-1] ; emb(x[p])] (with
+``input_layers``, every selected state at p-1: ``OneiroDrafter.input_states``). That is
 an ordinary ridge regression, solved here in float64 from accumulated sufficient statistics (no design
 matrix is kept). Each output dimension is its own regression, so each gets the ridge strength that did
 best on a held-out tenth of the sequences, then the fit is redone on all of them.
@@ -89,11 +90,12 @@ def _solve(m: _Moments, alphas: Iterable[float]) -> list[tuple[torch.Tensor, tor
 
 
 def _gather(drafter: Any, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """[H[p-1] ; emb(x[p])] and R[p] over the batch's response positions."""
+    """[input states at p-1 ; emb(x[p])] and R[p] over the batch's response positions; the input states are
+    ``inputs`` for a multi-layer drafter (k*D wide), else the final-normed ``states``."""
     mask = loss_mask(batch["attention_mask"], batch["prompt_lens"]).cpu()
     bound = drafter.require_bound()
     emb_w = bound.embed_tokens
-    states_prev = batch["states"][:, :-1][mask]
+    states_prev = batch["inputs" if "inputs" in batch else "states"][:, :-1][mask]
     tokens = batch["input_ids"][:, 1:][mask]
     device = next(drafter.parameters()).device
     with torch.no_grad():
@@ -116,7 +118,8 @@ def fit_fuse_ridge(
     ``start``), ``input_ids``, ``attention_mask`` and ``prompt_lens``; returns a report of the fit."""
     t0 = time.perf_counter()
     hidden = drafter.config.hidden_size
-    train, val = _Moments(2 * hidden, hidden), _Moments(2 * hidden, hidden)
+    width = drafter.fuse.in_features  # (k + 1) * hidden: k input state slots and the token embedding
+    train, val = _Moments(width, hidden), _Moments(width, hidden)
     seq = 0
     for batch in batches:
         x, y = _gather(drafter, batch)
@@ -134,7 +137,7 @@ def fit_fuse_ridge(
             seq += 1
         if train.n + val.n >= max_positions:
             break
-    if train.n < 2 * hidden // 8 or val.n == 0:
+    if train.n < width // 8 or val.n == 0:
         raise ValueError(
             f"ridge initialisation needs more data: {train.n} training and {val.n} validation positions. "
             "Fix: add data, or pass --ridge_init false."

@@ -67,7 +67,8 @@ def parallel_rollout(
 ) -> list[torch.Tensor]:
     """Run ``steps`` draft steps at every position at once; returns each step's predicted states (B, L, D).
 
-    ``states[:, i]`` is the true state before token ``token_ids[:, i]``. Output k (0-based) at index i is the
+    ``states[:, i]`` is the true input state (B, L, k*D; ``OneiroDrafter.input_states``) before token
+    ``token_ids[:, i]``. Output k (0-based) at index i is the
     (k+1)-th step of the chain started from the true state at index i - k. Runs the drafter's own transition
     (``OneiroDrafter.run_layers``, as drafting does) with the rollout's masks.
 
@@ -91,7 +92,8 @@ def parallel_rollout(
         else:
             prev = outputs[-1][:, first:]  # step k-1 on the suffix
             # index i takes step k-1's output at i-1; the first suffix index has none (never used by a loss)
-            current = torch.cat([states[:, first : first + 1], prev[:, :-1]], dim=1)
+            # speculative positions: the predicted state fills every input slot, as in drafting
+            current = torch.cat([states[:, first : first + 1], drafter.recurrent_inputs(prev[:, :-1])], dim=1)
             tok, pos, rot = emb[:, first:], position_ids[:, first:], suffix_rotary
 
         def mask_for_window(window: int | None, k: int = k) -> torch.Tensor:

@@ -96,10 +96,12 @@ class DrafterTrainModule(nn.Module):
         target_argmax: torch.LongTensor,
         rollout_steps: int = 1,
         chain_weights: torch.Tensor | None = None,
+        inputs: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """Rollout losses. Without ``chain_weights``: per step, the mean over response positions times the
         step weight. With ``chain_weights`` (B, K, T-1; stage 3), step k at index i counts with weight
-        ``chain_weights[:, k, i]`` (step weights and normalisation included) and only where it is > 0."""
+        ``chain_weights[:, k, i]`` (step weights and normalisation included) and only where it is > 0.
+        ``inputs`` (B, T, k*D): a multi-layer drafter's input states (default: ``states``, the single-layer input)."""
         drafter = self.drafter
         dtype = drafter.fuse.weight.dtype
         b, t = input_ids.shape
@@ -107,7 +109,8 @@ class DrafterTrainModule(nn.Module):
         states = states.to(dtype)
         mask = loss_mask(attention_mask, prompt_lens)
         first = rollout_start(mask, rollout_steps)
-        outs = parallel_rollout(drafter, states[:, :-1], input_ids[:, 1:], positions, rollout_steps, first)
+        inputs = states if inputs is None else inputs.to(dtype)
+        outs = parallel_rollout(drafter, inputs[:, :-1], input_ids[:, 1:], positions, rollout_steps, first)
         true_next = states[:, 1:]
         labels = target_argmax[:, 1:]
         draft_labels = _draft_index(drafter, labels)
@@ -193,12 +196,13 @@ def rollout_eval_sums(
             input_ids = batch["input_ids"].to(device)
             attn = batch["attention_mask"].to(device)
             states = batch["states"].to(device=device, dtype=dtype)
+            inputs = batch["inputs"].to(device=device, dtype=dtype) if "inputs" in batch else states
             labels = batch["target_argmax"].to(device)[:, 1:]
             b, t = input_ids.shape
             positions = torch.arange(1, t, device=device).unsqueeze(0).expand(b, -1)
             mask = loss_mask(attn, batch["prompt_lens"].to(device))
             outs = parallel_rollout(
-                drafter, states[:, :-1], input_ids[:, 1:], positions, steps, rollout_start(mask, steps)
+                drafter, inputs[:, :-1], input_ids[:, 1:], positions, steps, rollout_start(mask, steps)
             )
             correct = []
             for k, out in enumerate(outs):
@@ -257,7 +261,8 @@ def evaluate_drafter(
 ) -> dict[str, float]:
     """Held-out per-step top-1 agreement, acceptance of the first j tokens and tau for ``steps``-token drafts
     rolled from true states (single process)."""
-    batches = iter_feature_batches(dataset, target, batch_tokens=batch_tokens)
+    batches = iter_feature_batches(dataset, target, batch_tokens=batch_tokens,
+                                   input_layers=drafter.config.input_layers)
     return metrics_from_sums(rollout_eval_sums(drafter, batches, steps, state_std), prefix)
 
 
@@ -386,12 +391,14 @@ class OneiroTrainer(Trainer):
         return 1 if self.state.global_step < self.switch_step else self.args.rollout_steps
 
     def _with_features(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        if "states" in inputs:
+        input_layers = self.drafter.config.input_layers
+        if "states" in inputs and (not input_layers or "inputs" in inputs):
             return inputs
         feats = target_features(
-            self.target, inputs["input_ids"], inputs["attention_mask"], label_from=inputs["prompt_lens"] - 1
+            self.target, inputs["input_ids"], inputs["attention_mask"], label_from=inputs["prompt_lens"] - 1,
+            input_layers=input_layers,
         )
-        return {**inputs, "states": feats["states"], "target_argmax": feats["target_argmax"]}
+        return {**inputs, **feats}
 
     # ---------------------------------------------------------------- training
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -404,6 +411,7 @@ class OneiroTrainer(Trainer):
             states=inputs["states"],
             target_argmax=inputs["target_argmax"],
             rollout_steps=steps,
+            inputs=inputs.get("inputs"),
         )
         stats = out["stats"].detach()
         width = max(self.args.rollout_steps, 1)
@@ -457,12 +465,14 @@ class OneiroTrainer(Trainer):
         def batches():
             for group in groups:
                 batch = collate([dataset[i] for i in group])
-                if "states" not in batch:
+                input_layers = self.drafter.config.input_layers
+                if "states" not in batch or (input_layers and "inputs" not in batch):
                     feats = target_features(
                         self.target,
                         batch["input_ids"],
                         batch["attention_mask"],
                         label_from=batch["prompt_lens"] - 1,
+                        input_layers=input_layers,
                     )
                     batch.update(feats)
                 yield batch
