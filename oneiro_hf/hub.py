@@ -405,6 +405,7 @@ def build_model_card(
         ("vocab_size", config.vocab_size),
         ("num_hidden_layers", config.num_target_layers),
         ("copied layers (interval)", f"[{start}, {end})"),
+        *([("input states (input_layers)", str(config.input_layers))] if config.input_layers else []),
         ("draft vocabulary", f"{vocab:,} token ids (`draft_vocab_ids` in {WEIGHTS_NAME})"),
         ("base weights", _weights_row(config.base_model_fingerprint)),
     ]

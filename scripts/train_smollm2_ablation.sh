@@ -33,6 +33,8 @@ for v in "${variants[@]}"; do
     stage1_only)  train stage1_only --stage 1 ;;
     layers_14_16) train layers_14_16 --interval 14,16 --feature_cache_dir runs/features/smollm2_L14 ;;
     layers_24_26) train layers_24_26 --interval 24,26 --feature_cache_dir runs/features/smollm2_L24 ;;
+    # multi-layer input (as EAGLE-3): a low, a middle and the final state; its own cache (format 2)
+    multilayer)   train multilayer --input_layers 8,16,30 --feature_cache_dir runs/features/smollm2_ml ;;
     *) echo "unknown variant $v" >&2; exit 2 ;;
   esac
 done

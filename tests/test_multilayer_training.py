@@ -162,3 +162,16 @@ def test_multilayer_on_every_architecture_trains_one_step(tmp_path) -> None:
                      inputs=feats["inputs"])
         out["loss"].backward()
         assert torch.isfinite(out["loss"]) and drafter.fuse.weight.grad[:, :96].abs().sum() > 0, arch
+
+
+def test_resume_refuses_a_checkpoint_with_other_input_layers(target, tmp_path) -> None:
+    from oneiro_hf.training.trainer import CheckpointMismatch, check_checkpoint_compatible
+
+    OneiroDrafter.from_target(target, interval=(2, 4)).save_pretrained(tmp_path / "checkpoint-2")
+    multi = OneiroDrafter.from_target(target, interval=(2, 4), input_layers=LAYERS)
+    with pytest.raises(CheckpointMismatch, match=r"input_layers: checkpoint has None, this run has \[1, 2, 4\]"):
+        check_checkpoint_compatible(str(tmp_path / "checkpoint-2"), multi)
+    multi.save_pretrained(tmp_path / "checkpoint-4")
+    with pytest.raises(CheckpointMismatch, match="--input_layers 1,2,4 --draft_vocab_size"):
+        check_checkpoint_compatible(str(tmp_path / "checkpoint-4"), OneiroDrafter.from_target(target, interval=(2, 4)))
+    check_checkpoint_compatible(str(tmp_path / "checkpoint-4"), multi)  # the same configuration resumes

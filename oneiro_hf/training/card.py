@@ -81,6 +81,7 @@ def _offline_body(info: dict[str, Any]) -> list[str]:
         (
             f"- interval {tuple(info['interval'])}, draft vocabulary {info['draft_vocab_size']} tokens "
             f"(covers {info['vocab_coverage']:.1%} of held-out response tokens)"
+            + (f"; multi-layer input: target states {info['input_layers']}" if info.get("input_layers") else "")
         ),
         (
             f"- stage {info['stage']}: rollout steps K={info['rollout_steps']} weights "

@@ -237,6 +237,7 @@ def train_offline(model_args, data_args, args, target, tokenizer, data, resume, 
         evals.append((f"{last} (final, step {trainer.state.global_step})", final))
     info = {
         "base_model": model_args.target, "interval": list(interval), "transition_init": args.transition_init,
+        "input_layers": drafter.config.input_layers,
         **data.provenance, "train_records": len(data.train), "eval_records": len(data.eval),
         "train_response_tokens": features.train_tokens, "draft_vocab_size": int(drafter.draft_vocab_ids.numel()),
         "vocab_coverage": coverage, "stage": args.stage, "rollout_steps": args.rollout_steps,

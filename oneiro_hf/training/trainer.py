@@ -612,6 +612,7 @@ def check_checkpoint_compatible(ckpt: str | os.PathLike, drafter: Any) -> None:
         problems.append(f"model_type: checkpoint holds '{saved.get('model_type')}', not a OneiroDrafter")
     pairs = [
         ("interval", list(saved.get("interval") or []), list(cfg.interval)),
+        ("input_layers", saved.get("input_layers"), cfg.input_layers),
         (
             "draft_vocab_size",
             saved.get("draft_vocab_size") or saved.get("vocab_size"),
@@ -635,6 +636,9 @@ def check_checkpoint_compatible(ckpt: str | os.PathLike, drafter: Any) -> None:
             + "\n  - ".join(problems)
             + "\nNothing was loaded or written; the checkpoint and the output directory are untouched. Fix: rerun "
             "with the checkpoint's settings (e.g. --interval "
-            f"{','.join(str(v) for v in saved.get('interval') or [])} --draft_vocab_size "
-            f"{saved.get('draft_vocab_size') or saved.get('vocab_size')}), or train into a new --output_dir."
+            f"{','.join(str(v) for v in saved.get('interval') or [])}"
+            + (f" --input_layers {','.join(str(v) for v in saved['input_layers'])}" if saved.get("input_layers")
+               else "")
+            + f" --draft_vocab_size {saved.get('draft_vocab_size') or saved.get('vocab_size')}), or train into a new "
+            "--output_dir."
         )
