@@ -485,7 +485,9 @@ class OneiroDrafter(PreTrainedModel):
     ) -> torch.Tensor:
         """Predict the (final-normed) states at `position_ids` from the previous states and tokens there.
 
-        states: (B, Q, H) state of the position before each token; token_ids: (B, Q); position_ids: (B, Q).
+        states: (B, Q, k*H) input states of the position before each token (k = len(input_layers), 1 by default:
+        `input_states` of a target pass, or `recurrent_inputs` of predicted states); token_ids: (B, Q);
+        position_ids: (B, Q).
         With a cache, the Q entries attend to everything cached plus themselves causally; `mask_fn(window)`,
         when given, returns each layer's (1, 1, Q, cached+Q) bool mask instead (tree drafts: siblings side by
         side), `window` being the layer's sliding window or None. With a cache and no `mask_fn`, more than
