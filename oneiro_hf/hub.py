@@ -55,6 +55,7 @@ _PROVENANCE = (
 )
 _SETTINGS = (
     ("interval", "interval"),
+    ("input_layers", "multi-layer input: target states"),
     ("draft_vocab_size", "draft vocabulary size"),
     ("vocab_coverage", "draft vocabulary coverage of held-out response tokens"),
     ("stage", "stage"),
@@ -73,7 +74,7 @@ _SETTINGS = (
     ("hardware", "hardware"),
     ("timings", "wall-clock"),
 )
-_NOT_SHOWN = {"base_model", "output_dir", "evals", "eval_steps"}
+_NOT_SHOWN = {"base_model", "output_dir", "evals", "eval_steps", "round_logs"}
 
 
 class ModelCardError(ValueError):
@@ -119,10 +120,17 @@ def is_repo_id(name: str | None) -> bool:
     return True
 
 
-def _card_base_model(drafter: OneiroDrafter, base_model: str | None, allow_mismatch: bool) -> str:
-    """The base model for the card: given or recorded, a Hub id, and consistent with the drafter."""
+def _card_base_model(drafter: OneiroDrafter, base_model: str | None, allow_mismatch: bool, for_hub: bool) -> str:
+    """The base model for the card: given or recorded, a Hub id (or, not for the Hub, the name the drafter
+    records), and consistent with the drafter."""
     recorded = drafter.config.base_model_name_or_path
     bound = drafter.target
+    if not for_hub and not is_repo_id(base_model or recorded):
+        if bound is not None:
+            differences = target_differences(drafter.config, bound, allow_base_model_mismatch=allow_mismatch)
+            if differences:
+                raise DrafterTargetMismatch(differences, drafter_name=drafter.name_or_path or None, target=bound)
+        return str(base_model or recorded)
     if base_model is None:
         if is_repo_id(recorded):
             base_model = recorded
@@ -192,10 +200,35 @@ def _training_section(info: dict | None) -> dict | None:
             label, metrics = entry.get("label", "?"), entry
         else:
             continue
-        tau = metrics.get("eval_tau")
-        if tau is not None:
-            evals.append((str(label), f"{tau:.3f}"))
-    return {"provenance": provenance, "settings": settings, "evals": evals}
+        if metrics.get("eval_tau") is not None:
+            evals.append((str(label), metrics))
+    steps = 1
+    while any(f"eval_agree_step{steps}" in m for _, m in evals):
+        steps += 1
+    agree = [f"agree@{k}" for k in range(1, steps)]
+    rows = [(label, [_fmt3(m.get("eval_tau")), *(_fmt3(m.get(f"eval_agree_step{k}")) for k in range(1, steps))])
+            for label, m in evals]
+    return {"provenance": provenance, "settings": settings, "eval_columns": agree, "evals": rows,
+            "rounds": _rounds_table(info.get("round_logs"), info.get("draft_tokens"))}
+
+
+def _fmt3(value: Any) -> str:
+    return "—" if value is None or not math.isfinite(float(value)) else f"{float(value):.3f}"
+
+
+def _rounds_table(round_logs: list[dict] | None, draft_tokens: int | None) -> dict | None:
+    """Stage 3's collection per on-policy round (the drafter before that round's training), as a table."""
+    if not round_logs:
+        return None
+    k = int(draft_tokens or 0)
+    columns = ["tau", *(f"acc@{j}" for j in range(1, k + 1)), "rejected rounds", "train loss"]
+    rows = []
+    for r, m in enumerate(round_logs):
+        cells = [_fmt3(m.get("collect_tau")), *(_fmt3(m.get(f"collect_accept_pos{j}")) for j in range(1, k + 1))]
+        share, loss = m.get("collect_rejected_share"), m.get("round_train_loss")
+        cells += ["—" if share is None else f"{share:.2f}", "—" if loss is None else f"{loss:.4f}"]
+        rows.append((str(r), cells))
+    return {"columns": columns, "rows": rows}
 
 
 def _same_name(a: str, b: str) -> bool:
@@ -354,16 +387,21 @@ def build_model_card(
     dtype: torch.dtype | str | None = None,
     template_path: str | os.PathLike | None = None,
     allow_base_model_mismatch: bool = False,
+    for_hub: bool = True,
 ) -> ModelCard:
     """The drafter's model card, rendered from the template after checking the card fits the drafter.
 
+    The one card builder: Hub publishing, and oneiro-train (every stage) next to the drafter it saves.
     bench_summary: an oneiro-bench summary.json (path or dict); training_info: oneiro-train's
     training_summary.json (path or dict; default: the one next to a drafter loaded from its output dir);
-    hardware: what the benchmark ran on, e.g. "1x H200" (the summary only records the device type).
+    hardware: what the benchmark ran on, e.g. "1x H200" (the summary only records the device type);
+    repo_id: where users load the drafter from (a Hub id, or oneiro-train's output directory).
+    for_hub=False (a card for a local training output): an unknown license is left out of the card and a
+    base model that is not a Hub id is named as the drafter records it, instead of refusing the card.
     """
     from huggingface_hub import ModelCard, ModelCardData
 
-    if not license:
+    if not license and for_hub:
         raise ModelCardError(
             "license is required: the drafter's layers are copies of the target's weights, so they carry the "
             "target's license. Fix: pass license=... with the base model's license id (e.g. 'apache-2.0')."
@@ -375,7 +413,7 @@ def build_model_card(
             "oneiro_hf/model_cards/ of the oneiro-hf package; reinstall it if that file is missing)."
         )
     config = drafter.config
-    base = _card_base_model(drafter, base_model, allow_base_model_mismatch)
+    base = _card_base_model(drafter, base_model, allow_base_model_mismatch, for_hub)
     summary = _load_json(bench_summary, "bench summary")
     info = _load_json(training_info, "training info") if training_info is not None else _recorded_training_info(drafter)
     _check_training_info(info, drafter, base, allow_base_model_mismatch)
@@ -389,7 +427,7 @@ def build_model_card(
     data = ModelCardData(
         library_name="oneiro-hf",
         base_model=base,
-        license=license,
+        license=license or None,
         pipeline_tag="text-generation",
         tags=card_tags,
         datasets=datasets,
@@ -416,12 +454,13 @@ def build_model_card(
         ("cost_aware", config.cost_aware),
         ("verification", f"{config.verification} ({'lossy' if lossy_default else 'lossless'})"),
     ]
+    stage_3 = bool(info) and str(info.get("stage")) == "3"
     from .version import __version__
 
     return ModelCard.from_template(
         data,
         template_path=str(template),
-        title=f"OneiroDraft drafter for {base}",
+        title=f"OneiroDraft drafter for {base}" + (" (stage 3: on-policy refinement)" if stage_3 else ""),
         base_model=base,
         repo_id=repo_id or EXAMPLE_REPO_ID,
         interval_text=f"{start}..{end - 1}",

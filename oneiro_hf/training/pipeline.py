@@ -332,8 +332,8 @@ def train_and_evaluate(trainer, resume: str | None, timer: Timer, phase: str, be
 def save_outputs(trainer, args, info: dict[str, Any], evals: list[tuple[str, dict]], timer: Timer) -> Path:
     """Save the drafter; on the main process also its model card (README.md) and training_summary.json
     (`info` plus the evaluations, the date, the package version and the timings), and say how to use it."""
+    from ..hub import build_model_card
     from ..version import __version__
-    from .card import training_card
 
     out = trainer.save_drafter(args.output_dir, args.save_dtype)
     timer.finish()
@@ -342,8 +342,11 @@ def save_outputs(trainer, args, info: dict[str, Any], evals: list[tuple[str, dic
     info = {**info, "output_dir": str(out), "eval_steps": args.eval_rollout_steps, "timings": timer.describe(),
             "hardware": hardware(args), "oneiro_hf_version": __version__,
             "date": datetime.date.today().isoformat()}
-    (out / "README.md").write_text(training_card(info, evals))
     summary = info | {"evals": [{"label": a, **b} for a, b in evals]}
+    # the card Hub publishing writes, for a local output: no license or Hub id is known here, so none is claimed
+    card = build_model_card(trainer.drafter, repo_id=str(out), base_model=info.get("base_model"),
+                            training_info=summary, dtype=args.save_dtype, for_hub=False)
+    card.save(out / "README.md")
     (out / "training_summary.json").write_text(json.dumps(summary, indent=1, default=str))
     for label, m in evals:
         print(f"held-out {label}: tau {m.get('eval_tau', float('nan')):.3f}, "
