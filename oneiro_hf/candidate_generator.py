@@ -53,14 +53,14 @@ class OneiroCandidateGenerator(CandidateGenerator):
         user_wants_hidden_states: bool = False,
     ) -> None:
         settings = session.settings
-        verification = settings.get("verification", "strict")
+        verification = settings.verification
         check_relaxed_supported(verification, bool(generation_config.do_sample))
         self.drafter = drafter
         self.settings = settings
-        self.mode = settings["mode"]
-        self.max_draft = int(settings["max_draft_tokens"])
-        self.min_conf = float(settings["min_draft_confidence"])
-        self.cost_aware = bool(settings["cost_aware"])
+        self.mode = settings.mode
+        self.max_draft = int(settings.max_draft_tokens)
+        self.min_conf = float(settings.min_draft_confidence)
+        self.cost_aware = bool(settings.cost_aware)
         self.do_sample = bool(generation_config.do_sample)
         self.logits_processor = logits_processor
         self.max_length = generation_config.max_length
@@ -74,7 +74,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
         self.cache = DrafterKVCache(max_capacity=self.max_length)
         self.true_len = 0  # drafter positions 1..true_len hold teacher-forced (accepted) entries
         self.pending_states: list[torch.Tensor] = []  # target states not yet fed to the drafter
-        self.index = NgramIndex(int(settings["lookup_min_ngram"]), int(settings["lookup_max_ngram"]))
+        self.index = NgramIndex(int(settings.lookup_min_ngram), int(settings.lookup_max_ngram))
         self.policy = session.policy  # the drafter's, learned across calls
         self.stats = session.stats  # becomes drafter.last_stats
         # absolute positions of drafted tokens the loop kept (debugging / tests; bounded by max_length)
@@ -85,9 +85,9 @@ class OneiroCandidateGenerator(CandidateGenerator):
             warn_lossy_once(verification)
             self.relaxed = RelaxedAcceptanceProcessor(
                 verification,
-                settings["verification_topk"],
-                settings["verification_threshold"],
-                settings.get("verification_min_entropy", 0.0),
+                settings.verification_topk,
+                settings.verification_threshold,
+                settings.verification_min_entropy,
             )
             logits_processor.append(self.relaxed)
         self._proposal: Draft | None = None
@@ -221,7 +221,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
             return Draft()
         if self.mode in ("lookup", "hybrid"):
             tokens, ngram = self.index.lookup(budget)
-            if tokens and (self.mode == "lookup" or ngram >= self.settings["lookup_min_ngram"]):
+            if tokens and (self.mode == "lookup" or ngram >= self.settings.lookup_min_ngram):
                 rate = self.policy.lookup_rate(ngram).value
                 length = self.policy.best_length([rate] * len(tokens), [0] * len(tokens)) if self.cost_aware \
                     else len(tokens)

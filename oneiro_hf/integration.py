@@ -12,6 +12,7 @@ import types
 from typing import Any
 
 from .compat import check_transformers_version
+from .settings import DraftingSettings
 
 _HOOK_MARK = "_oneiro_hooked"
 
@@ -43,7 +44,7 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
             "Fix: drafter.bind(model) to move it, or other = drafter.copy_for(model) for a second drafter."
         )
     drafter.follow_target()
-    settings = drafter.drafting_settings(**oneiro_settings)
+    settings = DraftingSettings.for_call(drafter.config, **oneiro_settings)  # frozen, validated
     gen_config = kwargs.get("generation_config")
     num_beams = kwargs.get("num_beams", getattr(gen_config, "num_beams", None) or self.generation_config.num_beams)
     if num_beams and num_beams > 1:
@@ -58,7 +59,7 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
             "transformers' assisted decoding does. Fix: call generate once per prompt, or without assistant_model "
             "for batched generation."
         )
-    if settings["tree"]:  # the tree owns its decoding loop: generate's public custom_generate runs it
+    if settings.tree:  # the tree owns its decoding loop: generate's public custom_generate runs it
         from .compat import check_tree_supported
         from .tree.loop import TreeSettings, tree_generate_function
 

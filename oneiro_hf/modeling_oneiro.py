@@ -651,17 +651,17 @@ class OneiroDrafter(PreTrainedModel):
         return self._policy_state
 
     # ------------------------------------------------------------------ sessions
-    def new_session(self, settings: dict[str, Any] | None = None) -> DraftingSession:
-        """The state of one generate call: `settings` (default: `drafting_settings()`), the drafter's policy and
-        fresh statistics, which become `last_stats`."""
-        settings = settings if settings is not None else self.drafting_settings()
-        stats = DraftStats(verification=settings.get("verification", "strict"),
+    def new_session(self, settings: DraftingSettings | None = None) -> DraftingSession:
+        """The state of one generate call: `settings` (default: this drafter's config defaults), the drafter's
+        policy and fresh statistics, which become `last_stats`."""
+        settings = settings if settings is not None else DraftingSettings.for_call(self.config)
+        stats = DraftStats(verification=settings.verification,
                            rounds=[] if self.record_draft_rounds else None)
         object.__setattr__(self, "last_stats", stats)
         return DraftingSession(settings, self._ensure_policy_state(), stats)
 
     @contextlib.contextmanager
-    def drafting_session(self, settings: dict[str, Any]):
+    def drafting_session(self, settings: DraftingSettings):
         """A session for the generate call running inside this block, found there as `current_session`."""
         session = self.new_session(settings)
         object.__setattr__(self, "_session", session)
@@ -679,4 +679,4 @@ class OneiroDrafter(PreTrainedModel):
     def drafting_settings(self, **overrides: Any) -> dict[str, Any]:
         """The drafting settings for one generate call: config defaults, then per-call overrides (validated;
         `DraftingSettings` in oneiro_hf/settings.py holds the names and defaults)."""
-        return DraftingSettings.from_config(self.config).replace(**overrides).validate().as_dict()
+        return DraftingSettings.for_call(self.config, **overrides).as_dict()

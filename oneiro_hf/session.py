@@ -3,7 +3,7 @@
 The drafter makes a `DraftingSession` per call (`OneiroDrafter.new_session`, or `drafting_session` for the
 whole of a generate call) and the candidate generator (or the tree loop) reads and writes only the session:
 
-    settings   the call's drafting settings (the drafter's config defaults, then the call's oneiro_* kwargs)
+    settings   the call's frozen `DraftingSettings` (the drafter's config defaults, then its oneiro_* kwargs)
     policy     the cost model it learns into: the drafter's `policy_state`, carried from call to call
     stats      this call's `DraftStats`, readable afterwards as `drafter.last_stats`; its `rounds` list
                exists only when the drafter's `record_draft_rounds` is on (on-policy training)
@@ -12,9 +12,9 @@ whole of a generate call) and the candidate generator (or the tree loop) reads a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from .draft_policy import DraftPolicyState
+from .settings import DraftingSettings
 from .stats import DraftStats
 
 
@@ -22,7 +22,7 @@ from .stats import DraftStats
 class DraftingSession:
     """One generate call's drafting state; made by the drafter, never shared between calls."""
 
-    settings: dict[str, Any]
+    settings: DraftingSettings
     policy: DraftPolicyState
     stats: DraftStats
 

@@ -16,7 +16,8 @@ DRAFT_MODES = ("latent", "lookup", "hybrid")
 
 @dataclass(frozen=True)
 class DraftingSettings:
-    """How one generate call drafts (`drafter.drafting_settings(**overrides)` returns them as a dict)."""
+    """How one generate call drafts: `DraftingSession.settings` (`drafter.drafting_settings(**overrides)` returns
+    them as a dict)."""
 
     mode: str = "hybrid"  # config field draft_mode
     max_draft_tokens: int = 8
@@ -40,6 +41,12 @@ class DraftingSettings:
         """The defaults a drafter's config records (a config written before a setting existed: its default)."""
         values = {f.name: getattr(config, _config_name(f.name), f.default) for f in dataclasses.fields(cls)}
         return cls(**values)
+
+    @classmethod
+    def for_call(cls, config: Any, **overrides: Any) -> DraftingSettings:
+        """One generate call's settings: `config`'s defaults, then `overrides` (oneiro_* kwargs without the
+        prefix), validated."""
+        return cls.from_config(config).replace(**overrides).validate()
 
     def replace(self, **overrides: Any) -> DraftingSettings:
         """These settings with `overrides` (names without the `oneiro_` prefix); TypeError for an unknown name."""

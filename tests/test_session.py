@@ -40,7 +40,7 @@ def test_a_generate_call_drafts_in_its_own_session():
     sessions = {id(s) for s in see.seen}
     assert len(sessions) == 1 and isinstance(see.seen[0], DraftingSession)
     session = see.seen[0]
-    assert session.settings["max_draft_tokens"] == 3 and session.stats is drafter.last_stats
+    assert session.settings.max_draft_tokens == 3 and session.stats is drafter.last_stats
     assert session.policy is drafter.policy_state and drafter.current_session is None
     assert drafter.last_stats.steps > 0 and drafter.last_stats.rounds is None
     drafter.record_draft_rounds = True

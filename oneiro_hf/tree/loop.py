@@ -26,6 +26,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from ..draft_policy import DraftPolicyState
 from ..lookup import NgramIndex
+from ..settings import DraftingSettings
 from .attention import target_tree_mask
 from .build import LatentTreeDrafter, add_lookup_branches
 from .cache import compact_cache, prepare_cache, trim_sliding_layers
@@ -54,23 +55,23 @@ class TreeSettings:
     cost_aware: bool  # choose the node count from t(k); off: always max_nodes
 
     @classmethod
-    def from_drafting_settings(cls, settings: dict[str, Any]) -> TreeSettings:
-        if settings.get("verification", "strict") != "strict":
+    def from_drafting_settings(cls, settings: DraftingSettings) -> TreeSettings:
+        if settings.verification != "strict":
             raise ValueError(
-                f"tree verification is lossless only; verification={settings['verification']!r} is a lossy chain "
+                f"tree verification is lossless only; verification={settings.verification!r} is a lossy chain "
                 "criterion. Fix: drop oneiro_verification (strict), or use oneiro_tree=False for relaxed chains."
             )
         made = cls(
-            mode=settings["mode"],
-            max_nodes=int(settings["tree_max_nodes"]),
-            max_depth=int(settings["tree_max_depth"]),
-            topk=int(settings["tree_topk"]),
-            beam=int(settings["tree_beam"]),
-            lookup_branches=int(settings["tree_lookup_branches"]),
-            lookup_min_ngram=int(settings["lookup_min_ngram"]),
-            lookup_max_ngram=int(settings["lookup_max_ngram"]),
-            min_value=float(settings["min_draft_confidence"]),
-            cost_aware=bool(settings["cost_aware"]),
+            mode=settings.mode,
+            max_nodes=int(settings.tree_max_nodes),
+            max_depth=int(settings.tree_max_depth),
+            topk=int(settings.tree_topk),
+            beam=int(settings.tree_beam),
+            lookup_branches=int(settings.tree_lookup_branches),
+            lookup_min_ngram=int(settings.lookup_min_ngram),
+            lookup_max_ngram=int(settings.lookup_max_ngram),
+            min_value=float(settings.min_draft_confidence),
+            cost_aware=bool(settings.cost_aware),
         )
         for name in ("max_nodes", "max_depth", "topk", "beam", "lookup_branches"):
             if getattr(made, name) < 1:
