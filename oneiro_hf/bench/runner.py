@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..chat import encode_prompt
 from .answers import BenchInputError, read_answers, resume_conflicts, write_answers
 from .methods import MethodSpec
 from .plan import Plan
@@ -143,12 +144,11 @@ def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int
     return result
 
 
-def encode_prompt(tokenizer, messages: list[dict]):
-    if tokenizer.chat_template:
-        enc = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
-                                            return_dict=True)
-        return enc["input_ids"]
-    return tokenizer("\n\n".join(m["content"] for m in messages), return_tensors="pt").input_ids
+def _ids(ids: list[int], device):
+    """(1, T) input ids for generate."""
+    import torch
+
+    return torch.tensor([ids], device=device)
 
 
 def _add_stats(total: dict | None, stats: dict | None) -> dict | None:
@@ -173,7 +173,7 @@ def run_question(ctx: BenchContext, method: str, question: dict, max_new_tokens:
     draft_s, oneiro_stats = 0.0, None
     for turn in question["turns"]:
         messages.append({"role": "user", "content": turn})
-        input_ids = encode_prompt(ctx.tokenizer, messages).to(ctx.model.device)
+        input_ids = _ids(encode_prompt(ctx.tokenizer, messages), ctx.model.device)
         res = generate_once(ctx, method, input_ids, max_new_tokens)
         text = ctx.tokenizer.decode(res["tokens"], skip_special_tokens=True)
         messages.append({"role": "assistant", "content": text})
@@ -300,7 +300,7 @@ def load_models(args, plan: Plan) -> BenchContext:
             d.policy_state = pinned
     initial = {name: d.policy_state for name, d in drafters.items()}
     ctx.policy_states = {s.name: copy.deepcopy(initial[s.drafter_name]) for s in plan.specs if s.uses_drafter}
-    warm = encode_prompt(tokenizer, [{"role": "user", "content": "Warm up the caches."}]).to(model.device)
+    warm = _ids(encode_prompt(tokenizer, "Warm up the caches."), model.device)
     for spec in plan.specs:
         generate_once(ctx, spec.name, warm, WARMUP_TOKENS)
     return ctx

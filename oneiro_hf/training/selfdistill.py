@@ -27,30 +27,12 @@ from typing import Any
 
 import torch
 
+from ..chat import encode_prompt
 from .prompts import Prompt, iter_prompts, load_user_prompts, stop_token_ids
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_SOURCES = "stdlib,synthetic,debian,magpie"
-
-
-def has_chat_template(tokenizer: Any) -> bool:
-    """Whether prompts should be wrapped in the tokenizer's chat template (base models have none)."""
-    return bool(getattr(tokenizer, "chat_template", None))
-
-
-def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
-    """Token ids the target sees for ``prompt``: chat-formatted with the assistant turn opened, or raw text.
-
-    The template is rendered to text and then tokenised without extra special tokens, so a template that
-    writes its own BOS does not get a second one.
-    """
-    if has_chat_template(tokenizer):
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
-        )
-        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return list(tokenizer(prompt)["input_ids"])
 
 
 def scan_existing(out_path: str | Path) -> set[str]:
