@@ -369,6 +369,12 @@ def _weights_row(fingerprint: dict | None) -> str:
         f"a fingerprint of {len(fingerprint['tensors'])} base tensors; other weights (a fine-tune, a modified "
         "copy) are refused unless `allow_base_model_mismatch=True`"
     )
+    if fingerprint.get("quantization"):
+        kinds = "/".join(sorted(set(fingerprint["quantization"].values())))
+        row += (
+            f"; the base is a {kinds}-quantized copy, so the original (unquantized) weights are accepted too "
+            "(they quantize to the recorded values)"
+        )
     source = fingerprint.get("source")
     return f"{row}; trained on {source}" if source else row
 

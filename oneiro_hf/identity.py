@@ -14,6 +14,15 @@ value must agree within one bfloat16 step, |a - b| <= 2**-7 * max(|a|, |b|) + 1e
 bfloat16. A copy of the same weights in float32, bfloat16 or float16, on any device, therefore matches; weights
 that were fine-tuned, re-quantized or otherwise changed by more than bfloat16 rounding do not.
 
+A drafter made from a quantized copy of a model (an oneiro-hf reference model is a GGUF dequantized to float32)
+also records, per tensor, the quantization its values went through (`quantization`, e.g. {"embed_tokens": "Q8_0",
+"layers.28.self_attn.q_proj.weight": "Q4_1"}; a tensor not named went through none). Such a tensor also matches
+when the target holds the original, unquantized weights: each sampled value's 32-value block along the tensor's
+last (contiguous, input) dimension is quantized and dequantized the way llama.cpp's reference quantizers do, and
+the result must agree with the recorded value within one bfloat16 step. Values exactly halfway between two
+quantization steps may round either way, so up to `MAX_QUANTIZED_MISSES` of a tensor's samples may miss both
+rules; a fine-tune or modified copy moves many values out of their quantization cell and is still refused.
+
 Sampling costs one gather of 64 values per tensor (about 20 tensors), so binding stays cheap.
 """
 
@@ -22,6 +31,7 @@ from __future__ import annotations
 import base64
 import json
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +44,9 @@ SAMPLES_PER_TENSOR = 64
 CANONICAL_DTYPE = torch.bfloat16
 RELATIVE_TOLERANCE = 2.0**-7  # one bfloat16 step (8 significant bits)
 ABSOLUTE_TOLERANCE = 1e-6  # float16 flushes values this small to zero
+QUANT_BLOCK = 32  # values per Q8_0 / Q4_1 block, along the last dimension
+QUANTIZATIONS = ("Q8_0", "Q4_1")  # the GGUF quantizations whose originals can be recognised
+MAX_QUANTIZED_MISSES = 2  # of SAMPLES_PER_TENSOR: ties at .5 may round to the other step
 _STRIDE = 2654435761  # a large odd multiplier: spreads the sample over the whole flattened tensor
 
 
@@ -81,8 +94,64 @@ def _sample(tensor: torch.Tensor) -> torch.Tensor | None:
     return values.to(device="cpu", dtype=torch.float32).to(CANONICAL_DTYPE)
 
 
-def compute_fingerprint(tensors: dict[str, torch.Tensor], source: str | None = None) -> dict[str, Any]:
-    """The JSON-ready fingerprint of `tensors` (see the module docstring); `source` says what the weights were."""
+def _round_half_away(x: torch.Tensor) -> torch.Tensor:
+    return torch.sign(x) * torch.floor(x.abs() + 0.5)
+
+
+def quantize_dequantize(blocks: torch.Tensor, kind: str) -> torch.Tensor:
+    """(n, QUANT_BLOCK) float32 blocks -> the same blocks quantized to `kind` and dequantized, like llama.cpp.
+
+    Q8_0: d = max|x| / 127, q = round(x / d) (half away from zero), value = q * fp16(d).
+    Q4_1: d = (max - min) / 15, q = min(15, int((x - min) / d + 0.5)), value = q * fp16(d) + fp16(min).
+    """
+    x = blocks.to(torch.float32)
+    if kind == "Q8_0":
+        d = x.abs().amax(dim=1, keepdim=True) / 127
+        inverse = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
+        q = _round_half_away(x * inverse)
+        return q * d.to(torch.float16).to(torch.float32)
+    if kind == "Q4_1":
+        low, high = x.amin(dim=1, keepdim=True), x.amax(dim=1, keepdim=True)
+        d = (high - low) / 15
+        inverse = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
+        q = torch.clamp(torch.trunc((x - low) * inverse + 0.5), max=15)
+        return q * d.to(torch.float16).to(torch.float32) + low.to(torch.float16).to(torch.float32)
+    raise ValueError(
+        f"unknown quantization {kind!r} in base_model_fingerprint; this oneiro-hf knows {', '.join(QUANTIZATIONS)}. "
+        "Fix: pip install --upgrade oneiro-hf."
+    )
+
+
+def _quantized_sample(tensor: torch.Tensor, kind: str) -> torch.Tensor | None:
+    """(SAMPLES_PER_TENSOR,) float32: the sampled values of `tensor` after quantize-dequantize to `kind`.
+
+    None where the last dimension is not made of whole blocks (such a tensor cannot have been quantized so).
+    """
+    if tensor.shape[-1] % QUANT_BLOCK:
+        return None
+    flat = tensor.detach().reshape(-1)
+    index = sample_indices(flat.numel())
+    starts = (index // QUANT_BLOCK) * QUANT_BLOCK
+    blocks = flat[(starts[:, None] + torch.arange(QUANT_BLOCK)).to(flat.device)].to("cpu", torch.float32)
+    return quantize_dequantize(blocks, kind)[torch.arange(index.numel()), index % QUANT_BLOCK]
+
+
+def _outside_tolerance(expected: torch.Tensor, actual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per value: whether `actual` is more than one bfloat16 step from `expected`, and the relative gap."""
+    actual = actual.to(CANONICAL_DTYPE).to(torch.float32)
+    scale = torch.maximum(expected.abs(), actual.abs())
+    gap = (expected - actual).abs()
+    return gap > RELATIVE_TOLERANCE * scale + ABSOLUTE_TOLERANCE, gap / scale.clamp_min(ABSOLUTE_TOLERANCE)
+
+
+def compute_fingerprint(
+    tensors: dict[str, torch.Tensor], source: str | None = None, quantization: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The JSON-ready fingerprint of `tensors` (see the module docstring); `source` says what the weights were.
+
+    quantization: tensor name -> the quantization ("Q8_0", "Q4_1") the weights went through when they are a
+    dequantized quantized copy; names not in `tensors` are dropped.
+    """
     samples = {}
     for name, tensor in tensors.items():
         values = _sample(tensor)
@@ -101,6 +170,11 @@ def compute_fingerprint(tensors: dict[str, torch.Tensor], source: str | None = N
     }
     if source:
         fingerprint["source"] = source
+    quantization = {name: kind for name, kind in (quantization or {}).items() if name in tensors}
+    for kind in set(quantization.values()) - set(QUANTIZATIONS):
+        raise ValueError(f"unknown quantization {kind!r}. Fix: use one of {', '.join(QUANTIZATIONS)} or none.")
+    if quantization:
+        fingerprint["quantization"] = dict(sorted(quantization.items()))
     return fingerprint
 
 
@@ -120,7 +194,11 @@ class WeightDifference:
 
 
 def compare_fingerprint(recorded: dict[str, Any], tensors: dict[str, torch.Tensor]) -> list[WeightDifference]:
-    """Every fingerprinted tensor whose sample in `tensors` differs from `recorded` beyond the tolerance."""
+    """Every fingerprinted tensor whose sample in `tensors` differs from `recorded` beyond the tolerance.
+
+    A tensor recorded with a quantization also matches when the target's values quantize-dequantize to the
+    recorded ones, with up to MAX_QUANTIZED_MISSES samples missing (rounding ties; see the module docstring).
+    """
     if int(recorded.get("version", 0)) != FINGERPRINT_VERSION:
         raise ValueError(
             f"base_model_fingerprint has version {recorded.get('version')!r}; this oneiro-hf reads version "
@@ -138,13 +216,18 @@ def compare_fingerprint(recorded: dict[str, Any], tensors: dict[str, torch.Tenso
         if shape is not None and list(tensor.shape) != list(shape):
             found.append(WeightDifference(name, -1, expected.numel(), float("inf")))
             continue
-        actual = actual.to(torch.float32)
-        scale = torch.maximum(expected.abs(), actual.abs())
-        gap = (expected - actual).abs()
-        bad = gap > RELATIVE_TOLERANCE * scale + ABSOLUTE_TOLERANCE
+        bad, relative = _outside_tolerance(expected, actual)
+        kind = recorded.get("quantization", {}).get(name)
+        if bool(bad.any()) and kind is not None:
+            requantized = _quantized_sample(tensor, kind)
+            if requantized is not None:
+                bad_quantized, relative_quantized = _outside_tolerance(expected, requantized)
+                bad = bad & bad_quantized
+                relative = torch.minimum(relative, relative_quantized)
+                if int(bad.sum()) <= MAX_QUANTIZED_MISSES:
+                    continue
         if bool(bad.any()):
-            relative = float((gap / scale.clamp_min(ABSOLUTE_TOLERANCE)).max())
-            found.append(WeightDifference(name, int(bad.sum()), expected.numel(), relative))
+            found.append(WeightDifference(name, int(bad.sum()), expected.numel(), float(relative.max())))
     return found
 
 
@@ -195,6 +278,16 @@ def canonical_model_id(model: nn.Module) -> str | None:
     config = getattr(model, "config", None)
     name = getattr(model, "name_or_path", None) or getattr(config, "_name_or_path", None)
     return str(name) if name else None
+
+
+def weights_quantization(model: nn.Module, names: Iterable[str]) -> dict[str, str] | None:
+    """For a reference copy, the quantization each of the tensors `names` went through (else None)."""
+    reference = _reference_name(model)
+    if reference is None:
+        return None
+    from .reference_models import get_spec
+
+    return get_spec(reference).quantization_of(names)
 
 
 def weights_source(model: nn.Module) -> str | None:

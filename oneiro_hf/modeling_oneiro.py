@@ -35,6 +35,7 @@ from .identity import (
     compute_fingerprint,
     fingerprinted_tensors,
     warn_unfingerprinted,
+    weights_quantization,
     weights_source,
 )
 from .kv_cache import DrafterKVCache
@@ -218,6 +219,7 @@ class OneiroDrafter(PreTrainedModel):
         unknown = set(draft_settings) - set(inspect.signature(OneiroDrafterConfig.__init__).parameters)
         if unknown:
             raise TypeError(f"unknown drafter settings {sorted(unknown)}")
+        base_tensors = fingerprinted_tensors(model, base_model(model), (start, end))
         config = OneiroDrafterConfig(
             target_config=config_t.to_dict(),
             base_model_name_or_path=canonical_model_id(model),
@@ -230,7 +232,7 @@ class OneiroDrafter(PreTrainedModel):
             input_layers=input_layers,
             draft_vocab_size=None if draft_vocab_ids is None else int(draft_vocab_ids.numel()),
             base_model_fingerprint=compute_fingerprint(
-                fingerprinted_tensors(model, base_model(model), (start, end)), source=weights_source(model)
+                base_tensors, source=weights_source(model), quantization=weights_quantization(model, base_tensors)
             ),
             **draft_settings,
         )

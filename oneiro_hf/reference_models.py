@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,6 +78,9 @@ class ReferenceModelSpec:
     has_chat_template: bool
     architecture: str
     hub_id: str  # the model's canonical Hub id: what the loaded model is named, and what drafters record
+    # the GGUF quantization of each tensor, by fnmatch pattern over oneiro_hf.identity's tensor names (first match
+    # wins; unnamed tensors are unquantized): drafters record it so that the original weights also bind
+    quantization: tuple[tuple[str, str], ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -89,6 +92,15 @@ class ReferenceModelSpec:
     def assembly(self) -> str:
         """``"extract"`` for a single-file model, ``"concatenate"`` for a split one."""
         return "extract" if sum(p.member is not None for p in self.pieces) == 1 else "concatenate"
+
+    def quantization_of(self, names: Iterable[str]) -> dict[str, str]:
+        """Tensor name -> its GGUF quantization, for the `names` (oneiro_hf.identity's) that were quantized."""
+        found = {}
+        for name in names:
+            kind = next((kind for pattern, kind in self.quantization if fnmatch.fnmatchcase(name, pattern)), None)
+            if kind is not None:
+                found[name] = kind
+        return found
 
 
 REFERENCE_MODELS: dict[str, ReferenceModelSpec] = {
@@ -103,6 +115,11 @@ REFERENCE_MODELS: dict[str, ReferenceModelSpec] = {
             has_chat_template=True,
             architecture="LlamaForCausalLM",
             hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+            quantization=(
+                ("embed_tokens", "Q8_0"),
+                ("layers.*.self_attn.[qkvo]_proj.weight", "Q4_1"),
+                ("layers.*.mlp.*_proj.weight", "Q4_1"),
+            ),
         ),
         ReferenceModelSpec(
             name="qwen2.5-coder-0.5b-instruct",
