@@ -157,6 +157,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
             self.accepted_positions.append(start + n)
         self.stats.steps += 1
         self.stats.accept_lengths.append(n + 1)
+        self.stats.draft_lengths.append(length)
         if length == 0:
             return
         source = proposal.source

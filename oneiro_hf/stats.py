@@ -41,6 +41,7 @@ class DraftStats:
     accepted_by_source: dict[str, int] = field(default_factory=lambda: {"latent": 0, "lookup": 0})
     drafted_by_source: dict[str, int] = field(default_factory=lambda: {"latent": 0, "lookup": 0})
     accept_lengths: list[int] = field(default_factory=list)  # tokens gained per step (accepted + 1)
+    draft_lengths: list[int] = field(default_factory=list)  # chain: tokens drafted per step (0: an empty step)
     verification: str = "strict"  # acceptance criterion of the call; anything else is lossy
     # tree verification only (oneiro_tree=True): candidate nodes per pass, and per pass the highest sibling rank
     # (0 = the likeliest child) among the accepted nodes, -1 when none was accepted

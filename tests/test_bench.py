@@ -10,7 +10,7 @@ from tiny import make_model
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from oneiro_hf import OneiroDrafter, bench
+from oneiro_hf import DraftStats, OneiroDrafter, bench
 from oneiro_hf import loading as bench_loading
 from oneiro_hf.bench import runner
 from oneiro_hf.bench.report import acceptance_by_position, summarize, task_score, task_score_coverage
@@ -317,7 +317,7 @@ def test_generate_once_passes_relaxed_kwargs():
 
     class FakeDrafter:
         policy_state = None
-        last_stats = type("S", (), {"as_dict": staticmethod(lambda: {"latent_steps": 1})})()
+        last_stats = DraftStats(latent_steps=1)
 
     spec = bench.parse_method("oneiro-threshold-0.1")
     ctx = runner.BenchContext(FakeModel(), None, FakeDrafter(), None, {spec.name: spec}, runner.StepRecorder())

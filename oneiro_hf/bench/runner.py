@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..candidate_generator import OneiroCandidateGenerator
 from ..chat import encode_prompt
 from .answers import BenchInputError, read_answers, resume_conflicts, write_answers
 from .methods import MethodSpec
@@ -25,11 +26,13 @@ WARMUP_TOKENS = 8
 
 
 class StepRecorder:
-    """Logs, per target verification pass of assisted decoding, the draft length and accepted drafts.
+    """Logs, per target verification pass of transformers' own assisted decoding (the hf-* methods: prompt
+    lookup, early exit, assistant model), the draft length and accepted drafts, and the time spent inside
+    the generator (drafting and its bookkeeping).
 
-    It wraps each candidate generator the target builds (any kind: prompt lookup, early exit,
-    assistant model, OneiroDraft), reading only what transformers' loop passes between them, and the
-    time spent inside the generator (drafting and its bookkeeping).
+    Wrapping is for transformers' generators only, whose internals we do not own: it reads just what the
+    loop passes between them. OneiroDraft's generator is never wrapped; oneiro methods read the same log
+    from the call's `DraftStats` (`drafter.last_stats`, see `generate_once`).
     """
 
     def __init__(self) -> None:
@@ -45,7 +48,8 @@ class StepRecorder:
 
         def get_candidate_generator(*args, **kwargs):
             generator = original(*args, **kwargs)
-            self._wrap(generator)
+            if not isinstance(generator, OneiroCandidateGenerator):  # ours records its own steps
+                self._wrap(generator)
             return generator
 
         model._get_candidate_generator = get_candidate_generator
@@ -133,13 +137,14 @@ def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int
     }
     if drafter is not None:
         ctx.policy_states[method] = drafter.policy_state
-        if spec.oneiro_settings.get("tree"):  # the tree loop is no candidate generator: its own stats say it all
-            tree_stats = drafter.last_stats
-            # as the recorder logs chains: the prefill is a pass without drafts; a pass over d nodes feeds d + 1 tokens
-            result["draft_lengths"] = [0, *tree_stats.tree_nodes]
-            result["accepted"] = [0, *(n - 1 for n in tree_stats.accept_lengths)]
-            result["draft_time_s"] = tree_stats.draft_time_s
-        stats = drafter.last_stats.as_dict()
+        stats = drafter.last_stats  # the call's own log (chain or tree); the recorder saw nothing of it
+        # as the recorder logs hf-* methods: the prefill is a pass without drafts, then one entry per pass
+        # (a tree pass over d nodes feeds d + 1 tokens)
+        per_pass = stats.tree_nodes if spec.oneiro_settings.get("tree") else stats.draft_lengths
+        result["draft_lengths"] = [0, *per_pass]
+        result["accepted"] = [0, *(n - 1 for n in stats.accept_lengths)]
+        result["draft_time_s"] = stats.draft_time_s
+        stats = stats.as_dict()
         result["oneiro_stats"] = {k: stats[k] for k in _ONEIRO_STAT_KEYS if k in stats}
     return result
 
