@@ -27,8 +27,10 @@ def test_tree_methods_parse_to_tree_settings() -> None:
 def test_tree_run_next_to_the_chain_and_its_h200_breakdown(env, tmp_path):  # noqa: F811
     out = tmp_path / "run"
     methods = "greedy,oneiro-hybrid,oneiro-tree,oneiro-tree-4,oneiro-tree-fixed-6"
+    # Pinned to the H200 profile: tree sizes then follow from fixed t(k), not from this machine's timings,
+    # so the size variant's non-empty trees below do not depend on how busy the machine is.
     assert bench.main(_args(env, out, "--methods", methods, "--drafter", "fresh", "--no-plots",
-                            "--max-new-tokens", "16")) == 0
+                            "--max-new-tokens", "16", "--pin-profile", "h200")) == 0
     summary = json.loads((out / "summary.json").read_text())["methods"]
     for method in ("oneiro-tree", "oneiro-tree-4", "oneiro-tree-fixed-6"):
         assert summary[method]["overall"]["identical_to_greedy"] == 1.0
