@@ -24,7 +24,7 @@ from oneiro_hf.training.distill_dataset import (
 )
 from oneiro_hf.training.distill_dataset import main as export_main
 from oneiro_hf.training.prompts.public import EvaluationFilter
-from oneiro_hf.training.records import load_dataset_records, load_records
+from oneiro_hf.training.records import DataFileError, dataset_ids, load_dataset_records, load_records
 
 VOCAB = 96
 
@@ -125,6 +125,15 @@ def test_export_is_incremental_and_idempotent(tmp_path):
     assert load_records(out) == load_records(tmp_path / "fresh")
     assert [r["id"] for r in load_records(out)] == [r["id"] for r in first + rest] + [
         r["id"] for r in make_records(2, seed=2, start=9)]
+
+
+def test_dataset_ids_are_the_exported_records(tmp_path):
+    jsonl = tmp_path / "gen.jsonl"
+    write_jsonl(jsonl, make_records(7))
+    export_jsonl(jsonl, tmp_path / "ds", settings(), shard_records=3)
+    assert dataset_ids(tmp_path / "ds") == {r["id"] for r in make_records(7)}
+    with pytest.raises(DataFileError, match="distill_dataset"):
+        dataset_ids(tmp_path / "missing")
 
 
 def test_large_vocabulary_uses_uint32(tmp_path):

@@ -190,3 +190,16 @@ def test_self_distillation_matches_unbatched_greedy_and_resumes(tmp_path: Path) 
     for r in recs:
         single, _ = generate_batch(model, [r["input_ids"]], 6, stops, tok.pad_token_id)[0]
         assert single == r["output_ids"]
+
+    # a machine without the JSONL resumes from the committed dataset: nothing is generated twice
+    from oneiro_hf.training.distill_dataset import ExportSettings, export_jsonl
+    from oneiro_hf.training.records import dataset_ids
+
+    ds = tmp_path / "ds"
+    export_jsonl(out, ds, ExportSettings(target="smollm2", vocab_size=model.config.vocab_size, max_new_tokens=6,
+                                         batch_size=2))
+    fresh = tmp_path / "new-machine.jsonl"
+    stats = generate_self_distillation_data(
+        model, tok, prompts, fresh, max_new_tokens=6, batch_size=2, progress=False, skip_ids=dataset_ids(ds)
+    )
+    assert stats["written"] == 0 and stats["skipped_existing"] == 3 and fresh.read_text() == ""

@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .records import DataFileError, load_records
+from .records import DataFileError, dataset_ids, load_records
 
 logger = logging.getLogger(__name__)
 
@@ -243,11 +243,7 @@ def export_jsonl(
             "of its own for each target."
         )
     shards = _shards(out)
-    existing: set[str] = set()
-    for shard in shards:
-        import pyarrow.parquet as pq
-
-        existing.update(pq.read_table(shard, columns=["id"]).column("id").to_pylist())
+    existing = dataset_ids(out) if out.is_dir() else set()
     records = load_records(jsonl, vocab_size=settings.vocab_size)
     new = [r for r in records if r["id"] not in existing]
     missing_prompt = [r["id"] for r in new if eval_filter is not None and not isinstance(r.get("prompt"), str)]

@@ -167,3 +167,20 @@ def _records_from(ds: Any, text: str, split: str, vocab_size: int | None) -> lis
     if not records:
         raise DataFileError(f"dataset {text} (split {split!r}) holds no records. Fix: export data into it first.")
     return records
+
+
+def dataset_ids(path: str | os.PathLike) -> set[str]:
+    """The record ids of a self-distillation dataset directory (its ``data/*.parquet`` shards); none if empty."""
+    import pyarrow.parquet as pq
+
+    root = Path(path)
+    if not root.is_dir():
+        raise DataFileError(
+            f"{root} is not a dataset directory. Fix: pass the directory written by "
+            "python -m oneiro_hf.training.distill_dataset (e.g. data/selfdistill/<target>)."
+        )
+    ids: set[str] = set()
+    for shard in sorted((root / "data").glob("*.parquet")):
+        ids.update(pq.read_table(shard, columns=["id"]).column("id").to_pylist())
+    return ids
+

@@ -29,6 +29,7 @@ import torch
 
 from ..chat import encode_prompt
 from .prompts import Prompt, iter_prompts, load_user_prompts, stop_token_ids
+from .records import dataset_ids
 
 logger = logging.getLogger(__name__)
 
@@ -156,13 +157,16 @@ def generate_self_distillation_data(
     sort_window: int = 8,
     max_prompt_tokens: int = 1024,
     progress: bool = True,
+    skip_ids: Iterable[str] = (),
 ) -> dict[str, Any]:
     """Append the target's greedy answers to ``prompts`` to ``out_path`` as JSONL; return throughput stats.
 
     Each record is ``{"id", "source", "prompt", "input_ids", "output_ids", "stopped"}``: ``input_ids`` is the
     exact (chat-formatted) prompt the target saw, ``output_ids`` its greedy response including the final
     end-of-turn token when it stopped by itself (``stopped`` false means it hit ``max_new_tokens``).
-    With ``resume`` the ids already in the file are skipped; without it the file is overwritten.
+    With ``resume`` the ids already in the file are skipped; without it the file is overwritten. ``skip_ids``
+    are skipped too: the records a committed dataset already holds (``--skip-dataset``), so a machine without
+    the JSONL carries on where the last one stopped.
     """
     from tqdm.auto import tqdm
 
@@ -170,7 +174,7 @@ def generate_self_distillation_data(
         raise ValueError(f"batch_size and max_new_tokens must be >= 1 (got {batch_size}, {max_new_tokens}).")
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    done = _prepare_output(out, resume)
+    done = _prepare_output(out, resume) | set(skip_ids)
     stop_ids = stop_token_ids(tokenizer, model)
     if not stop_ids:
         raise ValueError(
@@ -326,6 +330,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--cache-dir", default=None, help="reference-model cache root")
     parser.add_argument("--no-resume", action="store_true", help="overwrite --out instead of resuming")
+    parser.add_argument(
+        "--skip-dataset",
+        action="append",
+        default=[],
+        metavar="DATASET_DIR",
+        help="skip prompts whose answers this dataset directory (python -m oneiro_hf.training.distill_dataset) "
+        "already holds: resume on a machine that lacks --out; repeatable",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (for log files)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -371,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         batch_size=args.batch_size,
         resume=not args.no_resume,
         progress=not args.no_progress,
+        skip_ids=set().union(*(dataset_ids(path) for path in args.skip_dataset)),
     )
     logger.info("Done: %s", json.dumps(stats))
     print(json.dumps(stats))
