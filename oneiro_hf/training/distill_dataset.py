@@ -308,11 +308,8 @@ def _size_category(n: int) -> str:
     return "100K<n<1M"
 
 
-def dataset_card(out_dir: str | Path, settings: ExportSettings) -> str:
-    """The dataset card (README.md), computed from the shards and ``settings``; deterministic."""
-    from .prompts.public import MT_BENCH, PACKAGES, PREFIX_CHARS, SHINGLE_WORDS
-
-    out = Path(out_dir)
+def _source_counts(out: Path) -> dict[str, Counter[str]]:
+    """Records, prompt/response tokens and self-stopped answers per source, over every shard."""
     per_source: dict[str, Counter[str]] = {}
     for shard in _shards(out):
         for row in _read_shard(shard):
@@ -321,11 +318,26 @@ def dataset_card(out_dir: str | Path, settings: ExportSettings) -> str:
             c["prompt_tokens"] += len(row["input_ids"])
             c["response_tokens"] += len(row["output_ids"])
             c["stopped"] += bool(row["stopped"])
-    total: Counter[str] = sum(per_source.values(), Counter())
-    n = total["records"]
+    return per_source
+
+
+def dataset_card(out_dir: str | Path, settings: ExportSettings) -> str:
+    """The dataset card (README.md), computed from the shards and ``settings``; deterministic."""
+    out = Path(out_dir)
+    per_source = _source_counts(out)
+    n = sum(c["records"] for c in per_source.values())
+    sections = (
+        _card_header(out, settings, n),
+        _card_use_and_sources(out, settings, per_source),
+        _card_filter_and_generation(settings, n),
+    )
+    return "\n".join(line for section in sections for line in section) + "\n"
+
+
+def _card_header(out: Path, settings: ExportSettings, n: int) -> list[str]:
+    """YAML front matter, title, columns and the note on prompt text."""
     dtype = settings.token_dtype
-    tp = settings.throughput
-    lines = [
+    return [
         "---",
         f"pretty_name: Self-distillation data for {settings.target} (oneiro-hf)",
         "license: other",
@@ -377,6 +389,16 @@ def dataset_card(out_dir: str | Path, settings: ExportSettings) -> str:
          "prompt with the target's tokenizer: treat the data as containing the prompts, and do not use it to "
          "republish them."),
         "",
+    ]
+
+
+def _card_use_and_sources(out: Path, settings: ExportSettings, per_source: dict[str, Counter[str]]) -> list[str]:
+    """How to load it, and the per-source table with licences and counts."""
+    from .prompts.public import PACKAGES
+
+    total: Counter[str] = sum(per_source.values(), Counter())
+    n = total["records"]
+    lines = [
         "## Use",
         "",
         "```python",
@@ -419,8 +441,16 @@ def dataset_card(out_dir: str | Path, settings: ExportSettings) -> str:
                if settings.skipped_too_long else "")
             + ".",
         ]
+    return lines
+
+
+def _card_filter_and_generation(settings: ExportSettings, n: int) -> list[str]:
+    """Which evaluation sets were kept out and how, and the generation settings and measured throughput."""
+    from .prompts.public import MT_BENCH, PREFIX_CHARS, SHINGLE_WORDS
+
+    tp = settings.throughput
     excluded = ", ".join([f"MT-bench (`{MT_BENCH.requirement}`)", *settings.exclude])
-    lines += [
+    lines = [
         "",
         "## Evaluation sets are kept out",
         "",
@@ -447,8 +477,7 @@ def dataset_card(out_dir: str | Path, settings: ExportSettings) -> str:
             f"- measured: {tp['response_tokens']} response tokens in {tp['seconds'] / 3600:.2f} h "
             f"({tp['runs']} run(s) of the resumable job) = **{tp['response_tokens_per_s']:.1f} response tokens/s**"
         )
-    lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------- CLI
