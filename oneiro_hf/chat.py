@@ -3,18 +3,60 @@
 A prompt is a conversation (a list of {"role", "content"} messages) or a single user message (a str, the
 same as a one-turn conversation). With the tokenizer's chat template it is rendered to text with the
 assistant turn opened and tokenised without extra special tokens (a template that writes its own BOS does
-not get a second one); a tokenizer without a template (a base model) reads the messages' contents joined
-by blank lines, with its usual special tokens.
+not get a second one).
+
+A tokenizer without a template (a base model, e.g. Gemma-3-270M) gets a plain question/answer document
+instead, with the tokenizer's usual special tokens; a base model given the bare user text mostly repeats or
+continues it, while after "Answer:" it answers::
+
+    Below is a question that someone asked an expert, and the expert's answer.
+
+    Question: <user message>
+
+    Answer: <assistant message>
+
+    Question: <next user message>
+
+    Answer:
+
+A system message is a paragraph of its own before the first question. Message contents are stripped of
+surrounding whitespace (a decoded answer starts with the space that followed "Answer:").
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+PLAIN_HEADER = "Below is a question that someone asked an expert, and the expert's answer."
+PLAIN_LABELS = {"user": "Question:", "assistant": "Answer:"}
+
 
 def has_chat_template(tokenizer: Any) -> bool:
     """Whether prompts should be wrapped in the tokenizer's chat template (base models have none)."""
     return bool(getattr(tokenizer, "chat_template", None))
+
+
+def plain_user_prefix() -> str:
+    """The plain document up to where the first user message starts (what a base model sees before it)."""
+    return f"{PLAIN_HEADER}\n\n{PLAIN_LABELS['user']}"
+
+
+def plain_prompt_text(messages: list[dict[str, str]]) -> str:
+    """The plain question/answer document of `messages` (module docstring), ending with an open "Answer:"."""
+    blocks = [PLAIN_HEADER]
+    for message in messages:
+        role, content = message["role"], message["content"].strip()
+        if role == "system":
+            blocks.append(content)
+        elif role in PLAIN_LABELS:
+            blocks.append(f"{PLAIN_LABELS[role]} {content}")
+        else:
+            raise ValueError(
+                f"encode_prompt got a message with role {role!r}, which a target without a chat template cannot "
+                "show. Fix: use the roles 'system', 'user' and 'assistant'."
+            )
+    blocks.append(PLAIN_LABELS["assistant"])
+    return "\n\n".join(blocks)
 
 
 def encode_prompt(tokenizer: Any, prompt: str | list[dict[str, str]]) -> list[int]:
@@ -25,4 +67,4 @@ def encode_prompt(tokenizer: Any, prompt: str | list[dict[str, str]]) -> list[in
     if has_chat_template(tokenizer):
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return list(tokenizer("\n\n".join(m["content"] for m in messages))["input_ids"])
+    return list(tokenizer(plain_prompt_text(messages))["input_ids"])

@@ -32,13 +32,6 @@ def test_a_prompt_is_a_one_turn_conversation_and_the_template_bos_is_not_doubled
     assert encode_prompt(tok, turns) == [1, 3, 6, 4, 7, 3, 8, 4]
 
 
-def test_without_a_template_the_contents_are_joined_by_blank_lines():
-    tok = _tokenizer(None)
-    turns = [{"role": "user", "content": "w1 w2"}, {"role": "assistant", "content": "w3"}]
-    assert encode_prompt(tok, turns) == list(tok("w1 w2\n\nw3")["input_ids"]) == [6, 7, 8]
-    assert encode_prompt(tok, "w4") == [9]
-
-
 def test_an_empty_conversation_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="empty conversation. Fix:"):
         encode_prompt(_tokenizer(TEMPLATE), [])

@@ -375,7 +375,9 @@ def _card_header(out: Path, settings: ExportSettings, n: int) -> list[str]:
         "|---|---|---|",
         "| `id` | string | `<source>:<hash of the prompt text>`; stable, so generation and export resume by id |",
         "| `source` | string | the prompt source (table below) |",
-        f"| `input_ids` | list of {dtype} | the prompt exactly as the target saw it (chat template applied) |",
+        (f"| `input_ids` | list of {dtype} | the prompt exactly as the target saw it "
+         "(`oneiro_hf.chat.encode_prompt`: the chat template, or a plain Question/Answer document for a base "
+         "model) |"),
         (f"| `output_ids` | list of {dtype} | the target's greedy answer, ending with its end-of-turn token "
          "when it stopped by itself |"),
         "| `stopped` | bool | true: the answer ended on its own; false: it was cut at the token limit |",

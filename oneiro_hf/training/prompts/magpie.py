@@ -7,23 +7,24 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
+from ...chat import has_chat_template, plain_user_prefix
 from .records import Prompt, make_prompt
 
 logger = logging.getLogger(__name__)
 
 
 _SENTINEL = "\x00ONEIRO_USER_TURN\x00"
-_PLAIN_PREFIX = "Below is a question that someone asked an expert.\n\nQuestion:"
 
 
 def user_turn_prefix(tokenizer: Any) -> str:
-    """Text of the chat template up to where the user's message starts (system prompt included).
+    """Text of the chat template up to where the user's message starts (system prompt included); for a target
+    without a template, the plain question/answer document's (`oneiro_hf.chat`).
 
     Rendering a conversation with a sentinel user message and cutting at the sentinel works for any template,
     unlike rendering an empty conversation, which many templates turn into an empty string.
     """
-    if not getattr(tokenizer, "chat_template", None):
-        return _PLAIN_PREFIX
+    if not has_chat_template(tokenizer):
+        return plain_user_prefix()
     rendered = tokenizer.apply_chat_template([{"role": "user", "content": _SENTINEL}], tokenize=False)
     cut = rendered.find(_SENTINEL)
     if cut <= 0:
@@ -80,7 +81,7 @@ def magpie_prompts(
     import torch
 
     prefix = user_turn_prefix(tokenizer)
-    plain = not getattr(tokenizer, "chat_template", None)
+    plain = not has_chat_template(tokenizer)
     enc = tokenizer(prefix, return_tensors="pt", add_special_tokens=plain)
     stop_ids = stop_token_ids(tokenizer, model)
     if plain:  # base model: a newline ends the question
