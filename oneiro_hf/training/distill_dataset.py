@@ -161,7 +161,7 @@ def parse_generation_log(path: str | Path) -> dict[str, Any]:
     Each run starts with a ``Loaded <target> ... (threads=N)`` line and reports cumulative
     ``wrote R records (T response tokens) in Ss`` lines; the last such line of each run counts.
     """
-    loaded = re.compile(r"Loaded (\S+) in [\d.]+s \(threads=(\d+)\)")
+    loaded = re.compile(r"Loaded (\S+)(?: on \S+)? in [\d.]+s \(threads=(\d+)\)")  # " on <device>": newer logs
     wrote = re.compile(r"wrote (\d+) records \((\d+) response tokens\) in (\d+)s")
     runs: list[dict[str, int]] = []
     threads: set[int] = set()
