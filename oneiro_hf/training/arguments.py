@@ -83,6 +83,13 @@ class OneiroTrainingArguments(TrainingArguments):
     overwrite_output_dir: bool = field(
         default=False, metadata={"help": "allow replacing a finished drafter already saved in output_dir"}
     )
+    max_train_minutes: float | None = field(
+        default=None,
+        metadata={
+            "help": "stop training after this many minutes of training steps, then evaluate and save as usual (a "
+            "safety net for a lease that ends; size max_steps so that it is rarely reached)"
+        },
+    )
     save_dtype: str = field(
         default="bfloat16",
         metadata={"help": "dtype of the final drafter weights: bfloat16, float16 or float32"},
@@ -145,6 +152,9 @@ class OneiroTrainingArguments(TrainingArguments):
             raise ValueError("save_dtype must be bfloat16, float16 or float32")
         if self.draft_vocab_size < 1:
             raise ValueError("draft_vocab_size must be >= 1")
+        if self.max_train_minutes is not None and self.max_train_minutes <= 0:
+            raise ValueError(f"max_train_minutes must be > 0 (got {self.max_train_minutes}); leave it unset for no "
+                             "time limit")
         from ..modeling_oneiro import TRANSITION_INITS
 
         if self.transition_init not in TRANSITION_INITS:

@@ -100,6 +100,13 @@ class DataArguments:
     eval_fraction: float = field(default=0.05, metadata={"help": "share of records held out for evaluation"})
     split_seed: int = field(default=0, metadata={"help": "seed of the (id-hash) hold-out split"})
     max_records: int | None = field(default=None, metadata={"help": "use at most this many records"})
+    max_train_records: int | None = field(
+        default=None,
+        metadata={
+            "help": "train on at most this many of the training records; the held-out set stays the split of all "
+            "records, so runs of a learning curve are evaluated on the same records"
+        },
+    )
     gen_max_new_tokens: int = field(
         default=192, metadata={"help": "with --prompts: max new tokens per answer"}
     )

@@ -117,7 +117,8 @@ def load_target(model_args) -> tuple[Any, Any]:
 
 # ================================================================================================ data
 def prepare_data(model_args, data_args, args, target, tokenizer, timer: Timer) -> TrainingData:
-    """Load --data (after generating it from --prompts, if given), cut to --max_records, split by id hash."""
+    """Load --data (after generating it from --prompts, if given), cut to --max_records, split by id hash, cut
+    the training part to --max_train_records."""
     from ..targets import text_config
     from . import features as feat
 
@@ -144,6 +145,8 @@ def prepare_data(model_args, data_args, args, target, tokenizer, timer: Timer) -
     if data_args.max_records:
         records = records[: data_args.max_records]
     train, held_out = feat.split_records(records, data_args.eval_fraction, data_args.split_seed)
+    if data_args.max_train_records:
+        train = train[: data_args.max_train_records]
     if not train:
         raise TrainingInputError(
             f"no training records left after holding out {data_args.eval_fraction:.0%}.")

@@ -288,11 +288,20 @@ def prepare_prompt_list(
     return prompts
 
 
-def load_target(target: str, dtype: torch.dtype = torch.float32, cache_dir: str | None = None) -> tuple[Any, Any]:
+def load_target(
+    target: str, dtype: torch.dtype = torch.float32, cache_dir: str | None = None, device: str = "cpu"
+) -> tuple[Any, Any]:
     """Load a reference-model name or a local/hub model path (`oneiro_hf.loading.load_target`)."""
     from ..loading import load_target as load
 
-    return load(target, dtype, cache_dir=cache_dir)
+    return load(target, dtype, device=device, cache_dir=cache_dir)
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` is the first CUDA device when there is one, else the CPU; anything else is used as given."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -328,6 +337,11 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)"
     )
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="where the target runs: auto (a GPU when there is one: minutes instead of hours), cpu, cuda, cuda:1",
+    )
     parser.add_argument("--cache-dir", default=None, help="reference-model cache root")
     parser.add_argument("--no-resume", action="store_true", help="overwrite --out instead of resuming")
     parser.add_argument(
@@ -350,9 +364,11 @@ def main(argv: list[str] | None = None) -> int:
             pass
     out = Path(args.out)
     t0 = time.perf_counter()
-    model, tokenizer = load_target(args.target, getattr(torch, args.dtype), args.cache_dir)
+    device = resolve_device(args.device)
+    model, tokenizer = load_target(args.target, getattr(torch, args.dtype), args.cache_dir, device)
     logger.info(
-        "Loaded %s in %.1fs (threads=%d)", args.target, time.perf_counter() - t0, torch.get_num_threads()
+        "Loaded %s on %s in %.1fs (threads=%d)", args.target, device, time.perf_counter() - t0,
+        torch.get_num_threads(),
     )
 
     if args.prompts_file:

@@ -293,6 +293,25 @@ class _StageCallback(TrainerCallback):
         return control
 
 
+class _TimeLimitCallback(TrainerCallback):
+    """Ends training once ``max_minutes`` of it have passed; the caller then evaluates and saves as usual."""
+
+    def __init__(self, max_minutes: float) -> None:
+        self.max_seconds = max_minutes * 60.0
+        self.start: float | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.perf_counter()
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.start is not None and time.perf_counter() - self.start > self.max_seconds:
+            logger.warning("step %d of %d: --max_train_minutes %.1f reached; training stops here",
+                           state.global_step, state.max_steps, self.max_seconds / 60)
+            control.should_training_stop = True
+        return control
+
+
 class OneiroTrainer(Trainer):
     """Trainer for a OneiroDrafter bound to a frozen target.
 
@@ -355,7 +374,9 @@ class OneiroTrainer(Trainer):
             data_collator=collate,
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
-            callbacks=[_StageCallback(self)] + list(callbacks or []),
+            callbacks=[_StageCallback(self)]
+            + ([_TimeLimitCallback(args.max_train_minutes)] if args.max_train_minutes else [])
+            + list(callbacks or []),
             **kwargs,
         )
         self.model_accepts_loss_kwargs = False

