@@ -80,9 +80,8 @@ def test_time_limit_must_be_positive(tmp_path):
 def test_max_train_records_caps_training_but_keeps_every_held_out_record(tmp_path, tiny_llama):
     data = tmp_path / "data.jsonl"
     with open(data, "w") as fh:
-        for i in range(60):
-            fh.write(json.dumps({"id": f"r{i}", "source": "test", "input_ids": [1, 2, 3], "output_ids": [4, 5, 6, 7],
-                                 "stopped": True}) + "\n")
+        fh.writelines(json.dumps({"id": f"r{i}", "source": "test", "input_ids": [1, 2, 3], "output_ids": [4, 5, 6, 7],
+                                 "stopped": True}) + "\n" for i in range(60))
 
     def prepare(max_train_records):
         data_args = SimpleNamespace(data=str(data), prompts=None, max_records=None, eval_fraction=0.2, split_seed=0,
