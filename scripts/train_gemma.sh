@@ -1,0 +1,31 @@
+#!/bin/bash
+# The Gemma-3-270M drafter (docs/training.md, "Gemma-3-270M"): the SmolLM2 recipe on the second architecture.
+# One command, resumable: run it again after an interruption and it goes on from its last checkpoint (the
+# feature cache keeps the target's pass too); a finished drafter is not retrained.
+#   scripts/train_gemma.sh [extra oneiro-train flags]
+# Environment: GEMMA_DATA (default: the committed dataset data/selfdistill/gemma-3-270m; refresh it from the
+# generation job first, see docs/training.md), GEMMA_OUT (default runs/train/gemma), THREADS (default 1).
+# The last two layers (16: sliding window, 17: full attention) are copied: 2 x 11.1 MB in bf16, plus the fusion,
+# 22.9 MB in all (< 30 MB). Gemma's vocabulary is 262,144 tokens; the draft vocabulary keeps the 8,192 most
+# frequent answer tokens, about 93% of answer tokens (16,384: 96%, at twice the readout cost per draft step;
+# the training log reports the held-out label coverage).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. .venv/bin/activate
+THREADS=${THREADS:-1}
+export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS TOKENIZERS_PARALLELISM=false
+DATA=${GEMMA_DATA:-data/selfdistill/gemma-3-270m}
+OUT=${GEMMA_OUT:-runs/train/gemma}
+
+if [ -f "$OUT/model.safetensors" ]; then echo "$OUT: done (delete it to retrain)"; exit 0; fi
+resume=()
+ls -d "$OUT"/checkpoint-* >/dev/null 2>&1 && resume=(--resume_from_checkpoint last)
+exec oneiro-train --target gemma-3-270m --data "$DATA" --eval_fraction 0.05 \
+  --interval 16,18 --draft_vocab_size 8192 --max_seq_len 1024 --feature_cache_dir runs/features/gemma \
+  --ridge_init true --stage 1+2 --stage1_fraction 0.8 --rollout_steps 4 --rollout_step_weights 1,0.8,0.6,0.5 \
+  --state_loss smooth_l1 --state_loss_weight 1.0 --token_loss kl --token_loss_weight 0.5 \
+  --max_steps 1200 --per_device_train_batch_size 8 --learning_rate 3e-4 --lr_scheduler_type cosine_with_min_lr \
+  --lr_scheduler_kwargs '{"min_lr_rate": 0.3}' --warmup_steps 20 --weight_decay 0.0 --seed 0 \
+  --logging_steps 10 --save_strategy steps --save_steps 50 --save_total_limit 2 --report_to none \
+  --disable_tqdm true --threads "$THREADS" --train_sampling_strategy group_by_length --save_dtype bfloat16 \
+  --output_dir "$OUT" "${resume[@]}" "$@"
