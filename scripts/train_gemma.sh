@@ -17,7 +17,7 @@ export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS TOKENIZERS_PARALLELISM=
 DATA=${GEMMA_DATA:-data/selfdistill/gemma-3-270m}
 OUT=${GEMMA_OUT:-runs/train/gemma}
 
-if [ -f "$OUT/model.safetensors" ]; then echo "$OUT: done (delete it to retrain)"; exit 0; fi
+if [ -f "$OUT/config.json" ]; then echo "$OUT: done (a trained drafter is there; delete it to retrain)"; exit 0; fi
 resume=()
 ls -d "$OUT"/checkpoint-* >/dev/null 2>&1 && resume=(--resume_from_checkpoint last)
 exec oneiro-train --target gemma-3-270m --data "$DATA" --eval_fraction 0.05 \
