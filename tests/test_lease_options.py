@@ -94,3 +94,23 @@ def test_max_train_records_caps_training_but_keeps_every_held_out_record(tmp_pat
     assert len(full.train) > 10 and len(capped.train) == 10
     assert [r["id"] for r in capped.train] == [r["id"] for r in full.train[:10]]
     assert [r["id"] for r in capped.eval] == [r["id"] for r in full.eval] and full.eval
+
+
+def test_time_box_starts_stage_2_at_its_share_of_the_minutes(tmp_path):
+    """With --max_train_minutes a run that would not reach stage 1's share of the steps still trains stage 2."""
+    from oneiro_hf.training.trainer import _StageCallback
+
+    args = OneiroTrainingArguments(output_dir=str(tmp_path), max_train_minutes=1e-4, stage1_fraction=0.5,
+                                   report_to="none", use_cpu=True)  # stage 1 gets 3 ms
+    trainer = SimpleNamespace(switch_step=None, eval_dataset=None)
+    trainer._set_switch_step = lambda max_steps: setattr(trainer, "switch_step", round(max_steps * 0.5))
+    state, control = TrainerState(max_steps=1000, global_step=3), TrainerControl()
+    callback = _StageCallback(trainer)
+    callback.on_train_begin(args, state, control)
+    assert trainer.switch_step == 500
+    callback.on_step_end(args, state, control)  # too early: stage 1 goes on
+    assert trainer.switch_step == 500
+    time.sleep(0.01)
+    state.global_step = 4
+    callback.on_step_end(args, state, control)
+    assert trainer.switch_step == 4

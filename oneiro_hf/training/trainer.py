@@ -273,10 +273,20 @@ class _StageCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.trainer._set_switch_step(state.max_steps)
+        self.start = time.perf_counter()
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
         tr = self.trainer
+        if (  # a time box: stage 2 starts at stage1_fraction of the steps or of the minutes, whichever is first
+            args.max_train_minutes
+            and tr.switch_step is not None
+            and state.global_step < tr.switch_step
+            and time.perf_counter() - self.start > args.stage1_fraction * args.max_train_minutes * 60
+        ):
+            logger.info("step %d: %.0f%% of --max_train_minutes spent in stage 1", state.global_step,
+                        100 * args.stage1_fraction)
+            tr.switch_step = state.global_step
         if (
             tr.switch_step is not None
             and state.global_step == tr.switch_step
