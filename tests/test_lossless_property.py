@@ -31,19 +31,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from transformers import (
-    Gemma3ForCausalLM,
-    Gemma3TextConfig,
-    LlamaConfig,
-    LlamaForCausalLM,
-    MistralConfig,
-    MistralForCausalLM,
-    PreTrainedModel,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-    Qwen3Config,
-    Qwen3ForCausalLM,
-)
+from tiny import MODEL_CLASSES, WINDOW, tiny_config
+from transformers import PreTrainedModel
 
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.modeling_oneiro import SUPPORTED_MODEL_TYPES
@@ -95,49 +84,9 @@ SPECS: dict[str, tuple[TinySpec, ...]] = {
 
 
 def _build_target(spec: TinySpec) -> PreTrainedModel:
-    common: dict[str, Any] = {
-        "vocab_size": spec.vocab,
-        "hidden_size": spec.hidden,
-        "intermediate_size": 2 * spec.hidden,
-        "num_hidden_layers": spec.layers,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 256,
-        "initializer_range": spec.init,
-        "tie_word_embeddings": False,
-        "pad_token_id": 0,
-        "bos_token_id": 1,
-        "eos_token_id": None,
-    }
-    all_sliding = spec.layout == "all_sliding"
-    if spec.arch == "llama":
-        config, cls = LlamaConfig(**common), LlamaForCausalLM
-    elif spec.arch == "mistral":
-        config, cls = MistralConfig(**common, sliding_window=spec.window), MistralForCausalLM
-    elif spec.arch in ("qwen2", "qwen3"):
-        extra = {"head_dim": 16} if spec.arch == "qwen3" else {}
-        config_cls, cls = (Qwen2Config, Qwen2ForCausalLM) if spec.arch == "qwen2" else (Qwen3Config, Qwen3ForCausalLM)
-        config = config_cls(
-            **common,
-            **extra,
-            use_sliding_window=True,
-            sliding_window=spec.window,
-            # layers >= max_window_layers slide: all of them, or the upper half
-            max_window_layers=0 if all_sliding else spec.layers // 2,
-        )
-    elif spec.arch == "gemma3":
-        types = ["sliding_attention" if all_sliding or i % 2 == 0 else "full_attention" for i in range(spec.layers)]
-        config = Gemma3TextConfig(
-            **common,
-            head_dim=16,
-            query_pre_attn_scalar=16,
-            sliding_window=spec.window,
-            layer_types=types,
-            final_logit_softcapping=30.0,
-        )
-        cls = Gemma3ForCausalLM
-    else:
-        raise ValueError(spec.arch)
+    config = tiny_config(spec.arch, layers=spec.layers, hidden=spec.hidden, vocab=spec.vocab, init=spec.init,
+                         window=spec.window or WINDOW, layout=spec.layout, max_position_embeddings=256)
+    cls = MODEL_CLASSES[spec.arch]
     torch.manual_seed(spec.seed)
     model = cls(config).eval()
     model.generation_config.eos_token_id = None
@@ -319,9 +268,6 @@ def test_example_budget_covers_every_supported_architecture() -> None:
 
 @pytest.mark.parametrize("arch", list(EXAMPLES))
 def test_strict_greedy_with_drafter_equals_plain_greedy(arch: str, zoo: Zoo) -> None:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls: threads only add overhead
-
     @settings(
         max_examples=EXAMPLES[arch],
         derandomize=True,
@@ -333,10 +279,7 @@ def test_strict_greedy_with_drafter_equals_plain_greedy(arch: str, zoo: Zoo) -> 
     def lossless(case: dict[str, Any]) -> None:
         _check_case(zoo, case)
 
-    try:
-        lossless()
-    finally:
-        torch.set_num_threads(before)
+    lossless()
     tally = zoo.tally[arch]
     print(f"\n{arch}: {dict(tally)}")
     assert tally["cases"] >= EXAMPLES[arch]

@@ -46,8 +46,14 @@ def tiny_config(
     hidden: int = 64,
     window: int = WINDOW,
     init: float = 0.1,
+    layout: str | None = None,
     **overrides,
 ):
+    """A tiny config of ``arch``. ``layout`` None keeps each architecture's usual attention (qwen2: the upper half
+    of the layers slide, qwen3: none, mistral: all, gemma3: alternating); "mixed" or "all_sliding" asks for
+    that layout where the architecture can have it."""
+    if layout not in (None, "full", "mixed", "all_sliding"):
+        raise ValueError(f"unknown layout {layout!r}: None, 'full', 'mixed' or 'all_sliding'")
     common = {
         "vocab_size": vocab,
         "hidden_size": hidden,
@@ -65,17 +71,18 @@ def tiny_config(
     common.update(overrides)
     if arch == "llama":
         return LlamaConfig(**common)
-    if arch == "qwen2":
-        # the upper half of the layers use a sliding window
-        return Qwen2Config(
-            **common, use_sliding_window=True, sliding_window=window, max_window_layers=layers // 2
-        )
+    if arch == "qwen2" or (arch == "qwen3" and layout in ("mixed", "all_sliding")):
+        config_cls, extra = (Qwen2Config, {}) if arch == "qwen2" else (Qwen3Config, {"head_dim": 16})
+        # layers >= max_window_layers slide: the upper half, or all of them
+        return config_cls(**common, **extra, use_sliding_window=True, sliding_window=window,
+                          max_window_layers=0 if layout == "all_sliding" else layers // 2)
     if arch == "qwen3":
         return Qwen3Config(**common, head_dim=16)
     if arch == "mistral":
         return MistralConfig(**common, sliding_window=window)
     if arch == "gemma3":
-        types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+        types = ["sliding_attention" if layout == "all_sliding" or i % 2 == 0 else "full_attention"
+                 for i in range(layers)]
         return Gemma3TextConfig(
             **common,
             head_dim=16,
