@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from transformers.generation.candidate_generator import CandidateGenerator
 
-from .kv_cache import DrafterKVCache
+from .drafter_context import DrafterContext
 from .lookup import NgramIndex
 from .session import DraftingSession
 from .stats import DraftRound
@@ -71,9 +71,8 @@ class OneiroCandidateGenerator(CandidateGenerator):
         self.model_kwargs_overrides = {"output_hidden_states": wanted}
         if self.mode == "lookup" and not user_wants_hidden_states:
             self.model_kwargs_overrides = {}  # lookup alone never reads the target's states
-        self.cache = DrafterKVCache(max_capacity=self.max_length)
-        self.true_len = 0  # drafter positions 1..true_len hold teacher-forced (accepted) entries
-        self.pending_states: list[torch.Tensor] = []  # target states not yet fed to the drafter
+        # the drafter's cache, its teacher-forced (accepted) entries and the target states not yet fed to it
+        self.context = DrafterContext(drafter, max_capacity=self.max_length, window=settings.context_window)
         self.index = NgramIndex(int(settings.lookup_min_ngram), int(settings.lookup_max_ngram))
         self.policy = session.policy  # the drafter's, learned across calls
         self.stats = session.stats  # becomes drafter.last_stats
@@ -191,25 +190,9 @@ class OneiroCandidateGenerator(CandidateGenerator):
             return
         hidden = self.drafter.input_states(model_outputs.hidden_states)  # (1, T, k*H)
         # States on the accepted path: the whole prompt after the prefill, else last token + matches.
-        keep = seq_len - 1 if self.true_len == 0 and not self.pending_states else n_last_matches + 1
-        self.pending_states.append(hidden[:, :keep])
-
-    def _catch_up(self, input_ids: torch.LongTensor) -> torch.Tensor:
-        """Crop speculative drafter entries, feed the pending true states, return the state at the end.
-
-        A long prompt goes through in chunks (`transition` with a cache: TRANSITION_CHUNK positions a forward).
-        """
-        self.cache.crop(self.true_len)
-        states = torch.cat(self.pending_states, dim=1) if len(self.pending_states) > 1 else self.pending_states[0]
-        self.pending_states = []
-        start = self.true_len + 1
-        end = input_ids.shape[1]  # positions start..end-1
-        if states.shape[1] != end - start:
-            raise RuntimeError(f"drafter lost sync: {states.shape[1]} states for {end - start} positions")
-        positions = torch.arange(start, end, device=input_ids.device).unsqueeze(0)
-        out = self.drafter.transition(states, input_ids[:, start:end], positions, self.cache)
-        self.true_len = end - 1
-        return out[:, -1:]
+        context = self.context
+        keep = seq_len - 1 if context.true_len == 0 and not context.pending else n_last_matches + 1
+        context.observe(hidden[:, :keep])
 
     # ------------------------------------------------------------------ drafting
     def _budget(self, input_ids) -> int:
@@ -247,7 +230,8 @@ class OneiroCandidateGenerator(CandidateGenerator):
     def _draft_latent(self, input_ids, budget) -> Draft:
         drafter = self.drafter
         vocab_ids = drafter.draft_vocab_ids
-        state = self._catch_up(input_ids)
+        context = self.context
+        state = context.catch_up(input_ids)  # (1, 1, H)
         tokens: list[int] = []
         confidences: list[float] = []
         probs: list[float] = []
@@ -280,8 +264,8 @@ class OneiroCandidateGenerator(CandidateGenerator):
             next_tok = torch.tensor([[token]], device=input_ids.device)
             if self.do_sample:
                 sequence = torch.cat([sequence, next_tok], dim=-1)
-            position = torch.tensor([[self.cache.seq_length + 1]], device=input_ids.device)
-            state = drafter.transition(drafter.recurrent_inputs(state), next_tok, position, self.cache)
+            position = torch.tensor([[context.next_position()]], device=input_ids.device)
+            state = drafter.transition(drafter.recurrent_inputs(state), next_tok, position, context.cache)
             steps_timed += 1
         if steps_timed:
             self.policy.observe_draft_step((time.perf_counter() - t0) / (steps_timed + 1))

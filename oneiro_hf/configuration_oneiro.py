@@ -57,6 +57,7 @@ class OneiroDrafterConfig(PretrainedConfig):
         lookup_min_ngram: int = DEFAULTS.lookup_min_ngram,
         lookup_max_ngram: int = DEFAULTS.lookup_max_ngram,
         cost_aware: bool = DEFAULTS.cost_aware,
+        context_window: int | None = DEFAULTS.context_window,
         verification: str = DEFAULTS.verification,
         verification_topk: int = DEFAULTS.verification_topk,
         verification_threshold: float = DEFAULTS.verification_threshold,
@@ -93,6 +94,8 @@ class OneiroDrafterConfig(PretrainedConfig):
         self.lookup_min_ngram = lookup_min_ngram
         self.lookup_max_ngram = lookup_max_ngram
         self.cost_aware = cost_aware
+        # the drafter's first catch-up feeds at most this many latest verified positions (None: the whole prompt)
+        self.context_window = context_window
         # how drafts are judged (oneiro_hf.verification): "strict" is lossless, "topk"/"threshold" are lossy
         self.verification = verification
         self.verification_topk = verification_topk

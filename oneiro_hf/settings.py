@@ -25,6 +25,9 @@ class DraftingSettings:
     lookup_min_ngram: int = 2
     lookup_max_ngram: int = 4
     cost_aware: bool = True
+    # the drafter's first catch-up feeds at most this many of the latest verified positions (None: all of them);
+    # default: the sequence length drafters are trained on (oneiro-train --max_seq_len)
+    context_window: int | None = 1024
     verification: str = "strict"
     verification_topk: int = 3
     verification_threshold: float = 0.3
@@ -66,6 +69,12 @@ class DraftingSettings:
             raise ValueError("max_draft_tokens must be >= 1")
         if not 1 <= int(self.lookup_min_ngram) <= int(self.lookup_max_ngram):
             raise ValueError("need 1 <= lookup_min_ngram <= lookup_max_ngram")
+        window = self.context_window
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+            raise ValueError(
+                f"context_window must be a whole number of positions >= 1, or None for no bound (got {window!r}). "
+                "Fix: pass oneiro_context_window=1024 (the training length), or None to feed the whole prompt."
+            )
         validate_verification_settings(self.as_dict())
         return self
 

@@ -23,7 +23,8 @@ make_config = tiny_config  # the name test files written before tests/tiny.py us
 
 # Tiny matmuls: threading overhead dominates, so these modules run single-threaded (restored after).
 _ONE_THREAD_MODULES = {"test_core_equality", "test_bad_inputs", "test_save_load", "test_components", "test_bench",
-                       "test_onpolicy", "test_verification", "test_tree_generate", "test_lossless_property"}
+                       "test_onpolicy", "test_verification", "test_tree_generate", "test_lossless_property",
+                       "test_drafter_window"}
 
 
 @pytest.hookimpl(hookwrapper=True)

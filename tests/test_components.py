@@ -11,8 +11,8 @@ import torch
 from tiny import ARCHS, WINDOW, greedy, make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.candidate_generator import OneiroCandidateGenerator
 from oneiro_hf.draft_policy import DraftPolicyState
+from oneiro_hf.drafter_context import DrafterContext
 from oneiro_hf.kv_cache import DrafterKVCache
 from oneiro_hf.lookup import NgramIndex
 
@@ -434,14 +434,14 @@ def test_generator_feeds_the_drafter_the_targets_true_states(arch, mode, monkeyp
     model = make_model(arch, strength="prefix")
     drafter = OneiroDrafter.from_target(model)
     calls: list[tuple[torch.Tensor, int, int]] = []
-    original = OneiroCandidateGenerator._catch_up
+    original = DrafterContext.catch_up
 
     def spy(self, input_ids):
-        states = torch.cat(self.pending_states, dim=1)
+        states = torch.cat(self.pending, dim=1)
         calls.append((states.clone(), self.true_len, input_ids.shape[1]))
         return original(self, input_ids)
 
-    monkeypatch.setattr(OneiroCandidateGenerator, "_catch_up", spy)
+    monkeypatch.setattr(DrafterContext, "catch_up", spy)
     for length, cost_aware in ((1, False), (11, False), (11, True)):
         calls.clear()
         drafter.reset_drafting_policy()  # what earlier calls learned must not stop this one from drafting

@@ -15,7 +15,7 @@ import pytest
 import torch
 from tiny import greedy, make_model, random_prompt
 
-import oneiro_hf.candidate_generator as cg
+import oneiro_hf.drafter_context as context_module
 import oneiro_hf.modeling_oneiro as modeling
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.kv_cache import DrafterKVCache
@@ -46,7 +46,7 @@ def caches(monkeypatch):
             super().__init__(*args, **kwargs)
             made.append(self)
 
-    monkeypatch.setattr(cg, "DrafterKVCache", Recording)
+    monkeypatch.setattr(context_module, "DrafterKVCache", Recording)
     return made
 
 

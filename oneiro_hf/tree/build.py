@@ -25,7 +25,7 @@ import time
 import torch
 
 from ..draft_policy import DraftPolicyState
-from ..kv_cache import DrafterKVCache
+from ..drafter_context import DrafterContext
 from ..lookup import NgramIndex
 from .tree import TokenTree, window_mask
 
@@ -33,36 +33,18 @@ LOOKUP_RANK_DECAY = 0.5
 
 
 class LatentTreeDrafter:
-    """The drafter's side of one tree generate call: its cache, kept in step with the accepted sequence.
-
-    Drafter position p takes (h_{p-1}, x_p); `true_len` positions (1..true_len) hold teacher-forced entries.
-    Target states of newly accepted positions wait in `pending` until a latent draft is wanted.
+    """The drafter's side of one tree generate call: its teacher-forced context (`DrafterContext`: the cache,
+    kept in step with the accepted sequence, bounded by `window` on the first catch-up) and the tree expansion.
     """
 
-    def __init__(self, drafter, max_capacity: int | None = None) -> None:
+    def __init__(self, drafter, max_capacity: int | None = None, window: int | None = None) -> None:
         self.drafter = drafter
-        self.cache = DrafterKVCache(max_capacity=max_capacity)
-        self.true_len = 0
-        self.pending: list[torch.Tensor] = []
+        self.context = DrafterContext(drafter, max_capacity=max_capacity, window=window)
 
     def observe(self, states: torch.Tensor) -> None:
         """states: (1, n, k*H) the drafter's input states (`OneiroDrafter.input_states`) at the next n accepted
         positions."""
-        self.pending.append(states)
-
-    def catch_up(self, input_ids: torch.LongTensor) -> torch.Tensor:
-        """Drop speculative entries, feed pending states; returns (1, H) the predicted state at the last position."""
-        self.cache.crop(self.true_len)
-        start, end = self.true_len + 1, input_ids.shape[1]
-        states = torch.cat(self.pending, dim=1) if len(self.pending) > 1 else self.pending[0]
-        if states.shape[1] != end - start:
-            raise RuntimeError(f"tree drafter lost sync: {states.shape[1]} states for {end - start} positions")
-        self.pending = []
-        positions = torch.arange(start, end, device=input_ids.device).unsqueeze(0)
-        # transition feeds a long catch-up in chunks (TRANSITION_CHUNK): bounded memory
-        out = self.drafter.transition(states, input_ids[:, start:end], positions, self.cache)
-        self.true_len = end - 1
-        return out[0, -1:]
+        self.context.observe(states)
 
     @torch.no_grad()
     def expand(
@@ -88,7 +70,7 @@ class LatentTreeDrafter:
         device = input_ids.device
         root_position = input_ids.shape[1] - 1
         frontier = [0]
-        frontier_states = self.catch_up(input_ids)  # (b, H)
+        frontier_states = self.context.catch_up(input_ids)[0]  # (b, H)
         spec_nodes: list[int] = []  # tree node held by each speculative drafter cache entry, in order
         calls = 1
         for level in range(max_depth):
@@ -115,7 +97,7 @@ class LatentTreeDrafter:
             positions = torch.tensor([[root_position + tree.nodes[i].depth for i in nxt]], device=device)
             mask_fn = self._mask_fn(tree, spec_nodes, nxt, root_position, device)
             started = time.perf_counter()
-            out = drafter.transition(states, tokens, positions, self.cache, mask_fn=mask_fn)
+            out = drafter.transition(states, tokens, positions, self.context.cache, mask_fn=mask_fn)
             policy.observe_draft_step(time.perf_counter() - started)
             calls += 1
             spec_nodes.extend(nxt)
@@ -123,18 +105,20 @@ class LatentTreeDrafter:
         return calls
 
     def _mask_fn(self, tree: TokenTree, spec_nodes: list[int], new: list[int], root_position: int, device):
-        """Masks for new nodes over [teacher-forced entries | speculative entries | the new nodes themselves]."""
-        true_len = self.true_len
-        allowed = torch.zeros(len(new), true_len + len(spec_nodes) + len(new), dtype=torch.bool)
-        allowed[:, :true_len] = True
+        """Masks for new nodes over [teacher-forced entries | speculative entries | the new nodes themselves];
+        keys at their absolute positions (the teacher-forced ones start after the context's offset)."""
+        forced = self.context.teacher_forced
+        allowed = torch.zeros(len(new), forced + len(spec_nodes) + len(new), dtype=torch.bool)
+        allowed[:, :forced] = True
         for row, node in enumerate(new):
             ancestors = set(tree.path_to(node))
             for col, spec in enumerate(spec_nodes):
-                allowed[row, true_len + col] = spec in ancestors
-            allowed[row, true_len + len(spec_nodes) + row] = True
+                allowed[row, forced + col] = spec in ancestors
+            allowed[row, forced + len(spec_nodes) + row] = True
         query = torch.tensor([root_position + tree.nodes[i].depth for i in new])
         keys = torch.cat(
-            [torch.arange(1, true_len + 1), torch.tensor([root_position + tree.nodes[i].depth for i in spec_nodes + new])]
+            [self.context.key_positions(),
+             torch.tensor([root_position + tree.nodes[i].depth for i in spec_nodes + new], dtype=torch.long)]
         )
         allowed, query, keys = allowed.to(device), query.to(device), keys.to(device)
         return lambda window: window_mask(allowed, query, keys, window)

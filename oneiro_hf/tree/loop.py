@@ -53,6 +53,7 @@ class TreeSettings:
     lookup_max_ngram: int
     min_value: float  # latent: stop expanding below this estimated path probability
     cost_aware: bool  # choose the node count from t(k); off: always max_nodes
+    context_window: int | None  # latest verified positions the drafter's first catch-up feeds (None: all)
 
     @classmethod
     def from_drafting_settings(cls, settings: DraftingSettings) -> TreeSettings:
@@ -72,6 +73,7 @@ class TreeSettings:
             lookup_max_ngram=int(settings.lookup_max_ngram),
             min_value=float(settings.min_draft_confidence),
             cost_aware=bool(settings.cost_aware),
+            context_window=settings.context_window,
         )
         for name in ("max_nodes", "max_depth", "topk", "beam", "lookup_branches"):
             if getattr(made, name) < 1:
@@ -175,7 +177,7 @@ class TreeDecoder:
         self.policy, self.stats = session.policy, session.stats  # the drafter's policy; stats -> last_stats
         # the drafter holds the accepted positions plus at most one level of `beam` speculative nodes per depth
         capacity = generation_config.max_length + settings.beam * settings.max_depth
-        self.latent = LatentTreeDrafter(drafter, capacity) if settings.mode != "lookup" else None
+        self.latent = LatentTreeDrafter(drafter, capacity, settings.context_window) if settings.mode != "lookup" else None
         # only the states the drafter reads (default: the final-normed last one)
         self.hidden_flag: int | list[int] | bool = drafter.hidden_states_request if self.latent is not None else False
         self.index = NgramIndex(settings.lookup_min_ngram, settings.lookup_max_ngram,
