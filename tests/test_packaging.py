@@ -18,8 +18,9 @@ SHIPPED_CARDS = {"smollm2-135m-instruct": ROOT / "model_cards" / "drafters" / "s
 # how the rendered card of each shipped drafter was made (examples/publish.py --dry-run with these flags)
 PUBLISH_FLAGS = [
     "--repo-id", "your-org/smollm2-135m-oneiro-drafter", "--base-model", "HuggingFaceTB/SmolLM2-135M-Instruct",
-    "--license", "apache-2.0", "--bench-summary", str(ROOT / "docs/benchmarks/smollm2_cpu_summary.json"),
-    "--hardware", "2-core x86_64 CPU (shared)",
+    "--license", "apache-2.0",
+    "--bench-summary", str(ROOT / "docs/benchmarks/smollm2_drafters256/summary_shipped_drafter.json"),
+    "--hardware", "2-core AMD EPYC CPU, one thread per lane",
 ]
 
 
