@@ -243,7 +243,8 @@ def train_offline(model_args, data_args, args, target, tokenizer, data, resume, 
         last = {"1": "after stage 1", "2": "after stage 2", "1+2": "after stage 1+2"}[args.stage]
         evals.append((f"{last} (final, step {trainer.state.global_step})", final))
     info = {
-        "base_model": model_args.target, "interval": list(interval), "transition_init": args.transition_init,
+        "base_model": target.name_or_path or model_args.target,  # a reference target: the Hub id it copies
+        "interval": list(interval), "transition_init": args.transition_init,
         "input_layers": drafter.config.input_layers,
         **data.provenance, "train_records": len(data.train), "eval_records": len(data.eval),
         "train_response_tokens": features.train_tokens, "draft_vocab_size": int(drafter.draft_vocab_ids.numel()),

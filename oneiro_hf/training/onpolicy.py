@@ -619,7 +619,7 @@ def run_stage3(model_args: Any, data_args: Any, args: OneiroTrainingArguments, t
     before, final = train_and_evaluate(trainer, resume, timer, "stage 3", f"initial drafter ({args.init_drafter})")
     evals = before + ([(f"after stage 3 (step {trainer.state.global_step})", final)] if final else [])
     info = {
-        "base_model": model_args.target, "stage": "3", **provenance,
+        "base_model": target.name_or_path or model_args.target, "stage": "3", **provenance,
         "rounds": args.onpolicy_rounds,
         "prompts_per_round": args.onpolicy_prompts_per_round,
         "steps_per_round": args.onpolicy_steps_per_round,
