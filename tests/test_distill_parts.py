@@ -7,16 +7,18 @@ import json
 from test_distill_dataset import VOCAB, make_records, write_jsonl
 
 from oneiro_hf.training.distill_dataset import main as export_main
-from oneiro_hf.training.distill_dataset import read_settings
+from oneiro_hf.training.distill_dataset import parse_generation_log, read_settings
 
 
-def _log(path, records, tokens, seconds, threads, device=""):
-    on = f" on {device}" if device else ""
-    path.write_text(
-        f"2026-11-30 15:30:09,859 INFO __main__: Loaded tiny-target{on} in 1.0s (threads={threads})\n"
-        f"2026-11-30 15:35:01,749 INFO __main__: wrote {records} records ({tokens} response tokens) in {seconds}s: "
-        "1.0 response tok/s\n"
-    )
+def _log(path, *runs):
+    """A selfdistill log of several runs, each (records, response tokens, seconds, threads, device or "")."""
+    lines = []
+    for i, (records, tokens, seconds, threads, device) in enumerate(runs):
+        on = f" on {device}" if device else ""
+        lines.append(f"2026-11-30 1{5 + i}:30:09,859 INFO __main__: Loaded tiny-target{on} in 1.0s (threads={threads})")
+        lines.append(f"2026-11-30 1{5 + i}:35:01,749 INFO __main__: wrote {records} records ({tokens} response tokens) "
+                     f"in {seconds}s: 1.0 response tok/s")
+    path.write_text("\n".join(lines) + "\n")
     return path
 
 
@@ -25,18 +27,18 @@ def test_records_from_another_machine_are_a_part_of_their_own(tmp_path):
     write_jsonl(cpu_jsonl, make_records(4))
     common = ["--out", str(out), "--no-overlap-check"]
     assert export_main(["--jsonl", str(cpu_jsonl), *common, "--target", "tiny-target", "--vocab-size", str(VOCAB),
-                        "--log", str(_log(tmp_path / "cpu1.log", 4, 400, 40, 1)), "--batch-size", "32",
+                        "--log", str(_log(tmp_path / "cpu1.log", (4, 400, 40, 1, ""))), "--batch-size", "32",
                         "--hardware", "test CPU"]) == 0
     # a refresh of the same job extends its part; the job's log is cumulative
     write_jsonl(cpu_jsonl, make_records(2, start=4), mode="a")
     assert export_main(["--jsonl", str(cpu_jsonl), *common,
-                        "--log", str(_log(tmp_path / "cpu2.log", 6, 600, 60, 1))]) == 0
+                        "--log", str(_log(tmp_path / "cpu2.log", (6, 600, 60, 1, "")))]) == 0
     parts = read_settings(out).parts
     assert [p["records"] for p in parts] == [6] and parts[0]["throughput"]["response_tokens"] == 600
     # records made elsewhere (another machine, batch size and threads) start a new part
     write_jsonl(gpu_jsonl, make_records(5, start=6))
     assert export_main(["--jsonl", str(gpu_jsonl), *common, "--hardware", "test GPU", "--batch-size", "512",
-                        "--threads", "16", "--log", str(_log(tmp_path / "gpu.log", 5, 5000, 2, 16, "cuda"))]) == 0
+                        "--threads", "16", "--log", str(_log(tmp_path / "gpu.log", (5, 5000, 2, 16, "cuda")))]) == 0
     parts = read_settings(out).parts
     assert [(p["records"], p["hardware"], p["batch_size"], p["threads"]) for p in parts] == [
         (6, "test CPU", 32, 1), (5, "test GPU", 512, 16)]
@@ -62,3 +64,12 @@ def test_a_directory_exported_before_parts_existed_becomes_the_first_part(tmp_pa
     assert export_main(["--jsonl", str(tmp_path / "b.jsonl"), "--out", str(out), "--no-overlap-check",
                         "--hardware", "new GPU", "--batch-size", "256"]) == 0
     assert [(p["records"], p["hardware"]) for p in read_settings(out).parts] == [(3, "old CPU"), (2, "new GPU")]
+
+
+def test_runs_that_name_their_device_are_counted_apart(tmp_path):
+    """parse_generation_log reads logs of selfdistill runs that name the device they loaded the target on."""
+    log = _log(tmp_path / "gen.log", (64, 12000, 200, 1, "cpu"), (64, 8000, 50, 2, "cuda"))
+    parsed = parse_generation_log(log)
+    assert parsed["throughput"] == {"runs": 2, "records": 128, "response_tokens": 20000, "seconds": 250,
+                                    "response_tokens_per_s": 80.0}
+    assert parsed["threads"] == [1, 2]
