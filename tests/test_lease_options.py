@@ -56,7 +56,7 @@ def _args(tmp_path, minutes):
 def test_time_limit_stops_training_once_it_is_reached(tmp_path):
     args = _args(tmp_path, 1e-5)  # 0.6 ms
     state, control = TrainerState(), TrainerControl()
-    callback = _TimeLimitCallback(args.max_train_minutes)
+    callback = _TimeLimitCallback()
     callback.on_train_begin(args, state, control)
     time.sleep(0.01)
     callback.on_step_end(args, state, control)
@@ -66,10 +66,42 @@ def test_time_limit_stops_training_once_it_is_reached(tmp_path):
 def test_time_limit_lets_training_go_on_before_it_is_reached(tmp_path):
     args = _args(tmp_path, 60.0)
     state, control = TrainerState(), TrainerControl()
-    callback = _TimeLimitCallback(args.max_train_minutes)
+    callback = _TimeLimitCallback()
     callback.on_train_begin(args, state, control)
     callback.on_step_end(args, state, control)
     assert not control.should_training_stop
+
+
+def test_train_until_stops_training_at_the_wall_clock_deadline(tmp_path):
+    """--train_until: the deadline is fixed in wall-clock time, whenever training starts."""
+    state = TrainerState()
+    passed, control = TrainerControl(), TrainerControl()
+    late = OneiroTrainingArguments(output_dir=str(tmp_path), train_until=time.time() - 1, report_to="none",
+                                   use_cpu=True)
+    callback = _TimeLimitCallback()
+    callback.on_train_begin(late, state, passed)
+    callback.on_step_end(late, state, passed)
+    assert passed.should_training_stop
+    ahead = OneiroTrainingArguments(output_dir=str(tmp_path), train_until=time.time() + 3600, report_to="none",
+                                    use_cpu=True)
+    callback = _TimeLimitCallback()
+    callback.on_train_begin(ahead, state, control)
+    callback.on_step_end(ahead, state, control)
+    assert not control.should_training_stop
+
+
+def test_the_earlier_of_minutes_and_deadline_bounds_training(tmp_path):
+    from oneiro_hf.training.trainer import training_time_budget
+
+    soon = time.time() + 60
+    both = OneiroTrainingArguments(output_dir=str(tmp_path), max_train_minutes=10.0, train_until=soon,
+                                   report_to="none", use_cpu=True)
+    assert 55 < training_time_budget(both) <= 60
+    minutes = OneiroTrainingArguments(output_dir=str(tmp_path), max_train_minutes=0.5, train_until=soon + 3600,
+                                      report_to="none", use_cpu=True)
+    assert training_time_budget(minutes) == 30.0
+    neither = OneiroTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
+    assert training_time_budget(neither) is None
 
 
 def test_time_limit_must_be_positive(tmp_path):

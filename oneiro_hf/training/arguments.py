@@ -90,6 +90,14 @@ class OneiroTrainingArguments(TrainingArguments):
             "safety net for a lease that ends; size max_steps so that it is rarely reached)"
         },
     )
+    train_until: float | None = field(
+        default=None,
+        metadata={
+            "help": "stop training at this wall-clock time (seconds since the epoch, e.g. `$(( $(date +%s) + 480 ))`), "
+            "then evaluate and save as usual: for a lease whose end is fixed while the time spent before training "
+            "(feature pass, ridge init) is not; with --max_train_minutes the earlier of the two ends training"
+        },
+    )
     save_dtype: str = field(
         default="bfloat16",
         metadata={"help": "dtype of the final drafter weights: bfloat16, float16 or float32"},

@@ -274,17 +274,18 @@ class _StageCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         self.trainer._set_switch_step(state.max_steps)
         self.start = time.perf_counter()
+        self.budget = training_time_budget(args)
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
         tr = self.trainer
-        if (  # a time box: stage 2 starts at stage1_fraction of the steps or of the minutes, whichever is first
-            args.max_train_minutes
+        if (  # a time box: stage 2 starts at stage1_fraction of the steps or of the time, whichever is first
+            self.budget is not None
             and tr.switch_step is not None
             and state.global_step < tr.switch_step
-            and time.perf_counter() - self.start > args.stage1_fraction * args.max_train_minutes * 60
+            and time.perf_counter() - self.start > args.stage1_fraction * self.budget
         ):
-            logger.info("step %d: %.0f%% of --max_train_minutes spent in stage 1", state.global_step,
+            logger.info("step %d: %.0f%% of the training time box spent in stage 1", state.global_step,
                         100 * args.stage1_fraction)
             tr.switch_step = state.global_step
         if (
@@ -303,20 +304,32 @@ class _StageCallback(TrainerCallback):
         return control
 
 
-class _TimeLimitCallback(TrainerCallback):
-    """Ends training once ``max_minutes`` of it have passed; the caller then evaluates and saves as usual."""
+def training_time_budget(args) -> float | None:
+    """Seconds of training left from now under --max_train_minutes and --train_until (the earlier), or None."""
+    limits = []
+    if args.max_train_minutes:
+        limits.append(args.max_train_minutes * 60.0)
+    if args.train_until is not None:
+        limits.append(max(0.0, args.train_until - time.time()))
+    return min(limits) if limits else None
 
-    def __init__(self, max_minutes: float) -> None:
-        self.max_seconds = max_minutes * 60.0
+
+class _TimeLimitCallback(TrainerCallback):
+    """Ends training once its time box (`training_time_budget` at the start of training) has passed; the caller
+    then evaluates and saves as usual."""
+
+    def __init__(self) -> None:
         self.start: float | None = None
+        self.max_seconds: float | None = None
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.start = time.perf_counter()
+        self.max_seconds = training_time_budget(args)
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.start is not None and time.perf_counter() - self.start > self.max_seconds:
-            logger.warning("step %d of %d: --max_train_minutes %.1f reached; training stops here",
+        if self.max_seconds is not None and time.perf_counter() - self.start > self.max_seconds:
+            logger.warning("step %d of %d: the training time box (%.1f min) is over; training stops here",
                            state.global_step, state.max_steps, self.max_seconds / 60)
             control.should_training_stop = True
         return control
@@ -385,7 +398,7 @@ class OneiroTrainer(Trainer):
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
             callbacks=[_StageCallback(self)]
-            + ([_TimeLimitCallback(args.max_train_minutes)] if args.max_train_minutes else [])
+            + ([_TimeLimitCallback()] if args.max_train_minutes or args.train_until is not None else [])
             + list(callbacks or []),
             **kwargs,
         )
