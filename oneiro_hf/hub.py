@@ -508,13 +508,18 @@ def prepare_upload(
 
     config.json and model.safetensors (drafter weights only, including `draft_vocab_ids`, the draft
     vocabulary mapping), README.md, and training_summary.json when training info is known. The card is
-    built first, so a card check failure leaves `folder` untouched.
+    built first, so a card check failure leaves `folder` untouched. `dtype` None writes the weights in the
+    dtype training saved them in (the training info's `save_dtype`), not in the dtype they follow in memory
+    (a drafter bound to a float32 target holds float32 copies of bfloat16 weights); with no training info, as
+    in memory.
     """
-    torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-    if torch_dtype is not None and not torch_dtype.is_floating_point:
-        raise ValueError(f"dtype must be a floating point dtype, got {dtype!r}.")
     training_info = card_kwargs.get("training_info")
     info = _load_json(training_info, "training info") if training_info is not None else _recorded_training_info(drafter)
+    if dtype is None and info is not None:
+        dtype = info.get("save_dtype")
+    torch_dtype = getattr(torch, dtype, None) if isinstance(dtype, str) else dtype
+    if dtype is not None and (not isinstance(torch_dtype, torch.dtype) or not torch_dtype.is_floating_point):
+        raise ValueError(f"dtype must be a floating point dtype such as 'bfloat16', got {dtype!r}.")
     card = build_model_card(drafter, repo_id=repo_id, dtype=torch_dtype, **{**card_kwargs, "training_info": info})
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)

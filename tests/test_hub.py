@@ -679,6 +679,28 @@ def _expected_folder(drafter, tmp_path, **card) -> dict[str, bytes]:
     return {f.name: f.read_bytes() for f in files}
 
 
+def test_publish_writes_the_weights_in_the_dtype_training_saved_them_in(tmp_path):
+    """A drafter bound to a float32 target holds float32 copies; its publish writes what training saved (bf16)."""
+    _, drafter = _drafter(vocab_ids=list(range(3, 67)))
+    assert drafter.fuse.weight.dtype == torch.float32
+    info = {"base_model": BASE, "interval": [2, 4], "draft_vocab_size": 64, "save_dtype": "bfloat16"}
+    prepare_upload(drafter, tmp_path / "saved", license="mit", training_info=info)
+    with safe_open(str(tmp_path / "saved" / "model.safetensors"), "pt") as handle:
+        assert handle.get_tensor("fuse.weight").dtype == torch.bfloat16
+    assert json.loads((tmp_path / "saved" / "config.json").read_text())["dtype"] == "bfloat16"
+    card = (tmp_path / "saved" / "README.md").read_text()
+    assert "bfloat16" in card.split("## Use")[0] and "float32" not in card.split("## Use")[0]
+    # an explicit dtype wins; no training info keeps the dtype in memory
+    prepare_upload(drafter, tmp_path / "fp16", license="mit", training_info=info, dtype="float16")
+    with safe_open(str(tmp_path / "fp16" / "model.safetensors"), "pt") as handle:
+        assert handle.get_tensor("fuse.weight").dtype == torch.float16
+    prepare_upload(drafter, tmp_path / "memory", license="mit")
+    with safe_open(str(tmp_path / "memory" / "model.safetensors"), "pt") as handle:
+        assert handle.get_tensor("fuse.weight").dtype == torch.float32
+    with pytest.raises(ValueError, match="floating point dtype such as 'bfloat16', got 'int8'"):
+        prepare_upload(drafter, tmp_path / "bad", license="mit", dtype="int8")
+
+
 def test_publish_sends_exactly_these_files_in_one_commit(fake_hub, tmp_path):
     _, drafter = _drafter(vocab_ids=list(range(7, 71)))
     card = {"license": "apache-2.0", "bench_summary": _summary(), "hardware": "test VM"}
