@@ -1,6 +1,6 @@
 """Print the name of the drafter with the best held-out tau among the folders of a lease (scripts/device_lease.sh).
 
-    python scripts/lease_best.py DRAFTERS_DIR [--skip NAME ...]
+    python scripts/lease_best.py DRAFTERS_DIR --among NAME [NAME ...]
 
 Each folder's training_summary.json holds its evaluations; the last one is the trained drafter. Prints nothing if
 no folder holds a finished drafter.
@@ -24,9 +24,9 @@ def held_out_tau(folder: Path) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("drafters", type=Path)
-    parser.add_argument("--skip", nargs="*", default=[])
+    parser.add_argument("--among", nargs="+", required=True, help="the candidate folders' names")
     args = parser.parse_args()
-    scored = {f.name: held_out_tau(f) for f in sorted(args.drafters.iterdir()) if f.is_dir() and f.name not in args.skip}
+    scored = {name: held_out_tau(args.drafters / name) for name in args.among}
     scored = {name: tau for name, tau in scored.items() if tau is not None}
     if scored:
         print(max(scored, key=scored.get))
