@@ -14,14 +14,24 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "model_cards" / "drafter_card.md"
-SHIPPED_CARDS = {"smollm2-135m-instruct": ROOT / "model_cards" / "drafters" / "smollm2-135m-instruct.md"}
+SHIPPED_CARDS = {
+    name: ROOT / "model_cards" / "drafters" / f"{name}.md" for name in ("gemma-3-270m", "smollm2-135m-instruct")
+}
 # how the rendered card of each shipped drafter was made (examples/publish.py --dry-run with these flags)
-PUBLISH_FLAGS = [
-    "--repo-id", "your-org/smollm2-135m-oneiro-drafter", "--base-model", "HuggingFaceTB/SmolLM2-135M-Instruct",
-    "--license", "apache-2.0",
-    "--bench-summary", str(ROOT / "docs/benchmarks/smollm2_drafters256/summary_shipped_drafter.json"),
-    "--hardware", "2-core AMD EPYC CPU, one thread per lane",
-]
+PUBLISH_FLAGS = {
+    "smollm2-135m-instruct": [
+        "--repo-id", "your-org/smollm2-135m-oneiro-drafter", "--base-model", "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "--license", "apache-2.0",
+        "--bench-summary", str(ROOT / "docs/benchmarks/smollm2_all256_s6/summary_shipped_drafter.json"),
+        "--hardware", "2-core AMD EPYC CPU, one thread per lane",
+    ],
+    "gemma-3-270m": [
+        "--repo-id", "your-org/gemma-3-270m-oneiro-drafter", "--base-model", "google/gemma-3-270m",
+        "--license", "gemma",
+        "--bench-summary", str(ROOT / "docs/benchmarks/gemma_s6/summary.json"),
+        "--hardware", "2-core AMD EPYC CPU, one thread per lane",
+    ],
+}
 
 
 def test_model_cards_folder_holds_the_template_and_a_card_per_shipped_drafter():
@@ -89,7 +99,7 @@ def test_wheel_carries_the_template_and_publishes_a_dry_run_from_it(tmp_path):
 def test_rendered_card_of_each_shipped_drafter_is_current(name, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "publish.py"), "--target", name, *PUBLISH_FLAGS,
+        [sys.executable, str(ROOT / "examples" / "publish.py"), "--target", name, *PUBLISH_FLAGS[name],
          "--dry-run", str(tmp_path / "upload")],
         check=False, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
     )
