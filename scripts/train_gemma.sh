@@ -23,6 +23,5 @@ resume=()
 ls -d "$OUT"/checkpoint-* >/dev/null 2>&1 && resume=(--resume_from_checkpoint last)
 . scripts/recipe.sh
 exec oneiro-train "${RECIPE[@]}" "${GEMMA[@]}" --data "$DATA" --feature_cache_dir runs/features/gemma \
-  --stage1_fraction 0.8 --max_steps 1200 --per_device_train_batch_size 8 --lr_scheduler_kwargs '{"min_lr_rate": 0.3}' \
-  --warmup_steps 20 --logging_steps 10 --save_strategy steps --save_steps 50 --save_total_limit 2 \
+  "${CPU_SIZES[@]}" --stage1_fraction 0.8 --max_steps 1200 --warmup_steps 20 --save_total_limit 2 \
   --threads "$THREADS" --output_dir "$OUT" "${resume[@]}" "$@"

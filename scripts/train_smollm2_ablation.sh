@@ -16,9 +16,8 @@ train() {  # name, then the flags that differ from the recipe
   local resume=()
   ls -d "$OUT/$name"/checkpoint-* >/dev/null 2>&1 && resume=(--resume_from_checkpoint last)
   oneiro-train "${RECIPE[@]}" "${SMOLLM2[@]}" --data runs/data/smollm2_subset.jsonl \
-    --feature_cache_dir runs/features/smollm2 --stage1_fraction 0.8 --max_steps 213 --per_device_train_batch_size 8 \
-    --lr_scheduler_kwargs '{"min_lr_rate": 0.3}' --warmup_steps 10 --logging_steps 10 --save_strategy steps \
-    --save_steps 50 --save_total_limit 1 --threads 1 \
+    --feature_cache_dir runs/features/smollm2 "${CPU_SIZES[@]}" --stage1_fraction 0.8 --max_steps 213 \
+    --save_total_limit 1 --threads 1 \
     --output_dir "$OUT/$name" "${resume[@]}" "$@"
 }
 

@@ -6,6 +6,4 @@ cd /work/main
 export OMP_NUM_THREADS=2 TOKENIZERS_PARALLELISM=false
 . scripts/recipe.sh
 exec oneiro-train "${RECIPE[@]}" "${SMOLLM2[@]}" --data runs/data/smollm2_subset.jsonl --feature_cache_dir runs/features/smollm2 \
-  --stage1_fraction 0.8 --max_steps 213 --per_device_train_batch_size 8 \
-  --lr_scheduler_kwargs '{"min_lr_rate": 0.3}' --warmup_steps 10 --logging_steps 10 --save_strategy steps \
-  --save_steps 50 --save_total_limit 2 --threads 2 --output_dir runs/train/smollm2 "$@"
+  "${CPU_SIZES[@]}" --stage1_fraction 0.8 --max_steps 213 --save_total_limit 2 --threads 2 --output_dir runs/train/smollm2 "$@"
