@@ -258,8 +258,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
             probs.append(self.policy.latent_rate(conf).value)
             if conf < self.min_conf or token in self.eos_ids or j + 1 == budget:
                 break
-            if self.cost_aware and self.policy.best_length(probs, list(range(1, len(probs) + 1))) < len(probs) \
-                    and probs[-1] < 0.5:
+            if self.cost_aware and not self.policy.worth_extending(probs, budget):
                 break
             next_tok = torch.tensor([[token]], device=input_ids.device)
             if self.do_sample:
@@ -271,7 +270,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
             self.policy.observe_draft_step((time.perf_counter() - t0) / (steps_timed + 1))
         length = len(tokens)
         if self.cost_aware:
-            length = self.policy.best_length(probs, list(range(1, len(probs) + 1)))
+            length = self.policy.best_length(probs, [0] * len(probs), sunk_steps=len(probs))
         tokens, confidences = tokens[:length], confidences[:length]
         logits_out = torch.cat(logit_rows[:length], dim=0).unsqueeze(0) if (self.do_sample and length) else None
         return Draft(tokens, logits_out, "latent", 0, confidences)

@@ -9,7 +9,9 @@ bin for latent drafts, per matched n-gram length for lookup drafts). A draft of 
                       cost(L) = t(L + 1) + (latent steps) * t_draft_step,
 
 and L = 0 (a plain one-token step) is always a candidate, which is what keeps a weak drafter from
-making generation slower than greedy.
+making generation slower than greedy. A latent draft grows while some longer draft still promises more
+than stopping (`worth_extending`: a look-ahead over the measured t(k), not a per-token stop), and is then
+cut to its best length with the drafter steps already spent counted as spent.
 """
 
 from __future__ import annotations
@@ -117,22 +119,42 @@ class DraftPolicyState:
         return self.lookup_by_ngram[ngram]
 
     # -------------------------------------------------------------- choice
-    def best_length(self, probs: list[float], latent_steps: list[int]) -> int:
+    def best_length(self, probs: list[float], latent_steps: list[int], sunk_steps: int = 0) -> int:
         """Draft length (0..len(probs)) maximising expected tokens per second.
 
         probs[j] is P(draft j+1 accepted | drafts 1..j accepted); latent_steps[j] is how many drafter
-        steps a draft of length j+1 costs.
+        steps a draft of length j+1 costs; sunk_steps drafter steps are charged to every length, 0 included
+        (steps already taken: cutting a draft short does not give their time back).
         """
-        best_len, best_score = 0, 1.0 / self.verify_time(1)
-        expected, survive = 1.0, 1.0
+        rates = self._rates(probs, [0] + list(latent_steps), sunk_steps)
+        return max(range(len(rates)), key=rates.__getitem__)
+
+    def worth_extending(self, probs: list[float], budget: int) -> bool:
+        """Whether a latent draft of len(probs) tokens should go on (up to `budget` tokens) rather than stop.
+
+        Stopping is judged with the drafter steps already taken (sunk); going on assumes every further token is
+        accepted as often as the last one (probs[-1]) and charges one drafter step per token. Looking past the
+        next token matters where t(k) is not monotonic: on a CPU that verifies 4 tokens faster than 2, a doubtful
+        second token is worth drafting if a third and fourth follow.
+        """
+        n = len(probs)
+        if n == 0 or n >= budget:
+            return n == 0 and budget > 0
+        stop = max(self._rates(probs, [0] * (n + 1), n))
+        longer = probs + [probs[-1]] * (budget - n)
+        go_on = self._rates(longer, list(range(budget + 1)), 0)[n + 1:]
+        return max(go_on) > stop
+
+    def _rates(self, probs: list[float], steps: list[int], sunk_steps: int) -> list[float]:
+        """Expected tokens per second of verifying the first L drafts, L = 0..len(probs); steps[L] drafter steps."""
         step = self.draft_step_time()
+        rates = [1.0 / (self.verify_time(1) + (steps[0] + sunk_steps) * step)]
+        expected, survive = 1.0, 1.0
         for j, p in enumerate(probs):
             survive *= p
             expected += survive
-            score = expected / (self.verify_time(j + 2) + latent_steps[j] * step)
-            if score > best_score:
-                best_len, best_score = j + 1, score
-        return best_len
+            rates.append(expected / (self.verify_time(j + 2) + (steps[j + 1] + sunk_steps) * step))
+        return rates
 
     def latent_worth_trying(self) -> bool:
         """Skip the drafter while it has been losing time, but retry now and then to notice a change."""

@@ -242,6 +242,43 @@ def test_best_length_charges_latent_steps():
     assert policy.best_length([0.5] * 4, [0] * 4) == 4  # lookup drafts cost no drafter steps
 
 
+CPU_PROFILE = {1: 1.0, 2: 1.56, 3: 1.92, 4: 1.41, 5: 1.59, 6: 1.59, 7: 1.80, 8: 1.69, 9: 1.75}  # measured, session 6
+
+
+def test_latent_draft_looks_past_a_doubtful_token_where_longer_drafts_verify_cheaper():
+    """On a profile with t(4) < t(2), one doubtful token alone does not pay, but three do: keep drafting."""
+    policy = DraftPolicyState()
+    _flat_profile(policy, CPU_PROFILE)
+    policy.observe_draft_step(0.1)
+    assert policy.best_length([0.5], [1]) == 0  # judged alone, the one-token draft loses to a plain step
+    assert policy.worth_extending([0.5], budget=8)
+    assert policy.best_length([0.5, 0.5, 0.5], [0] * 3, sunk_steps=3) == 3
+    # a steep profile makes the same doubtful token the end of the draft
+    steep = DraftPolicyState()
+    _flat_profile(steep, {k: 1.0 + 0.5 * (k - 1) for k in range(1, 10)})
+    steep.observe_draft_step(0.1)
+    assert not steep.worth_extending([0.5], budget=8)
+    assert steep.worth_extending([0.95], budget=8)
+
+
+def test_latent_draft_stops_at_its_budget_and_when_hopeless():
+    policy = DraftPolicyState()
+    _flat_profile(policy, CPU_PROFILE)
+    policy.observe_draft_step(0.1)
+    assert not policy.worth_extending([0.9] * 4, budget=4)
+    assert not policy.worth_extending([0.9, 0.02], budget=8)
+    assert policy.worth_extending([], budget=8) and not policy.worth_extending([], budget=0)
+
+
+def test_cutting_a_draft_short_does_not_refund_its_drafter_steps():
+    """Steps already taken count against every length: a draft is kept longer than one judged before drafting."""
+    policy = DraftPolicyState()
+    _flat_profile(policy, {k: 1.0 + 0.3 * (k - 1) for k in range(1, 10)})
+    policy.observe_draft_step(0.5)
+    assert policy.best_length([0.55, 0.55], [1, 2]) == 0
+    assert policy.best_length([0.55, 0.55], [0, 0], sunk_steps=2) == 2
+
+
 def test_verify_time_estimates_and_clipping():
     policy = DraftPolicyState()
     assert policy.verify_time(3) > policy.verify_time(1)  # unitless prior before any measurement
