@@ -266,7 +266,12 @@ def test_latent_draft_stops_at_its_budget_and_when_hopeless():
     _flat_profile(policy, CPU_PROFILE)
     policy.observe_draft_step(0.1)
     assert not policy.worth_extending([0.9] * 4, budget=4)
-    assert not policy.worth_extending([0.9, 0.02], budget=8)
+    # here even a hopeless third token is worth drafting: verifying 4 tokens is cheaper than verifying 3
+    assert policy.worth_extending([0.9, 0.02], budget=8)
+    rising = DraftPolicyState()
+    _flat_profile(rising, {k: 1.0 + 0.1 * (k - 1) for k in range(1, 10)})
+    rising.observe_draft_step(0.1)
+    assert not rising.worth_extending([0.9, 0.02], budget=8)
     assert policy.worth_extending([], budget=8) and not policy.worth_extending([], budget=0)
 
 

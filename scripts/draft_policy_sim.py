@@ -1,0 +1,214 @@
+"""Replay latent drafting policies on the target's own greedy answers, priced with a measured t(k) profile.
+
+Every chain the drafter would start at every position of an answer is computed once, in one parallel rollout
+(training's `parallel_rollout`, which tests show equals what `generate` drafts). A policy is then replayed as
+decoding would run it: at position p it drafts L tokens, the target accepts the longest prefix that equals the
+answer, and decoding moves to p + accepted + 1, charged t(L + 1) for the pass and one drafter step per drafted
+token. The cost-aware policies are the real `DraftPolicyState`, pinned to the profile and learning acceptance
+as it goes, so a change to the cost model is judged here in seconds before an interleaved benchmark.
+
+    python scripts/draft_policy_sim.py --records 40 --profile runs/profile.json:0.1 --profile h200
+
+Prints tokens per pass (tau) and modelled speedup over greedy per policy; "oracle" knows which drafts will be
+accepted (the ceiling any stop rule can reach with this drafter and profile).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+
+import torch
+
+from oneiro_hf import OneiroDrafter
+from oneiro_hf.draft_policy import DraftPolicyState
+from oneiro_hf.reference_models import load_reference_model
+from oneiro_hf.training.features import is_eval_record
+from oneiro_hf.training.records import load_dataset_records
+from oneiro_hf.training.rollout import parallel_rollout
+from oneiro_hf.tree.cost import H200_PROFILE
+
+DEPTH = 8
+
+
+@dataclass
+class Chains:
+    """At each answer position p (0-based in the answer): the drafted tokens' correctness and confidences."""
+
+    correct: list[list[bool]]  # correct[p][k]: step k+1 of the chain started before answer token p is right
+    conf: list[list[float]]
+
+
+@torch.no_grad()
+def chains_for(model, drafter, prompt: list[int], answer: list[int]) -> Chains:
+    ids = torch.tensor([prompt + answer])
+    out = model(ids, output_hidden_states=drafter.hidden_states_request)
+    states = drafter.input_states(out.hidden_states)
+    positions = torch.arange(1, ids.shape[1]).unsqueeze(0)
+    first = len(prompt) - 2  # drafter index whose step-1 output predicts answer[0]
+    outs = parallel_rollout(drafter, states[:, :-1], ids[:, 1:], positions, DEPTH, first_index=first)
+    vocab = drafter.draft_vocab_ids
+    correct, conf = [], []
+    n = len(answer)
+    for p in range(n):
+        row_ok, row_conf = [], []
+        for k in range(min(DEPTH, n - p)):
+            probs = drafter.readout_logits(outs[k][0, first + p + k]).float().softmax(-1)
+            c, i = probs.max(-1)
+            row_ok.append(int(vocab[i]) == answer[p + k])
+            row_conf.append(float(c))
+        correct.append(row_ok)
+        conf.append(row_conf)
+    return Chains(correct, conf)
+
+
+def accepted(ok: list[bool], length: int) -> int:
+    a = 0
+    while a < length and ok[a]:
+        a += 1
+    return a
+
+
+def replay(chains: list[Chains], choose, profile: dict, step_ratio: float) -> tuple[float, float]:
+    """(tau, modelled speedup over greedy) of a policy `choose(p_chain_conf, ok) -> (length, steps)`."""
+    timing = DraftPolicyState()
+    timing.pin_profile(profile["ratios"], 1.0, step_ratio)
+    tokens = passes = 0
+    cost = 0.0
+    for ch in chains:
+        p = 0
+        while p < len(ch.correct):
+            length, steps = choose(ch.conf[p], ch.correct[p])
+            a = accepted(ch.correct[p], length)
+            choose.observe(ch.conf[p], a, length) if hasattr(choose, "observe") else None
+            p += a + 1
+            tokens += a + 1
+            passes += 1
+            cost += timing.verify_time(length + 1) + steps * step_ratio
+    return tokens / passes, tokens / cost
+
+
+class Fixed:
+    def __init__(self, n: int):
+        self.n = n
+
+    def __call__(self, conf, ok):
+        n = min(self.n, len(conf))
+        return n, n
+
+
+class Oracle:
+    """Knows the acceptance: drafts exactly the accepted tokens when that beats a plain step."""
+
+    def __init__(self, ratios: dict, step_ratio: float):
+        self.timing, self.step = DraftPolicyState(), step_ratio
+        self.timing.pin_profile(ratios, 1.0, step_ratio)
+
+    def __call__(self, conf, ok):
+        best, best_rate = 0, 1.0
+        for length in range(1, len(conf) + 1):
+            rate = (accepted(ok, length) + 1) / (self.timing.verify_time(length + 1) + length * self.step)
+            if rate > best_rate:
+                best, best_rate = length, rate
+        return best, best
+
+
+class SlowBackoff(DraftPolicyState):
+    """Back-off judged on a long average of attempts (EMA 0.02), retrying every 8 steps, no doubling."""
+
+    def observe_latent_profit(self, seconds_saved: float) -> None:
+        self.latent_profit_s = 0.98 * self.latent_profit_s + 0.02 * seconds_saved
+
+
+class SlowBackoffDoubling(DraftPolicyState):
+    """Back-off judged on a long average of attempts (EMA 0.02), retry interval doubling while it loses."""
+
+    def observe_latent_profit(self, seconds_saved: float) -> None:
+        self.latent_profit_s = 0.98 * self.latent_profit_s + 0.02 * seconds_saved
+        self.explore_every = min(2 * self.explore_every, 128) if self.latent_profit_s < 0 else 8
+
+
+class CostModel:
+    """The shipped cost model (`DraftPolicyState`), deciding as `_draft_latent` does, with rule 'myopic' (stop at
+    the first token that does not pay by itself) or 'lookahead' (`worth_extending`)."""
+
+    def __init__(self, profile: dict, step_ratio: float, rule: str, budget: int = DEPTH, backoff: bool = True,
+                 state=DraftPolicyState):
+        self.policy = state()
+        self.policy.pin_profile(profile["ratios"], 1.0, step_ratio)
+        self.rule, self.budget, self.backoff = rule, budget, backoff
+
+    def __call__(self, conf, ok):
+        pol = self.policy
+        if self.backoff and not pol.latent_worth_trying():
+            pol.steps_since_latent += 1
+            return 0, 0
+        pol.steps_since_latent = 0
+        probs = []
+        budget = min(self.budget, len(conf))
+        for j in range(budget):
+            probs.append(pol.latent_rate(conf[j]).value)
+            if conf[j] < 0.05 or j + 1 == budget:
+                break
+            if self.rule == "myopic":
+                if pol.best_length(probs, list(range(1, len(probs) + 1))) < len(probs) and probs[-1] < 0.5:
+                    break
+            elif self.rule == "lookahead" and not pol.worth_extending(probs, budget):
+                break
+        if self.rule == "myopic":
+            length = pol.best_length(probs, list(range(1, len(probs) + 1)))
+        else:
+            length = pol.best_length(probs, [0] * len(probs), sunk_steps=len(probs))
+        self._drafted = len(probs)
+        return length, len(probs)
+
+    def observe(self, conf, a, length):
+        pol = self.policy
+        for j in range(min(a + 1, length)):
+            pol.latent_rate(conf[j]).add(j < a)
+        if length:
+            spent = pol.verify_time(length + 1) + self._drafted * pol.draft_step_time()
+            pol.observe_latent_profit((a + 1) * pol.verify_time(1) - spent)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", default="smollm2-135m-instruct")
+    ap.add_argument("--drafter", default="drafters/smollm2-135m-instruct")
+    ap.add_argument("--data", default="data/selfdistill/smollm2-135m-instruct")
+    ap.add_argument("--fresh", action="store_true", help="an untrained drafter (the floor: drafting must not lose)")
+    ap.add_argument("--records", type=int, default=40, help="held-out records to replay")
+    ap.add_argument("--max-answer", type=int, default=256)
+    ap.add_argument("--profile", action="append", required=True,
+                    help="PROFILE[:STEP]: a t(k) JSON from oneiro-bench profile, or h200, and the drafter step cost "
+                         "as a share of t(1) (default: the profile's own, else 0.1); repeatable")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    model, _ = load_reference_model(args.target)
+    drafter = (OneiroDrafter.from_target(model) if args.fresh
+               else OneiroDrafter.from_pretrained(args.drafter, target=model))
+    drafter.eval()
+    records = [r for r in load_dataset_records(args.data) if is_eval_record(str(r["id"]), 0.05)][: args.records]
+    chains = [chains_for(model, drafter, list(r["input_ids"]), list(r["output_ids"])[: args.max_answer])
+              for r in records]
+    print(f"{len(chains)} held-out records, {sum(len(c.correct) for c in chains)} answer tokens")
+    for entry in args.profile:
+        name, _, step_text = entry.partition(":")
+        profile = H200_PROFILE if name == "h200" else json.load(open(name))
+        step = float(step_text) if step_text else float(profile.get("drafter_step_ratio", 0.1))
+        print(f"profile {name}, drafter step {step:.3f} t(1)")
+        policies = {"fixed-1": Fixed(1), "fixed-2": Fixed(2), "fixed-3": Fixed(3), "fixed-4": Fixed(4),
+                    "myopic": CostModel(profile, step, "myopic"), "lookahead": CostModel(profile, step, "lookahead"),
+                    "lookahead-nobackoff": CostModel(profile, step, "lookahead", backoff=False),
+                    "lookahead-slowbackoff": CostModel(profile, step, "lookahead", state=SlowBackoff),
+                    "lookahead-slowdoubling": CostModel(profile, step, "lookahead", state=SlowBackoffDoubling),
+                    "draft-4-cut": CostModel(profile, step, "cut", budget=4, backoff=False),
+                    "draft-8-cut": CostModel(profile, step, "cut", backoff=False),
+                    "oracle": Oracle(profile["ratios"], step)}
+        for label, policy in policies.items():
+            tau, speed = replay(chains, policy, profile, step)
+            print(f"  {label:20s} tau {tau:.2f}  modelled {speed:.3f}x greedy")
+
+if __name__ == "__main__":
+    main()
