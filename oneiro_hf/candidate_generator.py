@@ -266,6 +266,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
             position = torch.tensor([[context.next_position()]], device=input_ids.device)
             state = drafter.transition(drafter.recurrent_inputs(state), next_tok, position, context.cache)
             steps_timed += 1
+        self.stats.drafter_calls += 1 + steps_timed
         if steps_timed:
             self.policy.observe_draft_step((time.perf_counter() - t0) / (steps_timed + 1))
         length = len(tokens)

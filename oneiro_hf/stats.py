@@ -38,6 +38,9 @@ class DraftStats:
     empty_steps: int = 0  # steps where drafting was judged not worth it
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
+    # drafter forwards: per latent draft one catch-up (with the first readout), then one per further step or tree
+    # level; what another machine's drafter step cost prices (oneiro-bench breakdown --latency-profile h200)
+    drafter_calls: int = 0
     accepted_by_source: dict[str, int] = field(default_factory=lambda: {"latent": 0, "lookup": 0})
     drafted_by_source: dict[str, int] = field(default_factory=lambda: {"latent": 0, "lookup": 0})
     accept_lengths: list[int] = field(default_factory=list)  # tokens gained per step (accepted + 1)

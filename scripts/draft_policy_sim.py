@@ -1,4 +1,4 @@
-"""Replay latent drafting policies on the target's own greedy answers, priced with a measured t(k) profile.
+"""Replay drafting policies on the target's own greedy answers, priced with a measured t(k) profile.
 
 Every chain the drafter would start at every position of an answer is computed once, in one parallel rollout
 (training's `parallel_rollout`, which tests show equals what `generate` drafts). A policy is then replayed as
@@ -9,8 +9,9 @@ as it goes, so a change to the cost model is judged here in seconds before an in
 
     python scripts/draft_policy_sim.py --records 40 --profile runs/profile.json:0.1 --profile h200
 
-Prints tokens per pass (tau) and modelled speedup over greedy per policy; "oracle" knows which drafts will be
-accepted (the ceiling any stop rule can reach with this drafter and profile).
+Prints tokens per pass (tau) and modelled speedup over greedy per policy, for latent drafts alone, lookup alone
+and the hybrid; an "oracle" knows which drafts will be accepted (the ceiling any stop rule or choice of source
+can reach with this drafter and profile).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import torch
 
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.draft_policy import DraftPolicyState
+from oneiro_hf.lookup import NgramIndex
 from oneiro_hf.reference_models import load_reference_model
 from oneiro_hf.training.features import is_eval_record
 from oneiro_hf.training.records import load_dataset_records
@@ -34,10 +36,11 @@ DEPTH = 8
 
 @dataclass
 class Chains:
-    """At each answer position p (0-based in the answer): the drafted tokens' correctness and confidences."""
+    """At each answer position p (0-based in the answer): what each source would draft there, judged."""
 
-    correct: list[list[bool]]  # correct[p][k]: step k+1 of the chain started before answer token p is right
-    conf: list[list[float]]
+    correct: list[list[bool]]  # correct[p][k]: step k+1 of the latent chain started before answer token p is right
+    conf: list[list[float]]  # the readout's probability of each latent step's token
+    lookup: list[tuple[list[bool], int]]  # the lookup draft's correctness per token and its n-gram length
 
 
 @torch.no_grad()
@@ -49,9 +52,14 @@ def chains_for(model, drafter, prompt: list[int], answer: list[int]) -> Chains:
     first = len(prompt) - 2  # drafter index whose step-1 output predicts answer[0]
     outs = parallel_rollout(drafter, states[:, :-1], ids[:, 1:], positions, DEPTH, first_index=first)
     vocab = drafter.draft_vocab_ids
-    correct, conf = [], []
+    correct, conf, lookup = [], [], []
     n = len(answer)
+    index = NgramIndex(2, 4)  # the default lookup_min_ngram / lookup_max_ngram
+    index.extend(prompt)
     for p in range(n):
+        tokens, ngram = index.lookup(min(DEPTH, n - p))
+        lookup.append(([t == answer[p + j] for j, t in enumerate(tokens)], ngram))
+        index.extend([answer[p]])
         row_ok, row_conf = [], []
         for k in range(min(DEPTH, n - p)):
             probs = drafter.readout_logits(outs[k][0, first + p + k]).float().softmax(-1)
@@ -60,7 +68,7 @@ def chains_for(model, drafter, prompt: list[int], answer: list[int]) -> Chains:
             row_conf.append(float(c))
         correct.append(row_ok)
         conf.append(row_conf)
-    return Chains(correct, conf)
+    return Chains(correct, conf, lookup)
 
 
 def accepted(ok: list[bool], length: int) -> int:
@@ -70,8 +78,10 @@ def accepted(ok: list[bool], length: int) -> int:
     return a
 
 
-def replay(chains: list[Chains], choose, profile: dict, step_ratio: float) -> tuple[float, float]:
-    """(tau, modelled speedup over greedy) of a policy `choose(p_chain_conf, ok) -> (length, steps)`."""
+def replay(chains: list[Chains], policy: Policy, profile: dict, step_ratio: float) -> tuple[float, float]:
+    """(tau, modelled speedup over greedy) of a policy replayed over every answer. At each pass
+    `policy.choose(chains, p)` returns the draft's correctness flags, its length and its drafter steps; the
+    drafter's catch-up over accepted tokens and the loop's own overhead are not priced."""
     timing = DraftPolicyState()
     timing.pin_profile(profile["ratios"], 1.0, step_ratio)
     tokens = passes = 0
@@ -79,9 +89,9 @@ def replay(chains: list[Chains], choose, profile: dict, step_ratio: float) -> tu
     for ch in chains:
         p = 0
         while p < len(ch.correct):
-            length, steps = choose(ch.conf[p], ch.correct[p])
-            a = accepted(ch.correct[p], length)
-            choose.observe(ch.conf[p], a, length) if hasattr(choose, "observe") else None
+            ok, length, steps = policy.choose(ch, p)
+            a = accepted(ok, length)
+            policy.observe(ch, p, a, length)
             p += a + 1
             tokens += a + 1
             passes += 1
@@ -89,63 +99,78 @@ def replay(chains: list[Chains], choose, profile: dict, step_ratio: float) -> tu
     return tokens / passes, tokens / cost
 
 
-class Fixed:
+class Policy:
+    def choose(self, ch: Chains, p: int) -> tuple[list[bool], int, int]:
+        raise NotImplementedError
+
+    def observe(self, ch: Chains, p: int, accepted: int, length: int) -> None:
+        """Learn from a verified draft (the cost model does; fixed rules and the oracle need not)."""
+
+
+class Fixed(Policy):
     def __init__(self, n: int):
         self.n = n
 
-    def __call__(self, conf, ok):
-        n = min(self.n, len(conf))
-        return n, n
+    def choose(self, ch, p):
+        n = min(self.n, len(ch.conf[p]))
+        return ch.correct[p], n, n
 
 
-class Oracle:
-    """Knows the acceptance: drafts exactly the accepted tokens when that beats a plain step."""
+class Oracle(Policy):
+    """Knows the acceptance: drafts exactly the accepted tokens of the best source when that beats a plain step."""
 
-    def __init__(self, ratios: dict, step_ratio: float):
-        self.timing, self.step = DraftPolicyState(), step_ratio
-        self.timing.pin_profile(ratios, 1.0, step_ratio)
+    def __init__(self, profile: dict, step_ratio: float, sources: tuple[str, ...]):
+        self.timing, self.step, self.sources = DraftPolicyState(), step_ratio, sources
+        self.timing.pin_profile(profile["ratios"], 1.0, step_ratio)
 
-    def __call__(self, conf, ok):
-        best, best_rate = 0, 1.0
-        for length in range(1, len(conf) + 1):
-            rate = (accepted(ok, length) + 1) / (self.timing.verify_time(length + 1) + length * self.step)
-            if rate > best_rate:
-                best, best_rate = length, rate
-        return best, best
-
-
-class SlowBackoff(DraftPolicyState):
-    """Back-off judged on a long average of attempts (EMA 0.02), retrying every 8 steps, no doubling."""
-
-    def observe_latent_profit(self, seconds_saved: float) -> None:
-        self.latent_profit_s = 0.98 * self.latent_profit_s + 0.02 * seconds_saved
+    def choose(self, ch, p):
+        best, best_rate = ([], 0, 0), 1.0
+        for source in self.sources:
+            ok = ch.correct[p] if source == "latent" else ch.lookup[p][0]
+            per_step = self.step if source == "latent" else 0.0
+            for length in range(1, len(ok) + 1):
+                rate = (accepted(ok, length) + 1) / (self.timing.verify_time(length + 1) + length * per_step)
+                if rate > best_rate:
+                    best, best_rate = (ok, length, length if source == "latent" else 0), rate
+        return best
 
 
-class SlowBackoffDoubling(DraftPolicyState):
-    """Back-off judged on a long average of attempts (EMA 0.02), retry interval doubling while it loses."""
+class QuickBackoff(DraftPolicyState):
+    """The back-off before session 7: profit averaged with weight 0.15, i.e. over the last few attempts."""
 
     def observe_latent_profit(self, seconds_saved: float) -> None:
-        self.latent_profit_s = 0.98 * self.latent_profit_s + 0.02 * seconds_saved
+        self.latent_profit_s = 0.85 * self.latent_profit_s + 0.15 * seconds_saved
         self.explore_every = min(2 * self.explore_every, 128) if self.latent_profit_s < 0 else 8
 
 
-class CostModel:
-    """The shipped cost model (`DraftPolicyState`), deciding as `_draft_latent` does, with rule 'myopic' (stop at
-    the first token that does not pay by itself) or 'lookahead' (`worth_extending`)."""
+class CostModel(Policy):
+    """The shipped cost model (`DraftPolicyState`), deciding as `OneiroCandidateGenerator._draft` does.
 
-    def __init__(self, profile: dict, step_ratio: float, rule: str, budget: int = DEPTH, backoff: bool = True,
-                 state=DraftPolicyState):
+    mode: "latent", "lookup" or "hybrid" (a lookup draft where one pays, else latent); rule: "lookahead" (the
+    shipped `worth_extending`), "myopic" (the rule before: stop at the first token that does not pay by itself)
+    or "cut" (draft the whole budget, then cut)."""
+
+    def __init__(self, profile: dict, step_ratio: float, rule: str = "lookahead", mode: str = "latent",
+                 budget: int = DEPTH, backoff: bool = True, state=DraftPolicyState):
         self.policy = state()
         self.policy.pin_profile(profile["ratios"], 1.0, step_ratio)
-        self.rule, self.budget, self.backoff = rule, budget, backoff
+        self.rule, self.mode, self.budget, self.backoff = rule, mode, budget, backoff
+        self.source, self.drafted = "none", 0
 
-    def __call__(self, conf, ok):
+    def choose(self, ch, p):
         pol = self.policy
-        if self.backoff and not pol.latent_worth_trying():
+        self.source, self.drafted = "none", 0
+        ok, ngram = ch.lookup[p]
+        if self.mode != "latent" and ok:
+            length = pol.best_length([pol.lookup_rate(ngram).value] * len(ok), [0] * len(ok))
+            if length:
+                self.source = "lookup"
+                return ok, length, 0
+        if self.mode == "lookup" or (self.backoff and not pol.latent_worth_trying()):
             pol.steps_since_latent += 1
-            return 0, 0
+            return [], 0, 0
         pol.steps_since_latent = 0
-        probs = []
+        conf, probs = ch.conf[p], []
         budget = min(self.budget, len(conf))
         for j in range(budget):
             probs.append(pol.latent_rate(conf[j]).value)
@@ -160,16 +185,22 @@ class CostModel:
             length = pol.best_length(probs, list(range(1, len(probs) + 1)))
         else:
             length = pol.best_length(probs, [0] * len(probs), sunk_steps=len(probs))
-        self._drafted = len(probs)
-        return length, len(probs)
+        self.source, self.drafted = "latent", len(probs)
+        return ch.correct[p], length, len(probs)
 
-    def observe(self, conf, a, length):
+    def observe(self, ch, p, a, length):
         pol = self.policy
+        if not length:
+            return
+        if self.source == "lookup":
+            rate = pol.lookup_rate(ch.lookup[p][1])
+            for j in range(min(a + 1, length)):
+                rate.add(j < a)
+            return
         for j in range(min(a + 1, length)):
-            pol.latent_rate(conf[j]).add(j < a)
-        if length:
-            spent = pol.verify_time(length + 1) + self._drafted * pol.draft_step_time()
-            pol.observe_latent_profit((a + 1) * pol.verify_time(1) - spent)
+            pol.latent_rate(ch.conf[p][j]).add(j < a)
+        spent = pol.verify_time(length + 1) + self.drafted * pol.draft_step_time()
+        pol.observe_latent_profit((a + 1) * pol.verify_time(1) - spent)
 
 
 def main() -> None:
@@ -195,20 +226,31 @@ def main() -> None:
     print(f"{len(chains)} held-out records, {sum(len(c.correct) for c in chains)} answer tokens")
     for entry in args.profile:
         name, _, step_text = entry.partition(":")
-        profile = H200_PROFILE if name == "h200" else json.load(open(name))
+        if name == "h200":
+            profile = H200_PROFILE
+        else:
+            with open(name) as f:
+                profile = json.load(f)
         step = float(step_text) if step_text else float(profile.get("drafter_step_ratio", 0.1))
         print(f"profile {name}, drafter step {step:.3f} t(1)")
-        policies = {"fixed-1": Fixed(1), "fixed-2": Fixed(2), "fixed-3": Fixed(3), "fixed-4": Fixed(4),
-                    "myopic": CostModel(profile, step, "myopic"), "lookahead": CostModel(profile, step, "lookahead"),
-                    "lookahead-nobackoff": CostModel(profile, step, "lookahead", backoff=False),
-                    "lookahead-slowbackoff": CostModel(profile, step, "lookahead", state=SlowBackoff),
-                    "lookahead-slowdoubling": CostModel(profile, step, "lookahead", state=SlowBackoffDoubling),
-                    "draft-4-cut": CostModel(profile, step, "cut", budget=4, backoff=False),
-                    "draft-8-cut": CostModel(profile, step, "cut", backoff=False),
-                    "oracle": Oracle(profile["ratios"], step)}
+        policies = {
+            "latent fixed-3": Fixed(3),
+            "latent fixed-4": Fixed(4),
+            "latent, draft 8 then cut": CostModel(profile, step, "cut", backoff=False),
+            "latent before: myopic, quick back-off": CostModel(profile, step, "myopic", state=QuickBackoff),
+            "latent look-ahead, quick back-off": CostModel(profile, step, state=QuickBackoff),
+            "latent look-ahead, no back-off": CostModel(profile, step, backoff=False),
+            "latent shipped: look-ahead, slow back-off": CostModel(profile, step),
+            "latent oracle": Oracle(profile, step, ("latent",)),
+            "lookup (oneiro-lookup)": CostModel(profile, step, mode="lookup"),
+            "lookup oracle": Oracle(profile, step, ("lookup",)),
+            "hybrid before": CostModel(profile, step, "myopic", mode="hybrid", state=QuickBackoff),
+            "hybrid shipped": CostModel(profile, step, mode="hybrid"),
+            "hybrid oracle (best source, best length)": Oracle(profile, step, ("latent", "lookup")),
+        }
         for label, policy in policies.items():
             tau, speed = replay(chains, policy, profile, step)
-            print(f"  {label:20s} tau {tau:.2f}  modelled {speed:.3f}x greedy")
+            print(f"  {label:44s} tau {tau:.2f}  modelled {speed:.3f}x greedy")
 
 if __name__ == "__main__":
     main()

@@ -550,6 +550,31 @@ def test_breakdown_splits_time_and_bounds_speedup(env, tmp_path, capsys):
     assert set(result["methods"]["oneiro-lookup"]["categories"]) == {"writing", "math_reasoning"}
 
 
+def test_breakdown_prices_drafter_calls_when_the_profile_has_a_drafter_step_cost(env, tmp_path):
+    out = tmp_path / "run"
+    assert bench.main(_args(env, out, "--methods", "greedy,oneiro-lookup,oneiro-latent-fixed-2", "--drafter",
+                            "fresh", "--no-plots", "--max-new-tokens", "16")) == 0
+    ratios = {1: 1.0, 2: 1.5, 3: 1.8, 4: 2.0}
+    profile = tmp_path / "tk.json"
+    profile.write_text(json.dumps({"t1_s": 0.01, "ratios": ratios, "drafter_step_ratio": 0.25}))
+    assert bench.main(["breakdown", "--run", str(out), "--latency-profile", str(profile)]) == 0
+    result = json.loads((out / "breakdown.json").read_text())
+    assert "drafter calls priced" in (out / "breakdown.md").read_text()
+    lines = _lines(out / "answers" / "oneiro-latent-fixed-2.jsonl")
+    drafts = [d for r in lines for c in r["choices"] for d in c["draft_lengths"]]
+    calls = sum(r["oneiro_stats"]["drafter_calls"] for r in lines)
+    # a 2-token draft is one catch-up (with the first readout) and one further step; a 1-token one only the first
+    assert calls == sum(min(d, 2) for d in drafts if d)
+    tokens = sum(sum(c["new_tokens"]) for r in lines for c in r["choices"])
+    units = sum(ratios[min(d + 1, 4)] for d in drafts)
+    row = result["methods"]["oneiro-latent-fixed-2"]["overall"]
+    assert row["modelled_with_drafting"] == pytest.approx(tokens / (units + 0.25 * calls))
+    assert row["modelled_with_drafting"] < row["modelled_speedup"]
+    lookup = result["methods"]["oneiro-lookup"]["overall"]  # lookup drafts cost no drafter calls
+    assert lookup["modelled_with_drafting"] == pytest.approx(lookup["modelled_speedup"])
+    assert lookup["drafter_calls_per_pass"] == 0
+
+
 def test_breakdown_refuses_what_it_cannot_read(env, tmp_path, capsys):
     assert bench.main(["breakdown", "--run", str(tmp_path)]) == bench.EXIT_BAD_INPUT
     assert "greedy.jsonl not found" in capsys.readouterr().err

@@ -7,6 +7,8 @@ assisted loop's bookkeeping, prefills, noise). Two bounds follow from the same n
 
 * `modelled_speedup` = tokens / sum of t(k)/t(1) over verification passes: the speedup if drafting and the
   loop were free, on this hardware's t(k). Measured speedup below it is drafting and overhead.
+* `modelled_with_drafting` (profiles that carry a drafter step cost, `drafter_step_ratio`, as the H200 one
+  does): the same with every drafter forward priced at that share of t(1); the loop is still free.
 * `tau`: the speedup if a k-token verification cost a 1-token step (nearly so on a GPU for small k).
   The gap between tau and the modelled speedup is the price of this hardware's t(k).
 
@@ -44,6 +46,10 @@ def _totals(records: list[dict], ratios: dict[int, float]) -> dict[str, float]:
                 t["passes"] += sum(choice["new_tokens"])
                 t["verify_units"] += sum(choice["new_tokens"])
         t["draft_s"] += float(rec.get("draft_time_s") or 0.0)
+        stats = rec.get("oneiro_stats") or {}
+        if stats and "drafter_calls" not in stats:  # written before the count existed: drafting cannot be priced
+            t["calls_unknown"] += 1
+        t["drafter_calls"] += stats.get("drafter_calls", 0)
     return t
 
 
@@ -78,19 +84,25 @@ def time_breakdown(run_dir: str | Path, profile: dict | None = None) -> dict:
         greedy_by_cat: dict[str, list[dict]] = defaultdict(list)
         for r in greedy_common:
             greedy_by_cat[r["category"]].append(r)
-        entry = {"overall": _row(_totals(common, ratios), _totals(greedy_common, ratios))}
-        entry["categories"] = {c: _row(_totals(rs, ratios), _totals(greedy_by_cat[c], ratios))
+        call_ratio = profile.get("drafter_step_ratio")
+        entry = {"overall": _row(_totals(common, ratios), _totals(greedy_common, ratios), call_ratio)}
+        entry["categories"] = {c: _row(_totals(rs, ratios), _totals(greedy_by_cat[c], ratios), call_ratio)
                                for c, rs in sorted(groups.items())}
         result["methods"][method] = entry
     return result
 
 
-def _row(t: dict[str, float], greedy: dict[str, float]) -> dict[str, float]:
+def _row(t: dict[str, float], greedy: dict[str, float], call_ratio: float | None = None) -> dict[str, float]:
     if not t["tokens"] or not greedy["tokens"]:
         return {"n_tokens": 0}
     sec_per_unit = greedy["wall_s"] / greedy["verify_units"]  # greedy's measured seconds per 1-token step
     verify_s = t["verify_units"] * sec_per_unit
     other_s = t["wall_s"] - verify_s - t["draft_s"]
+    greedy_cost = greedy["verify_units"] / greedy["tokens"]  # t(1) units per token of plain decoding
+    priced = {} if call_ratio is None or t["calls_unknown"] else {
+        "modelled_with_drafting": greedy_cost * t["tokens"] / (t["verify_units"] + t["drafter_calls"] * call_ratio),
+        "drafter_calls_per_pass": t["drafter_calls"] / t["passes"],
+    }
     return {
         "n_tokens": int(t["tokens"]),
         "tau": t["tokens"] / t["passes"],
@@ -100,6 +112,7 @@ def _row(t: dict[str, float], greedy: dict[str, float]) -> dict[str, float]:
         "verify_share": verify_s / t["wall_s"],
         "draft_share": t["draft_s"] / t["wall_s"],
         "other_share": other_s / t["wall_s"],
+        **priced,
     }
 
 
@@ -109,16 +122,21 @@ def tau_needed_for(speedup: float, row: dict[str, float]) -> float:
 
 
 def breakdown_markdown(result: dict, targets: tuple[float, ...] = (1.8,)) -> str:
-    lines = ["| method | tau | mean t(k)/t(1) | modelled speedup | measured | verification | drafting | other | "
+    rows = [e["overall"] for e in result["methods"].values() if e["overall"].get("n_tokens")]
+    priced = bool(rows) and all("modelled_with_drafting" in r for r in rows)
+    lines = ["| method | tau | mean t(k)/t(1) | modelled speedup | "
+             + ("modelled, drafter calls priced | " if priced else "")
+             + "measured | verification | drafting | other | "
              + " | ".join(f"tau for {x}x" for x in targets) + " |",
-             "|---" * (8 + len(targets)) + "|"]
+             "|---" * (8 + priced + len(targets)) + "|"]
     for method, entry in result["methods"].items():
         r = entry["overall"]
         if not r.get("n_tokens"):
             continue
         lines.append(
             f"| {method} | {r['tau']:.2f} | {r['mean_verify_cost']:.2f} | {r['modelled_speedup']:.2f}x | "
-            f"{r['measured_speedup']:.2f}x | {r['verify_share']:.0%} | {r['draft_share']:.1%} | "
+            + (f"{r['modelled_with_drafting']:.2f}x ({r['drafter_calls_per_pass']:.2f} calls/pass) | " if priced else "")
+            + f"{r['measured_speedup']:.2f}x | {r['verify_share']:.0%} | {r['draft_share']:.1%} | "
             f"{r['other_share']:.0%} | " + " | ".join(f"{tau_needed_for(x, r):.2f}" for x in targets) + " |"
         )
     cats = sorted({c for e in result["methods"].values() for c in e["categories"]})

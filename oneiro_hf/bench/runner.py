@@ -94,7 +94,7 @@ class BenchContext:
 
 _ONEIRO_STAT_KEYS = ("latent_steps", "lookup_steps", "empty_steps", "draft_time_s", "verify_time_s",
                      "drafted_by_source", "accepted_by_source", "tree_nodes", "tree_branch_ranks",
-                     "tree_drafter_calls")
+                     "tree_drafter_calls", "drafter_calls")
 
 
 def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int) -> dict:

@@ -278,6 +278,7 @@ class TreeDecoder:
         stats.verify_time_s += done.seconds
         stats.tree_nodes.append(size - 1)
         stats.tree_drafter_calls.append(draft.drafter_calls)
+        stats.drafter_calls += draft.drafter_calls
         stats.tree_branch_ranks.append(max((_sibling_rank(tree, i) for i in accepted), default=-1))
         stats.empty_steps += size == 1
         stats.drafted_tokens += size - 1
