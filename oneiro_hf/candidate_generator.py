@@ -271,7 +271,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
             self.policy.observe_draft_step((time.perf_counter() - t0) / (steps_timed + 1))
         length = len(tokens)
         if self.cost_aware:
-            length = self.policy.best_length(probs, [0] * len(probs), sunk_steps=len(probs))
+            length = self.policy.latent_length(probs)
         tokens, confidences = tokens[:length], confidences[:length]
         logits_out = torch.cat(logit_rows[:length], dim=0).unsqueeze(0) if (self.do_sample and length) else None
         return Draft(tokens, logits_out, "latent", 0, confidences)

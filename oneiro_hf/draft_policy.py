@@ -134,6 +134,10 @@ class DraftPolicyState:
         rates = self._rates(probs, [0] + list(latent_steps), sunk_steps)
         return max(range(len(rates)), key=rates.__getitem__)
 
+    def latent_length(self, probs: list[float]) -> int:
+        """Where to cut a finished latent draft of len(probs) tokens: its drafter steps are all spent already."""
+        return self.best_length(probs, [0] * len(probs), sunk_steps=len(probs))
+
     def worth_extending(self, probs: list[float], budget: int) -> bool:
         """Whether a latent draft of len(probs) tokens should go on (up to `budget` tokens) rather than stop.
 

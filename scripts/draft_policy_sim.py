@@ -184,7 +184,7 @@ class CostModel(Policy):
         if self.rule == "myopic":
             length = pol.best_length(probs, list(range(1, len(probs) + 1)))
         else:
-            length = pol.best_length(probs, [0] * len(probs), sunk_steps=len(probs))
+            length = pol.latent_length(probs)
         self.source, self.drafted = "latent", len(probs)
         return ch.correct[p], length, len(probs)
 

@@ -252,7 +252,7 @@ def test_latent_draft_looks_past_a_doubtful_token_where_longer_drafts_verify_che
     policy.observe_draft_step(0.1)
     assert policy.best_length([0.5], [1]) == 0  # judged alone, the one-token draft loses to a plain step
     assert policy.worth_extending([0.5], budget=8)
-    assert policy.best_length([0.5, 0.5, 0.5], [0] * 3, sunk_steps=3) == 3
+    assert policy.latent_length([0.5, 0.5, 0.5]) == 3
     # a steep profile makes the same doubtful token the end of the draft
     steep = DraftPolicyState()
     _flat_profile(steep, {k: 1.0 + 0.5 * (k - 1) for k in range(1, 10)})
@@ -281,7 +281,7 @@ def test_cutting_a_draft_short_does_not_refund_its_drafter_steps():
     _flat_profile(policy, {k: 1.0 + 0.3 * (k - 1) for k in range(1, 10)})
     policy.observe_draft_step(0.5)
     assert policy.best_length([0.55, 0.55], [1, 2]) == 0
-    assert policy.best_length([0.55, 0.55], [0, 0], sunk_steps=2) == 2
+    assert policy.best_length([0.55, 0.55], [0, 0], sunk_steps=2) == policy.latent_length([0.55, 0.55]) == 2
 
 
 def test_verify_time_estimates_and_clipping():
