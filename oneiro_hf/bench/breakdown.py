@@ -72,6 +72,7 @@ def time_breakdown(run_dir: str | Path, profile: dict | None = None) -> dict:
     ratios = {int(k): float(v) for k, v in profile["ratios"].items()}
     answers = read_run_answers(run, (summary.get("config") or {}).get("methods"))
     greedy_ids = {r["question_id"] for r in answers["greedy"]}
+    call_ratio = profile.get("drafter_step_ratio")  # a drafter forward's cost in t(1), where the profile knows it
     result: dict[str, dict] = {"t1_ratios": ratios, "methods": {}}
     for method, records in answers.items():
         # compare on the questions both finished, so an interrupted run stays fair
@@ -84,7 +85,6 @@ def time_breakdown(run_dir: str | Path, profile: dict | None = None) -> dict:
         greedy_by_cat: dict[str, list[dict]] = defaultdict(list)
         for r in greedy_common:
             greedy_by_cat[r["category"]].append(r)
-        call_ratio = profile.get("drafter_step_ratio")
         entry = {"overall": _row(_totals(common, ratios), _totals(greedy_common, ratios), call_ratio)}
         entry["categories"] = {c: _row(_totals(rs, ratios), _totals(greedy_by_cat[c], ratios), call_ratio)
                                for c, rs in sorted(groups.items())}
