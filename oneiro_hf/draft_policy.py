@@ -58,6 +58,9 @@ class DraftPolicyState:
         default_factory=lambda: [Rate(0.7 * (i + 0.5) / CONFIDENCE_BINS * 4, 4.0) for i in range(CONFIDENCE_BINS)]
     )
     lookup_by_ngram: dict[int, Rate] = field(default_factory=dict)
+    # how often the drafter's likeliest first token is the target's next one, before any readout is seen (trees
+    # price a latent branch with it before calling the drafter)
+    latent_lead: Rate = field(default_factory=lambda: Rate(0.6 * 4, 4.0))
     latent_profit_s: float = 0.0  # slow EMA of seconds saved per latent attempt (negative: drafting loses)
     steps_since_latent: int = 0
     explore_every: int = 8  # doubles (up to 128) while retries keep losing, back to 8 once one pays

@@ -146,7 +146,7 @@ def test_a_windowed_tree_equals_the_tree_over_the_windowed_suffix(arch):
         builder.observe(observed)
         tree = TokenTree.with_root(int(seq[0, -1]))
         builder.expand(tree, input_ids, max_depth=4, topk=2, beam=2, min_value=0.0, policy=DraftPolicyState(),
-                       eos_ids=set(), cost_aware=False)
+                       eos_ids=set(), max_nodes=32, cost_aware=False)
         assert builder.context.teacher_forced == W
         trees.append([(n.parent, n.token, n.depth) for n in tree.nodes])
     assert len(trees[0]) > 4

@@ -11,7 +11,15 @@ from transformers import DynamicCache
 from oneiro_hf.lookup import NgramIndex
 from oneiro_hf.tree.attention import target_tree_mask
 from oneiro_hf.tree.cache import UnsupportedTreeCache, compact_cache, prepare_cache, trim_sliding_layers
-from oneiro_hf.tree.cost import H200_RATIOS, choose_nodes, modelled_speedup, ratio_at
+from oneiro_hf.tree.cost import (
+    H200_RATIOS,
+    choose_nodes,
+    drafting_pays,
+    latent_levels_below,
+    latent_levels_below_root,
+    modelled_speedup,
+    ratio_at,
+)
 from oneiro_hf.tree.tree import TokenTree, tree_attention_mask
 from oneiro_hf.tree.verify import greedy_walk, sampling_walk
 
@@ -232,6 +240,45 @@ def test_cost_model_picks_small_trees_on_a_jumpy_cpu_and_large_ones_on_a_flat_gp
     hopeless = TokenTree.with_root(0)
     hopeless.add(0, 1, 0.01, "latent")
     assert choose_nodes(hopeless, lambda k: float(k), max_nodes=8) == []
+
+
+def _jumpy_cpu(k: int) -> float:
+    """t(k)/t(1) of this project's CPU profile: 1.59, 1.90, 1.44, 1.66 for k = 2..5, then +0.1 per token."""
+    return {1: 1.0, 2: 1.59, 3: 1.90, 4: 1.44, 5: 1.66}.get(k, 1.66 + 0.1 * (k - 5))
+
+
+def test_a_latent_branch_is_drafted_only_where_it_pays_beside_lookup() -> None:
+    gpu = lambda k: ratio_at(H200_RATIOS, k)
+    bare = TokenTree.with_root(0)
+    confident = TokenTree.with_root(0)
+    confident.add_path(0, [5, 6, 7], [0.8, 0.64, 0.51], "lookup", ngram=3)
+    values = [n.value for n in confident.nodes[1:]]
+    # what a latent branch adds below the root: lead rate times the share the root's children leave open
+    assert latent_levels_below_root(bare, 0.6, 3) == [pytest.approx([v]) for v in (0.6, 0.36, 0.216)]
+    assert latent_levels_below_root(confident, 0.6, 2) == [pytest.approx([0.2 * 0.6]), pytest.approx([0.2 * 0.36])]
+    # nothing from lookup: 3 latent tokens verified in t(4) = 1.44 beat a plain step, calls at 0.1 t(1) each
+    assert drafting_pays([], latent_levels_below_root(bare, 0.6, 3), _jumpy_cpu, 0.1, 0, 32)
+    # only the look-ahead sees it: one level alone (t(2) = 1.59 for 1.6 tokens) does not pay on this CPU
+    assert not drafting_pays([], latent_levels_below_root(bare, 0.6, 1), _jumpy_cpu, 0.1, 0, 32)
+    # a confident lookup branch: on the CPU the latent branch costs more than its 0.12 tokens bring ...
+    assert not drafting_pays(values, latent_levels_below_root(confident, 0.6, 3), _jumpy_cpu, 0.1, 0, 32)
+    # ... on a flat GPU profile with cheap calls it still pays; with calls as dear as a pass it does not
+    assert drafting_pays(values, latent_levels_below_root(confident, 0.6, 3), gpu, 0.02, 0, 32)
+    assert not drafting_pays(values, latent_levels_below_root(confident, 0.6, 3), gpu, 1.0, 0, 32)
+    # no room left to verify another node: nothing pays
+    assert not drafting_pays(values, latent_levels_below_root(confident, 0.6, 3), gpu, 0.02, 0, 3)
+
+
+def test_expanding_a_level_assumes_children_as_likely_as_their_parent() -> None:
+    tree = TokenTree.with_root(0)
+    a = tree.add(0, 1, 0.8, "latent")
+    b = tree.add(a, 2, 0.4, "latent")  # accepted half as often as its parent
+    assert latent_levels_below(tree, [a, b], 2) == [pytest.approx([0.64, 0.2]), pytest.approx([0.512, 0.1])]
+    values = [n.value for n in tree.nodes[1:]]
+    gpu = lambda k: ratio_at(H200_RATIOS, k)
+    assert drafting_pays(values, latent_levels_below(tree, [a, b], 2), gpu, 0.05, 2, 32)
+    # calls already made are charged to both choices: a dear call still does not pay for 0.8 more tokens
+    assert not drafting_pays(values, latent_levels_below(tree, [b], 2), gpu, 0.5, 2, 32)
 
 
 def test_modelled_speedup_by_hand() -> None:

@@ -11,7 +11,8 @@ value times the calibrated acceptance of the node itself, as `DraftPolicyState` 
   level, the `beam` likeliest new nodes are fed to the drafter side by side in one call (each attends to the
   teacher-forced cache and its own ancestors: a tree mask on the drafter's cache), and their top-k become
   the next level. Expansion stops at the depth budget, when no new node is worth `min_value`, or (cost model
-  on) when the nodes to expand promise fewer tokens than a drafter call costs.
+  on) when no further level promises more tokens per second than the tree as it is, its drafter calls
+  priced (`cost.drafting_pays`).
 
 Identical tokens under the same parent merge, so lookup and latent proposals that agree share nodes and
 those that disagree become sibling branches. `cost.choose_nodes` then keeps the part of the tree the
@@ -21,15 +22,24 @@ latency profile pays for.
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import torch
 
 from ..draft_policy import DraftPolicyState
 from ..drafter_context import DrafterContext
 from ..lookup import NgramIndex
+from .cost import drafting_pays, latent_levels_below
 from .tree import TokenTree, window_mask
 
 LOOKUP_RANK_DECAY = 0.5
+
+
+class Expansion(NamedTuple):
+    """What growing the latent branches spent and proposed first."""
+
+    calls: int  # drafter forwards (the catch-up that reads out the first level, then one per expanded level)
+    lead_token: int  # the drafter's likeliest token below the root (`DraftPolicyState.latent_lead` learns from it)
 
 
 class LatentTreeDrafter:
@@ -58,12 +68,14 @@ class LatentTreeDrafter:
         min_value: float,
         policy: DraftPolicyState,
         eos_ids: set[int],
+        max_nodes: int,
         cost_aware: bool = True,
-    ) -> int:
-        """Grow latent branches below the root of `tree`; returns how many drafter calls it made.
+    ) -> Expansion:
+        """Grow latent branches below the root of `tree`; returns the drafter calls made and the lead token.
 
-        With `cost_aware`, a level is expanded only if the nodes it expands promise more tokens (the sum of their
-        values) than one drafter call costs in target steps (`draft_step_time / verify_time(1)`).
+        With `cost_aware`, a level is expanded only while drafting it (and the levels it leads to, each node's
+        children assumed as likely as the node itself) promises more tokens per second than verifying the tree
+        as it is, with every drafter call priced (`cost.drafting_pays`, at most `max_nodes` verified).
         """
         drafter = self.drafter
         vocab_ids = drafter.draft_vocab_ids
@@ -72,12 +84,14 @@ class LatentTreeDrafter:
         frontier = [0]
         frontier_states = self.context.catch_up(input_ids)[0]  # (b, H)
         spec_nodes: list[int] = []  # tree node held by each speculative drafter cache entry, in order
-        calls = 1
+        calls, lead_token = 1, -1
         for level in range(max_depth):
             probs = drafter.readout_logits(frontier_states).float().softmax(-1)
             top = probs.topk(min(topk, probs.shape[-1]), dim=-1)
             new_nodes: list[int] = []
             confs, tokens_of = top.values.tolist(), vocab_ids[top.indices].tolist()  # one device sync per level
+            if level == 0:
+                lead_token = tokens_of[0][0]
             for row, node in enumerate(frontier):
                 for conf, token in zip(confs[row], tokens_of[row]):
                     value = tree.nodes[node].value * policy.latent_rate(conf).value
@@ -89,8 +103,11 @@ class LatentTreeDrafter:
             nxt = nxt[:beam]
             if not nxt:
                 break
-            if cost_aware and sum(tree.nodes[i].value for i in nxt) < policy.draft_step_time() / policy.verify_time(1):
-                break
+            if cost_aware:
+                values = [node.value for node in tree.nodes[1:]]
+                levels = latent_levels_below(tree, nxt, max_depth - level - 1)
+                if not drafting_pays(values, levels, policy.verify_time, policy.draft_step_time(), calls, max_nodes):
+                    break
             parent_rows = [frontier.index(tree.nodes[i].parent) for i in nxt]
             states = drafter.recurrent_inputs(frontier_states[parent_rows].unsqueeze(0))
             tokens = torch.tensor([[tree.nodes[i].token for i in nxt]], dtype=torch.long, device=device)
@@ -102,7 +119,7 @@ class LatentTreeDrafter:
             calls += 1
             spec_nodes.extend(nxt)
             frontier, frontier_states = nxt, out[0]
-        return calls
+        return Expansion(calls, lead_token)
 
     def _mask_fn(self, tree: TokenTree, spec_nodes: list[int], new: list[int], root_position: int, device):
         """Masks for new nodes over [teacher-forced entries | speculative entries | the new nodes themselves];

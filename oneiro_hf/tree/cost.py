@@ -34,13 +34,68 @@ def choose_nodes(tree: TokenTree, verify_time: Callable[[int], float] | None, ma
     order = sorted(range(1, len(tree)), key=lambda i: (-tree.nodes[i].value, i))[: max(0, int(max_nodes))]
     if verify_time is None:
         return order
-    best_n, best_score, expected = 0, 1.0 / verify_time(1), 1.0
-    for n, node in enumerate(order, start=1):
-        expected += tree.nodes[node].value
-        score = expected / verify_time(n + 1)
-        if score > best_score:
-            best_n, best_score = n, score
-    return order[:best_n]
+    rates = _prefix_rates([tree.nodes[i].value for i in order], verify_time, 0.0)
+    return order[: max(range(len(rates)), key=rates.__getitem__)]
+
+
+def _prefix_rates(values: Sequence[float], verify_time: Callable[[int], float], fixed: float) -> list[float]:
+    """Expected tokens per unit time of verifying the first n of `values` (likeliest first), n = 0..len(values);
+    `fixed` is time every choice pays besides the pass (drafter calls)."""
+    rates, expected = [1.0 / (verify_time(1) + fixed)], 1.0
+    for n, value in enumerate(values, start=1):
+        expected += value
+        rates.append(expected / (verify_time(n + 1) + fixed))
+    return rates
+
+
+def drafting_pays(
+    values: Sequence[float],
+    levels: Sequence[Sequence[float]],
+    verify_time: Callable[[int], float],
+    call_time: float,
+    sunk_calls: int,
+    max_nodes: int,
+) -> bool:
+    """Whether more drafter calls promise more tokens per unit time than verifying the tree as it is.
+
+    values: the tree's node values now; levels[d]: the values the (d+1)-th further call is expected to add (one call
+    per level); call_time: one drafter call in verify_time's unit; sunk_calls: calls already made for this pass
+    (charged to every choice). Drafting d = 1..len(levels) more levels is compared with stopping now, each choice
+    verifying its best nodes (at most `max_nodes`), so a level that only pays with the next one behind it (a CPU
+    whose t(4) is below t(2)) is still drafted, as `DraftPolicyState.worth_extending` does for chains.
+    """
+    cap = max(0, int(max_nodes))
+    best = sorted(values, reverse=True)[:cap]
+    stop = max(_prefix_rates(best, verify_time, sunk_calls * call_time))
+    pool = list(values)
+    for d, level in enumerate(levels, start=1):
+        pool.extend(level)
+        best = sorted(pool, reverse=True)[:cap]
+        if max(_prefix_rates(best, verify_time, (sunk_calls + d) * call_time)) > stop:
+            return True
+    return False
+
+
+def latent_levels_below_root(tree: TokenTree, lead_rate: float, depth: int) -> list[list[float]]:
+    """What a latent branch is expected to add before the drafter is called: one new token per level, the first
+    accepted with `lead_rate` where the root's other children are wrong (so a confident lookup branch leaves
+    little to gain), each further one as often as the first."""
+    taken = min(1.0, sum(tree.nodes[c].value for c in tree.children[0].values()))
+    return [[(1.0 - taken) * lead_rate ** (d + 1)] for d in range(max(0, depth))]
+
+
+def latent_levels_below(tree: TokenTree, nodes: Sequence[int], depth: int) -> list[list[float]]:
+    """What expanding `nodes` for `depth` more levels is expected to add: below each node one token per level,
+    each accepted as often as the node itself was against its parent (the chain's look-ahead)."""
+    levels: list[list[float]] = [[] for _ in range(max(0, depth))]
+    for i in nodes:
+        value = tree.nodes[i].value
+        parent = tree.nodes[tree.nodes[i].parent].value
+        rate = value / parent if parent > 0 else 0.0
+        for d in range(len(levels)):
+            value *= rate
+            levels[d].append(value)
+    return levels
 
 
 def ratio_at(ratios: dict[int, float], k: int) -> float:

@@ -30,7 +30,7 @@ from ..settings import DraftingSettings
 from .attention import target_tree_mask
 from .build import LatentTreeDrafter, add_lookup_branches
 from .cache import compact_cache, prepare_cache, trim_sliding_layers
-from .cost import choose_nodes
+from .cost import choose_nodes, drafting_pays, latent_levels_below_root
 from .tree import TokenTree
 from .verify import Verdict, greedy_walk, sampling_walk
 
@@ -150,6 +150,7 @@ class Draft:
     tree: TokenTree
     drafter_calls: int  # drafter forwards spent on it (0: no latent branch drafted)
     seconds: float
+    lead_token: int | None = None  # the drafter's likeliest token below the root (None: drafter not called)
 
 
 @dataclass
@@ -215,20 +216,39 @@ class TreeDecoder:
         self.index.extend(input_ids[0, len(self.index.tokens):].tolist())
         depth = min(settings.max_depth, self.generation_config.max_length - input_ids.shape[1] - 1)
         tree = TokenTree.with_root(int(input_ids[0, -1]))
-        calls = 0
+        calls, lead = 0, None
         if depth > 0 and settings.mode in ("lookup", "hybrid"):
             add_lookup_branches(tree, self.index, max_depth=depth, branches=settings.lookup_branches,
                                 min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
         if depth > 0 and self.latent is not None:
-            if not settings.cost_aware or policy.latent_worth_trying():
+            if self._latent_pays(tree, depth):
                 policy.steps_since_latent = 0
-                calls = self.latent.expand(tree, input_ids, max_depth=depth, topk=settings.topk, beam=settings.beam,
-                                           min_value=settings.min_value, policy=policy, eos_ids=self.eos_ids,
-                                           cost_aware=settings.cost_aware)
+                calls, lead = self.latent.expand(
+                    tree, input_ids, max_depth=depth, topk=settings.topk, beam=settings.beam,
+                    min_value=settings.min_value, policy=policy, eos_ids=self.eos_ids, max_nodes=settings.max_nodes,
+                    cost_aware=settings.cost_aware,
+                )
             else:
                 policy.steps_since_latent += 1
         chosen = choose_nodes(tree, policy.verify_time if settings.cost_aware else None, settings.max_nodes)
-        return Draft(tree.keep(chosen), calls, time.perf_counter() - started)
+        return Draft(tree.keep(chosen), calls, time.perf_counter() - started, lead)
+
+    def _latent_pays(self, tree: TokenTree, depth: int) -> bool:
+        """Whether to call the drafter this step, given the lookup branches already in `tree`.
+
+        Cost model on: a latent branch must promise more tokens per second than the lookup tree alone, its calls
+        priced (`cost.drafting_pays`; where lookup is confident little is left to gain, so a CPU whose drafter
+        call costs a tenth of a pass skips it), and the drafter must not be losing time overall; every
+        `explore_every` skipped steps it is tried anyway, so that what it is worth keeps being measured.
+        """
+        policy = self.policy
+        if not self.settings.cost_aware or policy.steps_since_latent >= policy.explore_every:
+            return True
+        if policy.latent_profit_s < 0:
+            return False
+        levels = latent_levels_below_root(tree, policy.latent_lead.value, depth)
+        values = [node.value for node in tree.nodes[1:]]
+        return drafting_pays(values, levels, policy.verify_time, policy.draft_step_time(), 0, self.settings.max_nodes)
 
     def verify(self, input_ids: torch.LongTensor, tree: TokenTree) -> tuple[torch.LongTensor, Pass, bool]:
         """One target pass over the flattened tree, the walk, the tokens appended, the cache compacted."""
@@ -266,6 +286,8 @@ class TreeDecoder:
         size = len(tree)
         policy.observe_verify(size, done.seconds)
         _calibrate(tree, verdict, kept, policy)
+        if draft.lead_token is not None:
+            policy.latent_lead.add(verdict.tokens[0] == draft.lead_token)
         if draft.drafter_calls and self.settings.cost_aware:
             spent = policy.verify_time(size) + policy.drafting_cost(draft.seconds, draft.drafter_calls)
             policy.observe_latent_profit(kept * policy.verify_time(1) - spent)
