@@ -236,16 +236,20 @@ class TreeDecoder:
     def _latent_pays(self, tree: TokenTree, depth: int) -> bool:
         """Whether to call the drafter this step, given the lookup branches already in `tree`.
 
-        Cost model on: a latent branch must promise more tokens per second than the lookup tree alone, its calls
-        priced (`cost.drafting_pays`; where lookup is confident little is left to gain, so a CPU whose drafter
-        call costs a tenth of a pass skips it), and the drafter must not be losing time overall; every
-        `explore_every` skipped steps it is tried anyway, so that what it is worth keeps being measured.
+        Cost model on: the drafter must not be losing time overall (the back-off the chain uses too). Where lookup
+        hung no branch, that is all: the first readout's confidence then decides how far to draft, which an
+        average acceptance cannot see. Beside lookup branches a latent branch must also promise more tokens per
+        second than the lookup tree alone, its calls priced (`cost.drafting_pays`; where lookup is confident
+        little is left to gain, so a CPU whose drafter call costs a tenth of a pass skips it). Every
+        `explore_every` skipped steps the drafter is tried anyway, so that what it is worth keeps being measured.
         """
         policy = self.policy
         if not self.settings.cost_aware or policy.steps_since_latent >= policy.explore_every:
             return True
         if policy.latent_profit_s < 0:
             return False
+        if len(tree) == 1:
+            return True
         levels = latent_levels_below_root(tree, policy.latent_lead.value, depth)
         values = [node.value for node in tree.nodes[1:]]
         return drafting_pays(values, levels, policy.verify_time, policy.draft_step_time(), 0, self.settings.max_nodes)
