@@ -50,9 +50,13 @@ def compact_cache(cache: DynamicCache, keep: torch.LongTensor, tree_size: int) -
     """Keep the entries of flattened tree nodes `keep` (node indices, root first) out of the last `tree_size` ones.
 
     Called right after a tree pass over `tree_size` nodes. Afterwards every layer reads as if only the kept
-    nodes had been fed, one after another.
+    nodes had been fed, one after another. Only the tree's own entries move: the kept ones are copied to the
+    front of the tree's slots and the layer is cut after them (a view, no copy of the context), so a pass over
+    a long prompt costs no more to compact than one over a short prompt.
     """
     keep = keep.to(torch.long)
+    kept = keep.numel()
+    in_place = keep.tolist() == list(range(kept))  # the accepted path is the first nodes, in order: nothing moves
     for layer in cache.layers:
         if not layer.is_initialized:
             continue
@@ -60,11 +64,13 @@ def compact_cache(cache: DynamicCache, keep: torch.LongTensor, tree_size: int) -
         before = held - tree_size
         if before < 0:
             raise RuntimeError(f"cache layer holds {held} entries, fewer than the {tree_size} tree nodes just fed")
-        index = torch.cat([torch.arange(before, device=layer.keys.device), before + keep.to(layer.keys.device)])
-        keys = layer.keys.index_select(-2, index)
-        values = layer.values.index_select(-2, index)
+        if not in_place:
+            tail = before + keep.to(layer.keys.device)
+            layer.keys[..., before : before + kept, :] = layer.keys.index_select(-2, tail)
+            layer.values[..., before : before + kept, :] = layer.values.index_select(-2, tail)
+        keys, values = layer.keys[..., : before + kept, :], layer.values[..., : before + kept, :]
         if isinstance(layer, DynamicSlidingWindowLayer):
-            layer.cumulative_length += keep.numel() - tree_size
+            layer.cumulative_length += kept - tree_size
             keys = keys[..., -layer.sliding_window + 1 :, :]
             values = values[..., -layer.sliding_window + 1 :, :]
         layer.keys, layer.values = keys, values
