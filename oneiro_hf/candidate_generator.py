@@ -27,8 +27,7 @@ class Draft:
     """One proposal: the drafted tokens (possibly none), where they came from, and what judging them needs.
 
     logits: (1, L, V) drafting distribution when sampling (point masses for lookup), else None; ngram: the
-    matched n-gram length of a lookup draft; confidences: the readout's probability of each latent token;
-    drafter_calls: drafter forwards spent on a latent draft, including those of tokens cut afterwards.
+    matched n-gram length of a lookup draft; confidences: the readout's probability of each latent token.
     start (the sequence length when drafting began) and draft_s (seconds spent) are filled when proposed."""
 
     tokens: list[int] = field(default_factory=list)
@@ -36,7 +35,6 @@ class Draft:
     source: str = "none"  # "latent", "lookup" or "none"
     ngram: int = 0
     confidences: list[float] = field(default_factory=list)
-    drafter_calls: int = 0
     start: int = 0
     draft_s: float = 0.0
 
@@ -159,10 +157,6 @@ class OneiroCandidateGenerator(CandidateGenerator):
         self.stats.steps += 1
         self.stats.accept_lengths.append(n + 1)
         self.stats.draft_lengths.append(length)
-        if proposal.source == "latent":  # a draft cut to nothing still cost its drafter calls
-            t1 = self.policy.verify_time(1)
-            spent = self.policy.verify_time(length + 1) + self.policy.drafting_cost(proposal.draft_s, proposal.drafter_calls)
-            self.policy.observe_latent_profit((n + 1) * t1 - spent)
         if length == 0:
             return
         source = proposal.source
@@ -181,6 +175,9 @@ class OneiroCandidateGenerator(CandidateGenerator):
             self.stats.latent_steps += 1
             for j in range(min(n + 1, length)):
                 self.policy.latent_rate(proposal.confidences[j]).add(j < n)
+            t1 = self.policy.verify_time(1)
+            spent = self.policy.verify_time(length + 1) + self.policy.drafting_cost(proposal.draft_s, length)
+            self.policy.observe_latent_profit((n + 1) * t1 - spent)
 
     # ------------------------------------------------------------------ bookkeeping
     def _sync_sequence(self, input_ids, model_outputs, is_first_iteration, n_last_matches) -> None:
@@ -277,7 +274,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
             length = self.policy.latent_length(probs)
         tokens, confidences = tokens[:length], confidences[:length]
         logits_out = torch.cat(logit_rows[:length], dim=0).unsqueeze(0) if (self.do_sample and length) else None
-        return Draft(tokens, logits_out, "latent", 0, confidences, drafter_calls=1 + steps_timed)
+        return Draft(tokens, logits_out, "latent", 0, confidences)
 
     def _one_hot_logits(self, tokens: list[int], input_ids) -> torch.Tensor | None:
         """In sampling mode a copied token is a point mass: q(token)=1, so p/q acceptance stays exact."""

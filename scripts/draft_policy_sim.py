@@ -190,15 +190,17 @@ class CostModel(Policy):
 
     def observe(self, ch, p, a, length):
         pol = self.policy
+        if not length:
+            return
         if self.source == "lookup":
             rate = pol.lookup_rate(ch.lookup[p][1])
             for j in range(min(a + 1, length)):
                 rate.add(j < a)
-        elif self.source == "latent":  # as generate does: a draft cut to nothing still cost its drafter calls
-            for j in range(min(a + 1, length)):
-                pol.latent_rate(ch.conf[p][j]).add(j < a)
-            spent = pol.verify_time(length + 1) + self.drafted * pol.draft_step_time()
-            pol.observe_latent_profit((a + 1) * pol.verify_time(1) - spent)
+            return
+        for j in range(min(a + 1, length)):
+            pol.latent_rate(ch.conf[p][j]).add(j < a)
+        spent = pol.verify_time(length + 1) + self.drafted * pol.draft_step_time()
+        pol.observe_latent_profit((a + 1) * pol.verify_time(1) - spent)
 
 
 def main() -> None:
