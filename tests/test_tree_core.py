@@ -138,6 +138,14 @@ def test_compaction_keeps_exactly_the_chosen_entries() -> None:
     assert sliding.keys.flatten().tolist() == [100, 103, 104]  # window - 1 newest
     assert sliding.values.flatten().tolist() == [100, 103, 104]
     assert sliding.get_seq_length() == 9 and full.get_seq_length() == 9
+    # the next pass accepts its first nodes in order: nothing moves, the layers are only cut after them
+    more = (200 + torch.arange(4.0)).view(1, 1, 4, 1)
+    for layer in cache.layers:
+        layer.update(more, more)
+    compact_cache(cache, torch.tensor([0, 1]), tree_size=4)
+    assert full.keys.flatten().tolist() == [0, 1, 2, 3, 4, 5, 100, 103, 104, 200, 201]
+    assert sliding.keys.flatten().tolist() == [104, 200, 201]
+    assert sliding.get_seq_length() == 11 and full.get_seq_length() == 11
 
 
 def test_static_cache_is_refused_with_the_fix() -> None:

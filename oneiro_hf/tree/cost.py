@@ -9,6 +9,10 @@ which keeps every prefix a tree (a child is never likelier than its parent), and
 
 n = 0 (a plain one-token step) included. A CPU whose t(4) jumps gets a few nodes; a flat GPU profile
 (t(16) = 1.17 t(1) on an H200, docs/gpu.md) keeps every node worth a few percent.
+
+Drafting is priced the same way before it happens (`drafting_pays`): a drafter call (each latent level is one)
+is made only if the nodes it is expected to add (`latent_levels_below_root`, `latent_levels_below`) raise the
+best tokens-per-second over the pass plus its calls above what the tree as it is offers.
 """
 
 from __future__ import annotations
