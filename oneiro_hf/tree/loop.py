@@ -244,11 +244,11 @@ class TreeDecoder:
         `explore_every` skipped steps the drafter is tried anyway, so that what it is worth keeps being measured.
         """
         policy = self.policy
-        if not self.settings.cost_aware or policy.steps_since_latent >= policy.explore_every:
+        if not self.settings.cost_aware:
             return True
-        if policy.latent_profit_s < 0:
+        if not policy.latent_worth_trying():
             return False
-        if len(tree) == 1:
+        if policy.steps_since_latent >= policy.explore_every or len(tree) == 1:  # a retry, or no lookup branch
             return True
         levels = latent_levels_below_root(tree, policy.latent_lead.value, depth)
         values = [node.value for node in tree.nodes[1:]]
