@@ -173,8 +173,21 @@ class DraftPolicyState:
         return self.latent_profit_s >= 0 or self.steps_since_latent >= self.explore_every
 
     def observe_latent_profit(self, seconds_saved: float) -> None:
+        """Learn what a latent round saved (seconds; negative: it lost time).
+
+        While the drafter is on, rounds feed the slow average that switches it off when negative. While it is
+        off, each retry is judged on its own: one that saved time switches the drafter back on, the average
+        starting afresh from it (so the next loss can switch it off again); one that lost doubles the retry
+        interval, up to 128 steps. Judged by the slow average instead, retries could not switch a drafter back
+        on once a stretch of text where it loses had driven the average down: at one retry per 128 steps that
+        takes longer than most answers (docs/benchmarks/backoff_s8).
+        """
+        if self.latent_profit_s < 0:  # off: this round was a retry
+            if seconds_saved > 0:
+                self.latent_profit_s, self.explore_every = PROFIT_EMA * seconds_saved, 8
+            else:
+                self.explore_every = min(2 * self.explore_every, 128)  # retries cost time too: back off
+            return
         self.latent_profit_s = (1 - PROFIT_EMA) * self.latent_profit_s + PROFIT_EMA * seconds_saved
         if self.latent_profit_s < 0:
-            self.explore_every = min(2 * self.explore_every, 128)  # retries cost time too: back off
-        else:
-            self.explore_every = 8
+            self.explore_every = min(2 * self.explore_every, 128)

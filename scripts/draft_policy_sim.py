@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
+import os
+from dataclasses import asdict, dataclass
 
 import torch
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.draft_policy import DraftPolicyState
+from oneiro_hf.draft_policy import PROFIT_EMA, DraftPolicyState
 from oneiro_hf.lookup import NgramIndex
 from oneiro_hf.reference_models import load_reference_model
 from oneiro_hf.training.features import is_eval_record
@@ -69,6 +70,19 @@ def chains_for(model, drafter, prompt: list[int], answer: list[int]) -> Chains:
         correct.append(row_ok)
         conf.append(row_conf)
     return Chains(correct, conf, lookup)
+
+
+def ordered(chains: list[Chains], order: str) -> list[Chains]:
+    """The replay order. 'regimes': the answers sorted by how often the drafter's first token is right, replayed
+    as half of the better two thirds, the worst third, then the other half: a back-off that switched the drafter
+    off in the bad stretch must switch it back on."""
+    if order == "records":
+        return chains
+    def first_right(ch: Chains) -> float:
+        return sum(row[0] for row in ch.correct if row) / max(1, len(ch.correct))
+    ranked = sorted(chains, key=first_right, reverse=True)
+    good, bad = ranked[: len(ranked) - len(ranked) // 3], ranked[len(ranked) - len(ranked) // 3:]
+    return good[0::2] + bad + good[1::2]
 
 
 def accepted(ok: list[bool], length: int) -> int:
@@ -143,6 +157,15 @@ class QuickBackoff(DraftPolicyState):
         self.explore_every = min(2 * self.explore_every, 128) if self.latent_profit_s < 0 else 8
 
 
+class StickyBackoff(DraftPolicyState):
+    """The back-off of sessions 7-8: retries fed the slow average, so a drafter switched off by a stretch of text
+    where it lost was switched back on only after many paying retries at up to 128 steps apart."""
+
+    def observe_latent_profit(self, seconds_saved: float) -> None:
+        self.latent_profit_s = (1 - PROFIT_EMA) * self.latent_profit_s + PROFIT_EMA * seconds_saved
+        self.explore_every = min(2 * self.explore_every, 128) if self.latent_profit_s < 0 else 8
+
+
 class CostModel(Policy):
     """The shipped cost model (`DraftPolicyState`), deciding as `OneiroCandidateGenerator._draft` does.
 
@@ -214,6 +237,10 @@ def main() -> None:
     ap.add_argument("--profile", action="append", required=True,
                     help="PROFILE[:STEP]: a t(k) JSON from oneiro-bench profile, or h200, and the drafter step cost "
                          "as a share of t(1) (default: the profile's own, else 0.1); repeatable")
+    ap.add_argument("--chains", help="cache file for the computed chains (read when it exists, else written)")
+    ap.add_argument("--order", choices=("records", "regimes"), default="records",
+                    help="replay order: as stored, or 'regimes' (thirds by the drafter's accuracy: best, worst, "
+                         "the rest), the order in which a back-off must recover")
     args = ap.parse_args()
     torch.set_num_threads(1)
     model, _ = load_reference_model(args.target)
@@ -221,8 +248,14 @@ def main() -> None:
                else OneiroDrafter.from_pretrained(args.drafter, target=model))
     drafter.eval()
     records = [r for r in load_dataset_records(args.data) if is_eval_record(str(r["id"]), 0.05)][: args.records]
-    chains = [chains_for(model, drafter, list(r["input_ids"]), list(r["output_ids"])[: args.max_answer])
-              for r in records]
+    if args.chains and os.path.exists(args.chains):
+        chains = [Chains(**fields) for fields in torch.load(args.chains)]
+    else:
+        chains = [chains_for(model, drafter, list(r["input_ids"]), list(r["output_ids"])[: args.max_answer])
+                  for r in records]
+        if args.chains:
+            torch.save([asdict(c) for c in chains], args.chains)
+    chains = ordered(chains, args.order)
     print(f"{len(chains)} held-out records, {sum(len(c.correct) for c in chains)} answer tokens")
     for entry in args.profile:
         name, _, step_text = entry.partition(":")
@@ -240,17 +273,19 @@ def main() -> None:
             "latent before: myopic, quick back-off": CostModel(profile, step, "myopic", state=QuickBackoff),
             "latent look-ahead, quick back-off": CostModel(profile, step, state=QuickBackoff),
             "latent look-ahead, no back-off": CostModel(profile, step, backoff=False),
+            "latent look-ahead, sticky back-off": CostModel(profile, step, state=StickyBackoff),
             "latent shipped: look-ahead, slow back-off": CostModel(profile, step),
             "latent oracle": Oracle(profile, step, ("latent",)),
             "lookup (oneiro-lookup)": CostModel(profile, step, mode="lookup"),
             "lookup oracle": Oracle(profile, step, ("lookup",)),
             "hybrid before": CostModel(profile, step, "myopic", mode="hybrid", state=QuickBackoff),
+            "hybrid, sticky back-off": CostModel(profile, step, mode="hybrid", state=StickyBackoff),
             "hybrid shipped": CostModel(profile, step, mode="hybrid"),
             "hybrid oracle (best source, best length)": Oracle(profile, step, ("latent", "lookup")),
         }
         for label, policy in policies.items():
             tau, speed = replay(chains, policy, profile, step)
-            print(f"  {label:44s} tau {tau:.2f}  modelled {speed:.3f}x greedy")
+            print(f"  {label:46s} tau {tau:.2f}  modelled {speed:.3f}x greedy")
 
 if __name__ == "__main__":
     main()

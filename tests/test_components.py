@@ -11,7 +11,7 @@ import torch
 from tiny import ARCHS, WINDOW, greedy, make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.draft_policy import DraftPolicyState
+from oneiro_hf.draft_policy import PROFIT_EMA, DraftPolicyState
 from oneiro_hf.drafter_context import DrafterContext
 from oneiro_hf.kv_cache import DrafterKVCache
 from oneiro_hf.lookup import NgramIndex
@@ -302,15 +302,31 @@ def test_latent_policy_backs_off_and_retries():
         policy.observe_latent_profit(-1.0)
     assert policy.latent_profit_s < 0
     assert not policy.latent_worth_trying()
-    # five losing attempts doubled the retry interval from 8 to 128 (its cap)
+    # the round that switched it off and four losing retries doubled the interval from 8 to 128 (its cap)
     assert policy.explore_every == 128
     policy.steps_since_latent = 64
     assert not policy.latent_worth_trying()
     policy.steps_since_latent = 128
     assert policy.latent_worth_trying()
-    for _ in range(40):  # a drafter that starts paying off is retried at the short interval again
+
+
+def test_a_retry_that_pays_switches_the_drafter_back_on_after_a_long_losing_stretch():
+    policy = DraftPolicyState()
+    for _ in range(200):  # a long stretch of text where drafting loses drives the slow average far down
+        policy.observe_latent_profit(-1.0)
+    assert not policy.latent_worth_trying() and policy.explore_every == 128
+    policy.observe_latent_profit(+0.5)  # one retry that saved time is enough: it is judged on its own
+    assert policy.latent_worth_trying() and policy.explore_every == 8
+    assert policy.latent_profit_s == pytest.approx(PROFIT_EMA * 0.5)
+    for _ in range(40):  # back on, the slow average decides again: paying rounds keep the drafter on
         policy.observe_latent_profit(+1.0)
-    assert policy.latent_profit_s > 0 and policy.explore_every == 8
+        assert policy.latent_worth_trying()
+    policy = DraftPolicyState()
+    for _ in range(200):
+        policy.observe_latent_profit(-1.0)
+    policy.observe_latent_profit(+0.5)
+    policy.observe_latent_profit(-1.0)  # ... and a lucky retry buys little: the next loss switches it off again
+    assert not policy.latent_worth_trying() and policy.explore_every == 16
 
 
 def test_acceptance_rates_are_binned_and_learned():

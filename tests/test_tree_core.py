@@ -6,9 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 from tiny import ARCHS, make_model
-from transformers import DynamicCache
+from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
+from oneiro_hf import OneiroDrafter
+from oneiro_hf.draft_policy import PROFIT_EMA
 from oneiro_hf.lookup import NgramIndex
+from oneiro_hf.settings import DraftingSettings
 from oneiro_hf.tree.attention import target_tree_mask
 from oneiro_hf.tree.cache import UnsupportedTreeCache, compact_cache, prepare_cache, trim_sliding_layers
 from oneiro_hf.tree.cost import (
@@ -20,8 +23,9 @@ from oneiro_hf.tree.cost import (
     modelled_speedup,
     ratio_at,
 )
+from oneiro_hf.tree.loop import Draft, Pass, TreeDecoder, TreeSettings
 from oneiro_hf.tree.tree import TokenTree, tree_attention_mask
-from oneiro_hf.tree.verify import greedy_walk, sampling_walk
+from oneiro_hf.tree.verify import Verdict, greedy_walk, sampling_walk
 
 
 def _sample_tree() -> tuple[TokenTree, dict[str, int]]:
@@ -307,3 +311,30 @@ def test_ngram_index_offers_several_occurrences() -> None:
     assert index.lookup(2) == ([9, 5], 2)  # the chain's lookup is the first continuation
     with pytest.raises(ValueError, match="keep_occurrences"):
         NgramIndex(1, 2).continuations(2, 2)
+
+
+def test_the_back_off_learns_only_from_passes_where_the_drafter_drafted_alone() -> None:
+    """Beside lookup branches a pass's gain is mostly lookup's (and each call was priced before it was made), so
+    only a pass where the drafter drafted alone tells the back-off what the drafter is worth."""
+    model = make_model("llama", layers=2, hidden=32, vocab=64)
+    drafter = OneiroDrafter.from_target(model)
+    settings = TreeSettings.from_drafting_settings(DraftingSettings.from_config(drafter.config))
+    decoder = TreeDecoder(model, drafter, settings, LogitsProcessorList(), StoppingCriteriaList(),
+                          GenerationConfig(max_length=32), None, DynamicCache())
+    policy = decoder.policy
+    policy.pin_profile({1: 1.0, 2: 1.2, 3: 1.3, 4: 1.4}, 1.0, 0.1)
+
+    def run(tree: TokenTree, alone: bool) -> None:
+        verdict = Verdict([1, 2], [6, 7, 9], [torch.zeros(1, 64)] * 3)  # two drafted tokens accepted, one bonus
+        decoder.learn(Draft(tree, 1, 0.1, 6, alone), Pass(verdict, 3, torch.zeros(len(tree), 64), 1.0))
+
+    both = TokenTree.with_root(5)
+    both.add_path(0, [6, 7], [0.9, 0.8], "lookup", ngram=3)
+    both.add(0, 8, 0.5, "latent", confidence=0.5)
+    run(both, alone=False)
+    assert policy.latent_profit_s == 0.0
+    latent = TokenTree.with_root(5)
+    latent.add(0, 6, 0.9, "latent", confidence=0.9)
+    latent.add(1, 7, 0.8, "latent", confidence=0.8)
+    run(latent, alone=True)  # 3 tokens for a 3-node pass (1.3 t(1)) and one call (0.1 t(1)): 1.6 t(1) saved
+    assert policy.latent_profit_s == pytest.approx(PROFIT_EMA * 1.6)

@@ -151,6 +151,7 @@ class Draft:
     drafter_calls: int  # drafter forwards spent on it (0: no latent branch drafted)
     seconds: float
     lead_token: int | None = None  # the drafter's likeliest token below the root (None: drafter not called)
+    drafted_alone: bool = False  # the drafter was called where lookup hung no branch: the pass measures it alone
 
 
 @dataclass
@@ -220,6 +221,7 @@ class TreeDecoder:
         if depth > 0 and settings.mode in ("lookup", "hybrid"):
             add_lookup_branches(tree, self.index, max_depth=depth, branches=settings.lookup_branches,
                                 min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
+        alone = len(tree) == 1
         if depth > 0 and self.latent is not None:
             if self._latent_pays(tree, depth):
                 policy.steps_since_latent = 0
@@ -231,7 +233,7 @@ class TreeDecoder:
             else:
                 policy.steps_since_latent += 1
         chosen = choose_nodes(tree, policy.verify_time if settings.cost_aware else None, settings.max_nodes)
-        return Draft(tree.keep(chosen), calls, time.perf_counter() - started, lead)
+        return Draft(tree.keep(chosen), calls, time.perf_counter() - started, lead, alone and calls > 0)
 
     def _latent_pays(self, tree: TokenTree, depth: int) -> bool:
         """Whether to call the drafter this step, given the lookup branches already in `tree`.
@@ -285,14 +287,17 @@ class TreeDecoder:
         return input_ids, Pass(verdict, kept, logits, time.perf_counter() - started), finished
 
     def learn(self, draft: Draft, done: Pass) -> None:
-        """Latency, calibration and statistics from one step."""
+        """Latency, calibration, the back-off and statistics from one step.
+
+        The back-off learns only from passes where the drafter drafted alone: beside lookup branches most of a
+        pass's gain is lookup's, and each drafter call there was priced before it was made (`_latent_pays`)."""
         tree, verdict, kept, policy, stats = draft.tree, done.verdict, done.kept, self.policy, self.stats
         size = len(tree)
         policy.observe_verify(size, done.seconds)
         _calibrate(tree, verdict, kept, policy)
         if draft.lead_token is not None:
             policy.latent_lead.add(verdict.tokens[0] == draft.lead_token)
-        if draft.drafter_calls and self.settings.cost_aware:
+        if draft.drafted_alone and self.settings.cost_aware:  # beside lookup, each call was priced before it was made
             spent = policy.verify_time(size) + policy.drafting_cost(draft.seconds, draft.drafter_calls)
             policy.observe_latent_profit(kept * policy.verify_time(1) - spent)
         self.scores.extend(verdict.scores[:kept])
