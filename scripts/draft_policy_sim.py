@@ -9,6 +9,9 @@ as it goes, so a change to the cost model is judged here in seconds before an in
 
     python scripts/draft_policy_sim.py --records 40 --profile runs/profile.json:0.1 --profile h200
 
+`--answers RUN/answers/greedy.jsonl ...` replays a benchmark run's greedy answers instead, one file per lane in
+run order (what a policy learns carries from question to question, as in the benchmark): evaluation only.
+
 Prints tokens per pass (tau) and modelled speedup over greedy per policy, for latent drafts alone, lookup alone
 and the hybrid; an "oracle" knows which drafts will be accepted (the ceiling any stop rule or choice of source
 can reach with this drafter and profile).
@@ -19,11 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import torch
 
 from oneiro_hf import OneiroDrafter
+from oneiro_hf.bench.answers import load_questions, questions_file
+from oneiro_hf.chat import encode_prompt
 from oneiro_hf.draft_policy import PROFIT_EMA, DraftPolicyState
 from oneiro_hf.lookup import NgramIndex
 from oneiro_hf.reference_models import load_reference_model
@@ -92,24 +99,28 @@ def accepted(ok: list[bool], length: int) -> int:
     return a
 
 
-def replay(chains: list[Chains], policy: Policy, profile: dict, step_ratio: float) -> tuple[float, float]:
-    """(tau, modelled speedup over greedy) of a policy replayed over every answer. At each pass
-    `policy.choose(chains, p)` returns the draft's correctness flags, its length and its drafter steps; the
-    drafter's catch-up over accepted tokens and the loop's own overhead are not priced."""
+def replay(lanes: list[list[Chains]], make_policy: Callable[[], Policy], profile: dict,
+           step_ratio: float) -> tuple[float, float]:
+    """(tau, modelled speedup over greedy) of a policy replayed over every answer. Each lane is replayed in order
+    by one policy (what it learns carries from answer to answer, as in a benchmark lane), made fresh per lane. At
+    each pass `policy.choose(chains, p)` returns the draft's correctness flags, its length and its drafter steps;
+    the drafter's catch-up over accepted tokens and the loop's own overhead are not priced."""
     timing = DraftPolicyState()
     timing.pin_profile(profile["ratios"], 1.0, step_ratio)
     tokens = passes = 0
     cost = 0.0
-    for ch in chains:
-        p = 0
-        while p < len(ch.correct):
-            ok, length, steps = policy.choose(ch, p)
-            a = accepted(ok, length)
-            policy.observe(ch, p, a, length)
-            p += a + 1
-            tokens += a + 1
-            passes += 1
-            cost += timing.verify_time(length + 1) + steps * step_ratio
+    for lane in lanes:
+        policy = make_policy()
+        for ch in lane:
+            p = 0
+            while p < len(ch.correct):
+                ok, length, steps = policy.choose(ch, p)
+                a = accepted(ok, length)
+                policy.observe(ch, p, a, length)
+                p += a + 1
+                tokens += a + 1
+                passes += 1
+                cost += timing.verify_time(length + 1) + steps * step_ratio
     return tokens / passes, tokens / cost
 
 
@@ -238,25 +249,27 @@ def main() -> None:
                     help="PROFILE[:STEP]: a t(k) JSON from oneiro-bench profile, or h200, and the drafter step cost "
                          "as a share of t(1) (default: the profile's own, else 0.1); repeatable")
     ap.add_argument("--chains", help="cache file for the computed chains (read when it exists, else written)")
+    ap.add_argument("--answers", nargs="+",
+                    help="replay a benchmark's greedy answers instead (RUN/answers/greedy.jsonl, one file per lane, "
+                         "each in run order): evaluation only, nothing here trains")
+    ap.add_argument("--questions", help="the benchmark's questions file (default: $ONEIRO_BENCH_QUESTIONS)")
     ap.add_argument("--order", choices=("records", "regimes"), default="records",
                     help="replay order: as stored, or 'regimes' (thirds by the drafter's accuracy: best, worst, "
                          "the rest), the order in which a back-off must recover")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    model, _ = load_reference_model(args.target)
+    model, tokenizer = load_reference_model(args.target)
     drafter = (OneiroDrafter.from_target(model) if args.fresh
                else OneiroDrafter.from_pretrained(args.drafter, target=model))
     drafter.eval()
-    records = [r for r in load_dataset_records(args.data) if is_eval_record(str(r["id"]), 0.05)][: args.records]
-    if args.chains and os.path.exists(args.chains):
-        chains = [Chains(**fields) for fields in torch.load(args.chains)]
+    if args.answers:
+        lanes = [cached(args.chains, i, partial(answer_chains, model, tokenizer, drafter, path, args.questions))
+                 for i, path in enumerate(args.answers)]
+        print(f"{len(args.answers)} benchmark lanes (evaluation only), {sum(map(len, lanes))} answers, "
+              f"{sum(len(c.correct) for lane in lanes for c in lane)} answer tokens")
     else:
-        chains = [chains_for(model, drafter, list(r["input_ids"]), list(r["output_ids"])[: args.max_answer])
-                  for r in records]
-        if args.chains:
-            torch.save([asdict(c) for c in chains], args.chains)
-    chains = ordered(chains, args.order)
-    print(f"{len(chains)} held-out records, {sum(len(c.correct) for c in chains)} answer tokens")
+        lanes = [ordered(cached(args.chains, 0, partial(heldout_chains, model, drafter, args)), args.order)]
+        print(f"{len(lanes[0])} held-out records, {sum(len(c.correct) for c in lanes[0])} answer tokens")
     for entry in args.profile:
         name, _, step_text = entry.partition(":")
         if name == "h200":
@@ -266,26 +279,65 @@ def main() -> None:
                 profile = json.load(f)
         step = float(step_text) if step_text else float(profile.get("drafter_step_ratio", 0.1))
         print(f"profile {name}, drafter step {step:.3f} t(1)")
-        policies = {
-            "latent fixed-3": Fixed(3),
-            "latent fixed-4": Fixed(4),
-            "latent, draft 8 then cut": CostModel(profile, step, "cut", backoff=False),
-            "latent before: myopic, quick back-off": CostModel(profile, step, "myopic", state=QuickBackoff),
-            "latent look-ahead, quick back-off": CostModel(profile, step, state=QuickBackoff),
-            "latent look-ahead, no back-off": CostModel(profile, step, backoff=False),
-            "latent look-ahead, sticky back-off": CostModel(profile, step, state=StickyBackoff),
-            "latent shipped: look-ahead, slow back-off": CostModel(profile, step),
-            "latent oracle": Oracle(profile, step, ("latent",)),
-            "lookup (oneiro-lookup)": CostModel(profile, step, mode="lookup"),
-            "lookup oracle": Oracle(profile, step, ("lookup",)),
-            "hybrid before": CostModel(profile, step, "myopic", mode="hybrid", state=QuickBackoff),
-            "hybrid, sticky back-off": CostModel(profile, step, mode="hybrid", state=StickyBackoff),
-            "hybrid shipped": CostModel(profile, step, mode="hybrid"),
-            "hybrid oracle (best source, best length)": Oracle(profile, step, ("latent", "lookup")),
-        }
-        for label, policy in policies.items():
-            tau, speed = replay(chains, policy, profile, step)
+        for label, make_policy in policies(profile, step).items():
+            tau, speed = replay(lanes, make_policy, profile, step)
             print(f"  {label:46s} tau {tau:.2f}  modelled {speed:.3f}x greedy")
+
+
+def policies(profile: dict, step: float) -> dict[str, Callable[[], Policy]]:
+    """Each compared policy, as a maker of fresh ones (one per lane)."""
+    return {
+        "latent fixed-3": lambda: Fixed(3),
+        "latent fixed-4": lambda: Fixed(4),
+        "latent, draft 8 then cut": lambda: CostModel(profile, step, "cut", backoff=False),
+        "latent before: myopic, quick back-off": lambda: CostModel(profile, step, "myopic", state=QuickBackoff),
+        "latent look-ahead, quick back-off": lambda: CostModel(profile, step, state=QuickBackoff),
+        "latent look-ahead, no back-off": lambda: CostModel(profile, step, backoff=False),
+        "latent look-ahead, sticky back-off": lambda: CostModel(profile, step, state=StickyBackoff),
+        "latent shipped: look-ahead, slow back-off": lambda: CostModel(profile, step),
+        "latent oracle": lambda: Oracle(profile, step, ("latent",)),
+        "lookup (oneiro-lookup)": lambda: CostModel(profile, step, mode="lookup"),
+        "lookup oracle": lambda: Oracle(profile, step, ("lookup",)),
+        "hybrid before": lambda: CostModel(profile, step, "myopic", mode="hybrid", state=QuickBackoff),
+        "hybrid, sticky back-off": lambda: CostModel(profile, step, mode="hybrid", state=StickyBackoff),
+        "hybrid shipped": lambda: CostModel(profile, step, mode="hybrid"),
+        "hybrid oracle (best source, best length)": lambda: Oracle(profile, step, ("latent", "lookup")),
+    }
+
+
+def heldout_chains(model, drafter, args) -> list[Chains]:
+    records = [r for r in load_dataset_records(args.data) if is_eval_record(str(r["id"]), 0.05)][: args.records]
+    return [chains_for(model, drafter, list(r["input_ids"]), list(r["output_ids"])[: args.max_answer])
+            for r in records]
+
+
+def answer_chains(model, tokenizer, drafter, answers: str, questions: str | None) -> list[Chains]:
+    """Chains of a benchmark run's greedy answers (`answers/greedy.jsonl`), every turn in run order, each turn's
+    prompt rebuilt as the benchmark built it (the chat so far, the earlier turns answered by greedy)."""
+    by_id = {q["question_id"]: q for q in load_questions(questions_file(questions))}
+    chains = []
+    with open(answers) as f:
+        for line in f:
+            record = json.loads(line)
+            choice, messages = record["choices"][0], []
+            for turn, text, ids in zip(by_id[record["question_id"]]["turns"], choice["turns"], choice["output_ids"]):
+                messages.append({"role": "user", "content": turn})
+                chains.append(chains_for(model, drafter, encode_prompt(tokenizer, messages), list(ids)))
+                messages.append({"role": "assistant", "content": text})
+    return chains
+
+
+def cached(path: str | None, index: int, compute: Callable[[], list[Chains]]) -> list[Chains]:
+    """Chains from `path` (suffixed with the lane index past the first) when it exists, else computed and saved."""
+    if path and index:
+        path = f"{path}.{index}"
+    if path and os.path.exists(path):
+        return [Chains(**fields) for fields in torch.load(path)]
+    chains = compute()
+    if path:
+        torch.save([asdict(c) for c in chains], path)
+    return chains
+
 
 if __name__ == "__main__":
     main()
