@@ -12,6 +12,7 @@ import types
 from typing import Any
 
 from .compat import check_transformers_version
+from .grouped_attention import grouped_attention
 from .settings import DraftingSettings
 
 _HOOK_MARK = "_oneiro_hooked"
@@ -72,7 +73,8 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
         kwargs["custom_generate"] = tree_generate_function(drafter, tree_settings, kwargs.get("streamer"))
     # The call's session lives on the drafter, which this thread holds: on the target (shared by every thread
     # using it) a concurrent call with another drafter could replace it before our candidate generator reads it.
-    with drafter.drafting_session(settings):  # found there as drafter.current_session
+    # verification passes read the cache once per key/value head, not once per query head (grouped_attention.py)
+    with drafter.drafting_session(settings), grouped_attention(self):  # session: drafter.current_session
         return type(self).generate(self, *args, **kwargs)
 
 

@@ -16,6 +16,7 @@ import torch
 from transformers import DynamicCache
 
 from .compat import cache_keyword
+from .grouped_attention import grouped_attention
 from .targets import text_config
 
 
@@ -26,8 +27,14 @@ def profile_verification_latency(
     """Median seconds of one cached target forward over k new tokens, after `context_len` cached ones.
 
     Returns {"t1_s": seconds for k=1, "ratios": {k: t(k)/t(1)}, "device": ..., "dtype": ...}. The ks are
-    interleaved over the repeats, so a noisy machine biases them alike.
+    interleaved over the repeats, so a noisy machine biases them alike. Measured with the attention a drafter's
+    generate call runs (`grouped_attention`).
     """
+    with grouped_attention(model):
+        return _profile(model, ks, context_len, repeats)
+
+
+def _profile(model, ks: tuple[int, ...], context_len: int, repeats: int) -> dict:
     param = next(model.parameters())
     vocab = text_config(model).vocab_size
     gen = torch.Generator().manual_seed(0)

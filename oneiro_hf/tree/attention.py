@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from ..grouped_attention import is_sdpa
 from ..targets import text_config
 from .cache import cached_positions
 from .tree import tree_attention_mask
@@ -40,7 +41,7 @@ def layer_types(text_config) -> list[str]:
 
 
 def _as_attention_mask(allowed: torch.BoolTensor, implementation: str, dtype: torch.dtype) -> torch.Tensor:
-    if implementation == "sdpa":
+    if is_sdpa(implementation):
         return allowed
     if implementation == "eager":  # eager adds the mask to the scores
         zeros = torch.zeros((), dtype=dtype, device=allowed.device)
