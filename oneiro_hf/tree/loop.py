@@ -290,14 +290,15 @@ class TreeDecoder:
         """Latency, calibration, the back-off and statistics from one step.
 
         The back-off learns only from passes where the drafter drafted alone: beside lookup branches most of a
-        pass's gain is lookup's, and each drafter call there was priced before it was made (`_latent_pays`)."""
+        pass's gain is lookup's. Calls made there are priced before they are made, or are the periodic retries
+        that keep `latent_lead` measured (`_latent_pays`)."""
         tree, verdict, kept, policy, stats = draft.tree, done.verdict, done.kept, self.policy, self.stats
         size = len(tree)
         policy.observe_verify(size, done.seconds)
         _calibrate(tree, verdict, kept, policy)
         if draft.lead_token is not None:
             policy.latent_lead.add(verdict.tokens[0] == draft.lead_token)
-        if draft.drafted_alone and self.settings.cost_aware:  # beside lookup, each call was priced before it was made
+        if draft.drafted_alone and self.settings.cost_aware:
             spent = policy.verify_time(size) + policy.drafting_cost(draft.seconds, draft.drafter_calls)
             policy.observe_latent_profit(kept * policy.verify_time(1) - spent)
         self.scores.extend(verdict.scores[:kept])
