@@ -20,6 +20,7 @@ it back when the last such call on that model ends.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -30,7 +31,8 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 ATTENTION_NAME = "oneiro_grouped_sdpa"
-_USERS = "_oneiro_grouped_attention_users"  # per target instance: generate calls running with ATTENTION_NAME
+# per target instance: generate calls now running with ATTENTION_NAME (weak keys: nothing is set on the model)
+_users: weakref.WeakKeyDictionary[torch.nn.Module, int] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -76,18 +78,18 @@ def grouped_attention(model) -> Iterator[None]:
     """Run `model` with `grouped_sdpa_attention` inside the block if it uses sdpa; other implementations are left
     alone. Calls may overlap (threads sharing a target): the last one to end sets "sdpa" back."""
     with _lock:
-        users = getattr(model, _USERS, 0)
+        users = _users.get(model, 0)
         active = users > 0 or model.config._attn_implementation == "sdpa"
         if active:
             if users == 0:
                 model.set_attn_implementation(ATTENTION_NAME)
-            setattr(model, _USERS, users + 1)
+            _users[model] = users + 1
     try:
         yield
     finally:
         if active:
             with _lock:
-                users = getattr(model, _USERS) - 1
-                setattr(model, _USERS, users)
-                if users == 0:
+                _users[model] -= 1
+                if _users[model] == 0:
+                    del _users[model]
                     model.set_attn_implementation("sdpa")

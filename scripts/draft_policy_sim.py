@@ -160,21 +160,21 @@ class Oracle(Policy):
         return best
 
 
-class QuickBackoff(DraftPolicyState):
-    """The back-off before session 7: profit averaged with weight 0.15, i.e. over the last few attempts."""
-
-    def observe_latent_profit(self, seconds_saved: float) -> None:
-        self.latent_profit_s = 0.85 * self.latent_profit_s + 0.15 * seconds_saved
-        self.explore_every = min(2 * self.explore_every, 128) if self.latent_profit_s < 0 else 8
-
-
 class StickyBackoff(DraftPolicyState):
     """The back-off of sessions 7-8: retries fed the slow average, so a drafter switched off by a stretch of text
     where it lost was switched back on only after many paying retries at up to 128 steps apart."""
 
+    weight = PROFIT_EMA
+
     def observe_latent_profit(self, seconds_saved: float) -> None:
-        self.latent_profit_s = (1 - PROFIT_EMA) * self.latent_profit_s + PROFIT_EMA * seconds_saved
+        self.latent_profit_s = (1 - self.weight) * self.latent_profit_s + self.weight * seconds_saved
         self.explore_every = min(2 * self.explore_every, 128) if self.latent_profit_s < 0 else 8
+
+
+class QuickBackoff(StickyBackoff):
+    """The back-off before session 7: the same, with profit averaged with weight 0.15 (the last few attempts)."""
+
+    weight = 0.15
 
 
 class CostModel(Policy):
