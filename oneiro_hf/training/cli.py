@@ -260,6 +260,13 @@ def train_offline(model_args, data_args, args, target, tokenizer, data, resume, 
     return drafter
 
 
+def _end_process_group() -> None:
+    """Close the process group of a multi-process run (accelerate launch) before the interpreter exits: left to
+    interpreter teardown, gloo's threads can abort a finished rank ("terminate called without an active exception")."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
 def main(argv: list[str] | None = None) -> int:
     """oneiro-train: parse, check, load the target and data, train (stages 0-2, or 3), save, publish."""
     from .publish import plan_hub_push, publish_trained_drafter
@@ -286,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     except TrainingInputError as err:
         print(f"oneiro-train: {err}", file=sys.stderr)
         return 2
+    finally:
+        _end_process_group()
     if hub_plan is not None and args.should_save:
         return publish_trained_drafter(hub_plan, target, Path(args.output_dir), args.save_dtype)
     return 0
