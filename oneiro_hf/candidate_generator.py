@@ -27,7 +27,10 @@ class Draft:
     """One proposal: the drafted tokens (possibly none), where they came from, and what judging them needs.
 
     logits: (1, L, V) drafting distribution when sampling (point masses for lookup), else None; ngram: the
-    matched n-gram length of a lookup draft; confidences: the readout's probability of each latent token.
+    matched n-gram length of the lookup tokens; confidences: the readout's probability of each latent token.
+    latent_tokens: how many leading tokens the drafter proposed; a latent draft's other tokens are the lookup
+    continuation of the context with the drafter's tokens appended (hybrid mode).
+    calls: drafter forwards the draft made (what a pinned profile prices).
     start (the sequence length when drafting began) and draft_s (seconds spent) are filled when proposed."""
 
     tokens: list[int] = field(default_factory=list)
@@ -35,6 +38,8 @@ class Draft:
     source: str = "none"  # "latent", "lookup" or "none"
     ngram: int = 0
     confidences: list[float] = field(default_factory=list)
+    latent_tokens: int = 0
+    calls: int = 0
     start: int = 0
     draft_s: float = 0.0
 
@@ -160,24 +165,30 @@ class OneiroCandidateGenerator(CandidateGenerator):
         if length == 0:
             return
         source = proposal.source
-        if self.stats.rounds is not None:
-            self.stats.rounds.append(DraftRound(start, list(proposal.tokens), min(n, length), source))
+        split = proposal.latent_tokens  # tokens before it are the drafter's, from it on lookup's
+        if self.stats.rounds is not None:  # of a latent round, the drafter's tokens (what on-policy training judges)
+            drafted = proposal.tokens if source == "lookup" else proposal.tokens[:split]
+            self.stats.rounds.append(DraftRound(start, list(drafted), min(n, len(drafted)), source))
         self.stats.drafted_tokens += length
         self.stats.accepted_tokens += n
-        self.stats.drafted_by_source[source] += length
-        self.stats.accepted_by_source[source] += n
+        self.stats.drafted_by_source["latent"] += split
+        self.stats.accepted_by_source["latent"] += min(n, split)
+        self.stats.drafted_by_source["lookup"] += length - split
+        self.stats.accepted_by_source["lookup"] += max(0, n - split)
+        if split < length and n >= split:  # the lookup tokens were judged (all tokens before them accepted)
+            rate = self.policy.lookup_rate(proposal.ngram)
+            for j in range(split, min(n + 1, length)):
+                rate.add(j < n)
         if source == "lookup":
             self.stats.lookup_steps += 1
-            rate = self.policy.lookup_rate(proposal.ngram)
-            for j in range(min(n + 1, length)):
-                rate.add(j < n)
         else:
             self.stats.latent_steps += 1
-            for j in range(min(n + 1, length)):
+            self.stats.extended_steps += split < length
+            for j in range(min(n + 1, split)):
                 self.policy.latent_rate(proposal.confidences[j]).add(j < n)
             t1 = self.policy.verify_time(1)
-            spent = self.policy.verify_time(length + 1) + self.policy.drafting_cost(proposal.draft_s, length)
-            self.policy.observe_latent_profit((n + 1) * t1 - spent)
+            spent = self.policy.verify_time(length + 1) + self.policy.drafting_cost(proposal.draft_s, proposal.calls)
+            self.policy.backoff.observe((n + 1) * t1 - spent)
 
     # ------------------------------------------------------------------ bookkeeping
     def _sync_sequence(self, input_ids, model_outputs, is_first_iteration, n_last_matches) -> None:
@@ -214,11 +225,42 @@ class OneiroCandidateGenerator(CandidateGenerator):
                     return Draft(tokens, self._one_hot_logits(tokens, input_ids), "lookup", ngram)
             if self.mode == "lookup":
                 return Draft()
-        if self.cost_aware and not self.policy.latent_worth_trying():
-            self.policy.steps_since_latent += 1
+        backoff = self.policy.backoff
+        if self.cost_aware and not backoff.worth_trying():
+            backoff.steps_since_try += 1
             return Draft()
-        self.policy.steps_since_latent = 0
-        return self._draft_latent(input_ids, budget)
+        backoff.steps_since_try = 0
+        draft = self._draft_latent(input_ids, budget)
+        if self.mode == "hybrid" and self.settings.lookup_after_latent:
+            self._extend_with_lookup(draft, input_ids, budget)
+        return draft
+
+    def _extend_with_lookup(self, draft: Draft, input_ids, budget: int) -> None:
+        """Append to a latent draft what followed the latest earlier occurrence of its own last n-gram.
+
+        The drafter's tokens often start a span the context holds (a name, a quoted line) that lookup could not
+        find from the verified tokens alone. The copied tokens cost no drafter call, only verification: with the
+        cost model on, as many are kept as pay (each priced at the n-gram's acceptance, the drafter's calls
+        already spent), none when even the first does not.
+        """
+        latent = len(draft.tokens)
+        if latent == 0 or latent >= budget or draft.tokens[-1] in self.eos_ids:
+            return
+        more, ngram = self.index.lookup(budget - latent, after=draft.tokens)
+        if not more or ngram < self.settings.lookup_min_ngram:
+            return
+        if self.cost_aware:
+            probs = [self.policy.latent_rate(c).value for c in draft.confidences]
+            probs += [self.policy.lookup_rate(ngram).value] * len(more)
+            length = self.policy.best_length(probs, [0] * len(probs), sunk_steps=draft.calls)
+            more = more[: max(0, length - latent)]
+        more = self._cut_at_eos(more)
+        if not more:
+            return
+        draft.tokens = draft.tokens + more
+        draft.ngram = ngram
+        if draft.logits is not None:
+            draft.logits = torch.cat([draft.logits, self._one_hot_logits(more, input_ids)], dim=1)
 
     def _cut_at_eos(self, tokens: list[int]) -> list[int]:
         for i, t in enumerate(tokens):
@@ -274,7 +316,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
             length = self.policy.latent_length(probs)
         tokens, confidences = tokens[:length], confidences[:length]
         logits_out = torch.cat(logit_rows[:length], dim=0).unsqueeze(0) if (self.do_sample and length) else None
-        return Draft(tokens, logits_out, "latent", 0, confidences)
+        return Draft(tokens, logits_out, "latent", 0, confidences, latent_tokens=length, calls=1 + steps_timed)
 
     def _one_hot_logits(self, tokens: list[int], input_ids) -> torch.Tensor | None:
         """In sampling mode a copied token is a point mass: q(token)=1, so p/q acceptance stays exact."""

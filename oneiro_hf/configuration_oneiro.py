@@ -56,6 +56,7 @@ class OneiroDrafterConfig(PretrainedConfig):
         min_draft_confidence: float = DEFAULTS.min_draft_confidence,
         lookup_min_ngram: int = DEFAULTS.lookup_min_ngram,
         lookup_max_ngram: int = DEFAULTS.lookup_max_ngram,
+        lookup_after_latent: bool = DEFAULTS.lookup_after_latent,
         cost_aware: bool = DEFAULTS.cost_aware,
         context_window: int | None = DEFAULTS.context_window,
         verification: str = DEFAULTS.verification,
@@ -93,6 +94,7 @@ class OneiroDrafterConfig(PretrainedConfig):
         self.min_draft_confidence = min_draft_confidence
         self.lookup_min_ngram = lookup_min_ngram
         self.lookup_max_ngram = lookup_max_ngram
+        self.lookup_after_latent = lookup_after_latent
         self.cost_aware = cost_aware
         # the drafter's first catch-up feeds at most this many latest verified positions (None: the whole prompt)
         self.context_window = context_window

@@ -49,6 +49,40 @@ class Rate:
 
 
 @dataclass
+class Backoff:
+    """Whether calling the drafter pays, judged by what its attempts saved (seconds; negative: time lost).
+
+    An attempt is every drafter call a step makes, an empty draft included (its call was spent for nothing).
+    While on, attempts feed an average of weight `weight`; when it turns negative the drafter is off and is
+    retried every `explore_every` steps. A retry is judged on its own: one that saved time switches the drafter
+    back on, the average starting afresh from it (so the next loss can switch it off again); one that lost
+    doubles the retry interval, up to 128 steps. Judged by the slow average instead, retries could not switch a
+    drafter back on once a stretch of text where it loses had driven the average down: at one retry per 128
+    steps that takes longer than most answers (docs/benchmarks/backoff_s8).
+    """
+
+    weight: float = PROFIT_EMA
+    profit_s: float = 0.0
+    steps_since_try: int = 0
+    explore_every: int = 8  # doubles (up to 128) while retries keep losing, back to 8 once one pays
+
+    def worth_trying(self) -> bool:
+        """On, or off long enough that a retry is due."""
+        return self.profit_s >= 0 or self.steps_since_try >= self.explore_every
+
+    def observe(self, seconds_saved: float) -> None:
+        if self.profit_s < 0:  # off: this attempt was a retry
+            if seconds_saved > 0:
+                self.profit_s, self.explore_every = self.weight * seconds_saved, 8
+            else:
+                self.explore_every = min(2 * self.explore_every, 128)  # retries cost time too: back off
+            return
+        self.profit_s = (1 - self.weight) * self.profit_s + self.weight * seconds_saved
+        if self.profit_s < 0:
+            self.explore_every = min(2 * self.explore_every, 128)
+
+
+@dataclass
 class DraftPolicyState:
     """What the drafting policy has learned; one per drafter, shared by its generate calls."""
 
@@ -61,9 +95,7 @@ class DraftPolicyState:
     # how often the drafter's likeliest first token is the target's next one, before any readout is seen (trees
     # price a latent branch with it before calling the drafter)
     latent_lead: Rate = field(default_factory=lambda: Rate(0.6 * 4, 4.0))
-    latent_profit_s: float = 0.0  # slow EMA of seconds saved per latent attempt (negative: drafting loses)
-    steps_since_latent: int = 0
-    explore_every: int = 8  # doubles (up to 128) while retries keep losing, back to 8 once one pays
+    backoff: Backoff = field(default_factory=Backoff)  # the drafter's worth over many calls (slow)
     pinned: bool = False  # latencies fixed by `pin_profile` (another machine's), not learned from this one
 
     # -------------------------------------------------------------- latency
@@ -167,27 +199,3 @@ class DraftPolicyState:
             expected += survive
             rates.append(expected / (self.verify_time(j + 2) + (steps[j + 1] + sunk_steps) * step))
         return rates
-
-    def latent_worth_trying(self) -> bool:
-        """Skip the drafter while it has been losing time, but retry now and then to notice a change."""
-        return self.latent_profit_s >= 0 or self.steps_since_latent >= self.explore_every
-
-    def observe_latent_profit(self, seconds_saved: float) -> None:
-        """Learn what a latent round saved (seconds; negative: it lost time).
-
-        While the drafter is on, rounds feed the slow average that switches it off when negative. While it is
-        off, each retry is judged on its own: one that saved time switches the drafter back on, the average
-        starting afresh from it (so the next loss can switch it off again); one that lost doubles the retry
-        interval, up to 128 steps. Judged by the slow average instead, retries could not switch a drafter back
-        on once a stretch of text where it loses had driven the average down: at one retry per 128 steps that
-        takes longer than most answers (docs/benchmarks/backoff_s8).
-        """
-        if self.latent_profit_s < 0:  # off: this round was a retry
-            if seconds_saved > 0:
-                self.latent_profit_s, self.explore_every = PROFIT_EMA * seconds_saved, 8
-            else:
-                self.explore_every = min(2 * self.explore_every, 128)  # retries cost time too: back off
-            return
-        self.latent_profit_s = (1 - PROFIT_EMA) * self.latent_profit_s + PROFIT_EMA * seconds_saved
-        if self.latent_profit_s < 0:
-            self.explore_every = min(2 * self.explore_every, 128)

@@ -40,16 +40,19 @@ class NgramIndex:
                     self._occurrences.setdefault(key, deque(maxlen=self.keep_occurrences)).append(e)
         self._indexed_until = max(self._indexed_until, end)
 
-    def lookup(self, max_tokens: int) -> tuple[list[int], int]:
+    def lookup(self, max_tokens: int, after: list[int] | tuple[int, ...] = ()) -> tuple[list[int], int]:
         """Continuation (up to max_tokens) for the longest matching suffix, and that suffix's length n.
 
-        Only occurrences that end before the last position count, so the suffix never matches itself.
+        Only occurrences that end before the last position count, so the suffix never matches itself. `after`:
+        drafted tokens that follow the indexed ones (not indexed themselves); the suffix then ends with them, and
+        the continuation is still copied from the indexed tokens.
         """
         toks = self.tokens
         length = len(toks)
         self._index_up_to(length)  # n-grams ending at length-1 at most (continuation exists)
-        for n in range(min(self.max_n, length - 1), self.min_n - 1, -1):
-            e = self._table.get(tuple(toks[length - n :]))
+        tail = toks[max(0, length - self.max_n):] + list(after)
+        for n in range(min(self.max_n, length + len(after) - 1), self.min_n - 1, -1):
+            e = self._table.get(tuple(tail[len(tail) - n :]))
             if e is not None and e < length:
                 return toks[e : min(e + max_tokens, length)], n
         return [], 0

@@ -24,6 +24,8 @@ class DraftingSettings:
     min_draft_confidence: float = 0.05
     lookup_min_ngram: int = 2
     lookup_max_ngram: int = 4
+    # hybrid: continue a latent draft with lookup's continuation of the drafter's own last tokens
+    lookup_after_latent: bool = True
     cost_aware: bool = True
     # the drafter's first catch-up feeds at most this many of the latest verified positions (None: all of them);
     # default: the sequence length drafters are trained on (oneiro-train --max_seq_len)

@@ -36,6 +36,7 @@ class DraftStats:
     latent_steps: int = 0
     lookup_steps: int = 0
     empty_steps: int = 0  # steps where drafting was judged not worth it
+    extended_steps: int = 0  # latent drafts (hybrid) that lookup continued from the drafter's own last tokens
     draft_time_s: float = 0.0
     verify_time_s: float = 0.0
     # drafter forwards: per latent draft one catch-up (with the first readout), then one per further step or tree

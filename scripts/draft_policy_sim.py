@@ -20,6 +20,7 @@ can reach with this drafter and profile).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 from collections.abc import Callable
@@ -31,7 +32,7 @@ import torch
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.bench.answers import load_questions, questions_file
 from oneiro_hf.chat import encode_prompt
-from oneiro_hf.draft_policy import PROFIT_EMA, DraftPolicyState
+from oneiro_hf.draft_policy import CONFIDENCE_BINS, Backoff, DraftPolicyState, Rate
 from oneiro_hf.lookup import NgramIndex
 from oneiro_hf.reference_models import load_reference_model
 from oneiro_hf.training.features import is_eval_record
@@ -112,6 +113,7 @@ def replay(lanes: list[list[Chains]], make_policy: Callable[[], Policy], profile
     for lane in lanes:
         policy = make_policy()
         for ch in lane:
+            policy.begin()
             p = 0
             while p < len(ch.correct):
                 ok, length, steps = policy.choose(ch, p)
@@ -125,6 +127,9 @@ def replay(lanes: list[list[Chains]], make_policy: Callable[[], Policy], profile
 
 
 class Policy:
+    def begin(self) -> None:
+        """A new answer (a new generate call) starts: per-call state is made afresh."""
+
     def choose(self, ch: Chains, p: int) -> tuple[list[bool], int, int]:
         raise NotImplementedError
 
@@ -160,21 +165,18 @@ class Oracle(Policy):
         return best
 
 
-class StickyBackoff(DraftPolicyState):
+class StickyBackoff(Backoff):
     """The back-off of sessions 7-8: retries fed the slow average, so a drafter switched off by a stretch of text
     where it lost was switched back on only after many paying retries at up to 128 steps apart."""
 
-    weight = PROFIT_EMA
-
-    def observe_latent_profit(self, seconds_saved: float) -> None:
-        self.latent_profit_s = (1 - self.weight) * self.latent_profit_s + self.weight * seconds_saved
-        self.explore_every = min(2 * self.explore_every, 128) if self.latent_profit_s < 0 else 8
+    def observe(self, seconds_saved: float) -> None:
+        self.profit_s = (1 - self.weight) * self.profit_s + self.weight * seconds_saved
+        self.explore_every = min(2 * self.explore_every, 128) if self.profit_s < 0 else 8
 
 
-class QuickBackoff(StickyBackoff):
+def quick_backoff() -> StickyBackoff:
     """The back-off before session 7: the same, with profit averaged with weight 0.15 (the last few attempts)."""
-
-    weight = 0.15
+    return StickyBackoff(weight=0.15)
 
 
 class CostModel(Policy):
@@ -182,32 +184,61 @@ class CostModel(Policy):
 
     mode: "latent", "lookup" or "hybrid" (a lookup draft where one pays, else latent); rule: "lookahead" (the
     shipped `worth_extending`), "myopic" (the rule before: stop at the first token that does not pay by itself)
-    or "cut" (draft the whole budget, then cut)."""
+    or "cut" (draft the whole budget, then cut); backoff: the drafter's back-off over all answers (None: none);
+    charge_empty: an attempt that drafted nothing feeds the back-off its drafter steps as lost time (not shipped);
+    call_backoff: a second back-off made afresh per answer (not shipped); extend: a latent draft is continued by
+    lookup from its own last tokens (shipped in hybrid); compare_below: where lookup's first-token acceptance is
+    below this, the drafter drafts too and the source promising more tokens per second wins (not shipped);
+    step_bins: latent calibration bins per draft step (1, 2, 3+ with 3; shipped: 1); optimism: latent acceptance
+    estimates scaled by this (shipped: 1)."""
 
     def __init__(self, profile: dict, step_ratio: float, rule: str = "lookahead", mode: str = "latent",
-                 budget: int = DEPTH, backoff: bool = True, state=DraftPolicyState):
-        self.policy = state()
+                 budget: int = DEPTH, backoff: Callable[[], Backoff] | None = Backoff, charge_empty: bool = False,
+                 call_backoff: Callable[[], Backoff] | None = None, extend: bool = False,
+                 compare_below: float = 0.0, step_bins: int = 1, optimism: float = 1.0):
+        self.policy = DraftPolicyState()
         self.policy.pin_profile(profile["ratios"], 1.0, step_ratio)
-        self.rule, self.mode, self.budget, self.backoff = rule, mode, budget, backoff
-        self.source, self.drafted = "none", 0
+        if backoff is not None:
+            self.policy.backoff = backoff()
+        self.rule, self.mode, self.budget = rule, mode, budget
+        self.backoffs, self.charge_empty = [self.policy.backoff] if backoff else [], charge_empty
+        self.call_backoff, self.extend, self.compare_below = call_backoff, extend, compare_below
+        self.optimism = optimism
+        self.bins = [self.policy.latent_bins] + [copy.deepcopy(self.policy.latent_bins) for _ in range(step_bins - 1)]
+        self.source, self.drafted, self.split = "none", 0, 0
+
+    def rate(self, confidence: float, step: int) -> Rate:
+        """The calibrated acceptance of a latent token of this readout confidence at this draft step."""
+        bins = self.bins[min(step, len(self.bins) - 1)]
+        return bins[min(int(confidence * CONFIDENCE_BINS), CONFIDENCE_BINS - 1)]
+
+    def begin(self):
+        if self.call_backoff is not None:
+            self.backoffs = [self.policy.backoff, self.call_backoff()]
 
     def choose(self, ch, p):
         pol = self.policy
         self.source, self.drafted = "none", 0
         ok, ngram = ch.lookup[p]
+        lookup_best = None
         if self.mode != "latent" and ok:
-            length = pol.best_length([pol.lookup_rate(ngram).value] * len(ok), [0] * len(ok))
-            if length:
+            lookup_probs = [pol.lookup_rate(ngram).value] * len(ok)
+            length = pol.best_length(lookup_probs, [0] * len(ok))
+            if length and lookup_probs[0] >= self.compare_below:
                 self.source = "lookup"
                 return ok, length, 0
-        if self.mode == "lookup" or (self.backoff and not pol.latent_worth_trying()):
-            pol.steps_since_latent += 1
+            if length:
+                lookup_best = (ok, length, max(pol._rates(lookup_probs, [0] * (len(ok) + 1), 0)))
+        if self.mode == "lookup" or not all(b.worth_trying() for b in self.backoffs):
+            for b in self.backoffs:
+                b.steps_since_try += 1
             return [], 0, 0
-        pol.steps_since_latent = 0
+        for b in self.backoffs:
+            b.steps_since_try = 0
         conf, probs = ch.conf[p], []
         budget = min(self.budget, len(conf))
         for j in range(budget):
-            probs.append(pol.latent_rate(conf[j]).value)
+            probs.append(min(0.98, self.optimism * self.rate(conf[j], j).value))
             if conf[j] < 0.05 or j + 1 == budget:
                 break
             if self.rule == "myopic":
@@ -219,22 +250,49 @@ class CostModel(Policy):
             length = pol.best_length(probs, list(range(1, len(probs) + 1)))
         else:
             length = pol.latent_length(probs)
-        self.source, self.drafted = "latent", len(probs)
-        return ch.correct[p], length, len(probs)
+        self.source, self.drafted, self.split = "latent", len(probs), length
+        if lookup_best is not None:  # both: the source that promises more tokens per second, the latent steps sunk
+            latent_rate = max(pol._rates(probs, [0] * (len(probs) + 1), len(probs)))
+            lookup_rate_sunk = lookup_best[2] * pol.verify_time(lookup_best[1] + 1) / (
+                pol.verify_time(lookup_best[1] + 1) + len(probs) * pol.draft_step_time())
+            if lookup_rate_sunk >= latent_rate:
+                self.source = "lookup"
+                return lookup_best[0], lookup_best[1], len(probs)
+        ok = ch.correct[p]
+        if self.extend and length and p + length < len(ch.lookup):
+            # the lookup continuation of the context with the latent tokens appended: what it drafts only counts
+            # where every latent token was right, and then it is the lookup draft at p + length
+            more, ngram = ch.lookup[p + length]
+            more = more[: self.budget - length]
+            if more:
+                rate = pol.lookup_rate(ngram).value
+                ok = ok[:length] + more
+                full = pol.best_length(probs[:length] + [rate] * len(more), [0] * (length + len(more)),
+                                       sunk_steps=len(probs))
+                length, self.ngram = max(length, full), ngram
+        return ok, length, len(probs)
 
     def observe(self, ch, p, a, length):
         pol = self.policy
         if not length:
+            if self.source == "latent" and self.charge_empty:
+                for b in self.backoffs:
+                    b.observe(-self.drafted * pol.draft_step_time())
             return
         if self.source == "lookup":
             rate = pol.lookup_rate(ch.lookup[p][1])
             for j in range(min(a + 1, length)):
                 rate.add(j < a)
             return
-        for j in range(min(a + 1, length)):
-            pol.latent_rate(ch.conf[p][j]).add(j < a)
+        for j in range(min(a + 1, self.split)):
+            self.rate(ch.conf[p][j], j).add(j < a)
+        if length > self.split and a >= self.split:  # the lookup extension was judged
+            rate = pol.lookup_rate(self.ngram)
+            for j in range(self.split, min(a + 1, length)):
+                rate.add(j < a)
         spent = pol.verify_time(length + 1) + self.drafted * pol.draft_step_time()
-        pol.observe_latent_profit((a + 1) * pol.verify_time(1) - spent)
+        for b in self.backoffs:
+            b.observe((a + 1) * pol.verify_time(1) - spent)
 
 
 def main() -> None:
@@ -289,18 +347,30 @@ def policies(profile: dict, step: float) -> dict[str, Callable[[], Policy]]:
     return {
         "latent fixed-3": lambda: Fixed(3),
         "latent fixed-4": lambda: Fixed(4),
-        "latent, draft 8 then cut": lambda: CostModel(profile, step, "cut", backoff=False),
-        "latent before: myopic, quick back-off": lambda: CostModel(profile, step, "myopic", state=QuickBackoff),
-        "latent look-ahead, quick back-off": lambda: CostModel(profile, step, state=QuickBackoff),
-        "latent look-ahead, no back-off": lambda: CostModel(profile, step, backoff=False),
-        "latent look-ahead, sticky back-off": lambda: CostModel(profile, step, state=StickyBackoff),
+        "latent, draft 8 then cut": lambda: CostModel(profile, step, "cut", backoff=None),
+        "latent before: myopic, quick back-off": lambda: CostModel(profile, step, "myopic", backoff=quick_backoff),
+        "latent look-ahead, no back-off": lambda: CostModel(profile, step, backoff=None),
+        "latent look-ahead, sticky back-off": lambda: CostModel(profile, step, backoff=StickyBackoff),
         "latent shipped: look-ahead, slow back-off": lambda: CostModel(profile, step),
+        "latent, empty attempts charged": lambda: CostModel(profile, step, charge_empty=True),
+        "latent, bins per step (1, 2, 3+)": lambda: CostModel(profile, step, step_bins=3),
         "latent oracle": lambda: Oracle(profile, step, ("latent",)),
         "lookup (oneiro-lookup)": lambda: CostModel(profile, step, mode="lookup"),
         "lookup oracle": lambda: Oracle(profile, step, ("lookup",)),
-        "hybrid before": lambda: CostModel(profile, step, "myopic", mode="hybrid", state=QuickBackoff),
-        "hybrid, sticky back-off": lambda: CostModel(profile, step, mode="hybrid", state=StickyBackoff),
-        "hybrid shipped": lambda: CostModel(profile, step, mode="hybrid"),
+        "hybrid before": lambda: CostModel(profile, step, "myopic", mode="hybrid", backoff=quick_backoff),
+        "hybrid, sticky back-off": lambda: CostModel(profile, step, mode="hybrid", backoff=StickyBackoff),
+        "hybrid s10: no lookup after latent": lambda: CostModel(profile, step, mode="hybrid"),
+        "hybrid shipped: lookup after latent": lambda: CostModel(profile, step, mode="hybrid", extend=True),
+        "hybrid, empty attempts charged": lambda: CostModel(profile, step, mode="hybrid", extend=True,
+                                                            charge_empty=True),
+        "hybrid, per-call back-off 0.1 too": lambda: CostModel(profile, step, mode="hybrid", extend=True,
+                                                               call_backoff=lambda: Backoff(0.1)),
+        "hybrid, bins per step (1, 2, 3+)": lambda: CostModel(profile, step, mode="hybrid", extend=True,
+                                                              step_bins=3),
+        "hybrid, latent optimism 1.15": lambda: CostModel(profile, step, mode="hybrid", extend=True,
+                                                          optimism=1.15),
+        "hybrid, both sources below 0.5": lambda: CostModel(profile, step, mode="hybrid", extend=True,
+                                                            compare_below=0.5),
         "hybrid oracle (best source, best length)": lambda: Oracle(profile, step, ("latent", "lookup")),
     }
 

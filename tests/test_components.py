@@ -11,7 +11,7 @@ import torch
 from tiny import ARCHS, WINDOW, greedy, make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.draft_policy import PROFIT_EMA, DraftPolicyState
+from oneiro_hf.draft_policy import PROFIT_EMA, Backoff, DraftPolicyState
 from oneiro_hf.drafter_context import DrafterContext
 from oneiro_hf.kv_cache import DrafterKVCache
 from oneiro_hf.lookup import NgramIndex
@@ -132,6 +132,18 @@ def test_lookup_longest_suffix_wins():
     tokens, n = index.lookup(3)
     assert n == 3
     assert tokens == [9, 5, 2]
+
+
+def test_lookup_after_drafted_tokens_matches_the_suffix_they_end():
+    # the indexed tokens end in 4, which never occurred before; with the drafted [2, 3] after it the suffix
+    # [4, 2, 3] is unseen but [2, 3] was followed by 9 and then 5: copied from the indexed tokens only
+    index = _index([1, 2, 3, 9, 5, 4])
+    assert index.lookup(3) == ([], 0)
+    assert index.lookup(3, after=[2, 3]) == ([9, 5, 4], 2)
+    assert index.lookup(3, after=[3, 9]) == ([5, 4], 2)  # the continuation stops at the last indexed token
+    assert index.lookup(3, after=[4, 1, 2]) == ([3, 9, 5], 2)  # [4, 1, 2] is unseen: the longest seen suffix
+    assert index.tokens == [1, 2, 3, 9, 5, 4], "drafted tokens are never indexed"
+    assert _index([7, 8], min_n=2, max_n=3).lookup(2, after=[9]) == ([], 0)
 
 
 def test_lookup_most_recent_occurrence_wins():
@@ -296,37 +308,37 @@ def test_verify_time_estimates_and_clipping():
 
 
 def test_latent_policy_backs_off_and_retries():
-    policy = DraftPolicyState()
-    assert policy.latent_worth_trying()
+    backoff = DraftPolicyState().backoff
+    assert backoff.worth_trying() and backoff.weight == PROFIT_EMA
     for _ in range(5):
-        policy.observe_latent_profit(-1.0)
-    assert policy.latent_profit_s < 0
-    assert not policy.latent_worth_trying()
+        backoff.observe(-1.0)
+    assert backoff.profit_s < 0
+    assert not backoff.worth_trying()
     # the round that switched it off and four losing retries doubled the interval from 8 to 128 (its cap)
-    assert policy.explore_every == 128
-    policy.steps_since_latent = 64
-    assert not policy.latent_worth_trying()
-    policy.steps_since_latent = 128
-    assert policy.latent_worth_trying()
+    assert backoff.explore_every == 128
+    backoff.steps_since_try = 64
+    assert not backoff.worth_trying()
+    backoff.steps_since_try = 128
+    assert backoff.worth_trying()
 
 
 def test_a_retry_that_pays_switches_the_drafter_back_on_after_a_long_losing_stretch():
-    policy = DraftPolicyState()
+    backoff = Backoff()
     for _ in range(200):  # a long stretch of text where drafting loses drives the slow average far down
-        policy.observe_latent_profit(-1.0)
-    assert not policy.latent_worth_trying() and policy.explore_every == 128
-    policy.observe_latent_profit(+0.5)  # one retry that saved time is enough: it is judged on its own
-    assert policy.latent_worth_trying() and policy.explore_every == 8
-    assert policy.latent_profit_s == pytest.approx(PROFIT_EMA * 0.5)
+        backoff.observe(-1.0)
+    assert not backoff.worth_trying() and backoff.explore_every == 128
+    backoff.observe(+0.5)  # one retry that saved time is enough: it is judged on its own
+    assert backoff.worth_trying() and backoff.explore_every == 8
+    assert backoff.profit_s == pytest.approx(PROFIT_EMA * 0.5)
     for _ in range(40):  # back on, the slow average decides again: paying rounds keep the drafter on
-        policy.observe_latent_profit(+1.0)
-        assert policy.latent_worth_trying()
-    policy = DraftPolicyState()
+        backoff.observe(+1.0)
+        assert backoff.worth_trying()
+    backoff = Backoff()
     for _ in range(200):
-        policy.observe_latent_profit(-1.0)
-    policy.observe_latent_profit(+0.5)
-    policy.observe_latent_profit(-1.0)  # ... and a lucky retry buys little: the next loss switches it off again
-    assert not policy.latent_worth_trying() and policy.explore_every == 16
+        backoff.observe(-1.0)
+    backoff.observe(+0.5)
+    backoff.observe(-1.0)  # ... and a lucky retry buys little: the next loss switches it off again
+    assert not backoff.worth_trying() and backoff.explore_every == 16
 
 
 def test_acceptance_rates_are_binned_and_learned():

@@ -11,11 +11,12 @@ from __future__ import annotations
 import pytest
 import torch
 from tiny import ARCHS, greedy, make_cyclic_model, make_model, random_prompt, repeat_prompt
-from transformers import GenerationConfig
+from transformers import GenerationConfig, LogitsProcessorList
 from transformers.generation.streamers import BaseStreamer
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.candidate_generator import OneiroCandidateGenerator
+from oneiro_hf.candidate_generator import Draft, OneiroCandidateGenerator
+from oneiro_hf.settings import DraftingSettings
 
 MODES = ("latent", "lookup", "hybrid")
 
@@ -167,6 +168,61 @@ def test_lookup_drafts_are_proposed_and_accepted_on_repetitive_prompt(arch):
             assert s.drafted_by_source["lookup"] > 0, ctx
             assert s.accepted_by_source["lookup"] > 0, ctx
             assert s.lookup_steps > 0, ctx
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_hybrid_continues_latent_drafts_with_lookup(arch):
+    """Hybrid mode appends lookup's continuation of the drafter's own last tokens to a latent draft. On a target
+    the untrained drafter partly predicts, the output cycles, so the drafter's tokens repeat earlier n-grams: the
+    extension must happen, and greedy and sampling with top_k=1 (whose copied tokens are point masses) must still
+    give exactly greedy's tokens."""
+    model = make_model(arch, strength="prefix")
+    drafter = OneiroDrafter.from_target(model)
+    extended = 0
+    for seed in range(6):
+        ids = random_prompt(12, seed=seed)
+        ref = greedy(model, ids, 48)
+        for sample, cost_aware in ((False, True), (False, False), (True, True)):
+            ctx = f"{arch}/seed{seed}/sample={sample}/cost_aware={cost_aware}"
+            torch.manual_seed(seed)
+            with torch.no_grad():
+                out = model.generate(ids, max_new_tokens=48, do_sample=sample, top_k=1, assistant_model=drafter,
+                                     oneiro_mode="hybrid", oneiro_cost_aware=cost_aware,
+                                     oneiro_max_draft_tokens=8 if cost_aware else 4)
+            assert torch.equal(out, ref), ctx
+            check_stats(drafter, 48, ctx)
+            extended += drafter.last_stats.extended_steps
+    assert extended > 0
+
+
+def test_latent_draft_extension_appends_copied_tokens_as_point_masses():
+    """What `_extend_with_lookup` adds to a sampled latent draft: the indexed continuation of the drafted tokens'
+    n-gram, cut after an EOS, with one-hot rows (q = 1 for the copied token keeps p/q acceptance exact); the
+    drafter's tokens and their distributions stay as they were."""
+    model = make_model("llama", strength="prefix")
+    drafter = OneiroDrafter.from_target(model)
+    settings = DraftingSettings.for_call(drafter.config, mode="hybrid", cost_aware=False)
+    config = GenerationConfig(do_sample=True, max_length=64, eos_token_id=7)
+    config._eos_token_tensor = torch.tensor([7])
+    generator = OneiroCandidateGenerator(drafter, config, LogitsProcessorList(), drafter.new_session(settings))
+    context = [11, 2, 3, 9, 5, 7, 4, 40, 41]
+    generator.index.extend(context)
+    input_ids = torch.tensor([context])
+    latent_logits = torch.randn(1, 2, 128)
+    draft = Draft([2, 3], latent_logits.clone(), "latent", 0, [0.9, 0.8], latent_tokens=2, calls=2)
+    generator._extend_with_lookup(draft, input_ids, budget=6)
+    assert draft.tokens == [2, 3, 9, 5, 7], "the continuation ends with the EOS it copies"
+    assert (draft.latent_tokens, draft.ngram) == (2, 2)
+    assert draft.logits.shape == (1, 5, 128)
+    torch.testing.assert_close(draft.logits[:, :2], latent_logits)
+    copied = draft.logits[0, 2:].softmax(-1)
+    assert torch.equal(copied.argmax(-1), torch.tensor([9, 5, 7])) and bool((copied.max(-1).values == 1).all())
+    unmatched = Draft([40, 42], None, "latent", 0, [0.9, 0.8], latent_tokens=2, calls=2)
+    generator._extend_with_lookup(unmatched, input_ids, budget=6)
+    assert unmatched.tokens == [40, 42], "no earlier occurrence of the drafted n-gram: nothing is added"
+    full = Draft([2, 3], None, "latent", 0, [0.9, 0.8], latent_tokens=2, calls=2)
+    generator._extend_with_lookup(full, input_ids, budget=2)
+    assert full.tokens == [2, 3], "no room left in the budget"
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -9,10 +9,11 @@ from tiny import ARCHS, make_model
 from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.draft_policy import PROFIT_EMA
+from oneiro_hf.draft_policy import PROFIT_EMA, DraftPolicyState
 from oneiro_hf.lookup import NgramIndex
 from oneiro_hf.settings import DraftingSettings
 from oneiro_hf.tree.attention import target_tree_mask
+from oneiro_hf.tree.build import add_lookup_after_latent
 from oneiro_hf.tree.cache import UnsupportedTreeCache, compact_cache, prepare_cache, trim_sliding_layers
 from oneiro_hf.tree.cost import (
     H200_RATIOS,
@@ -302,6 +303,30 @@ def test_modelled_speedup_by_hand() -> None:
     assert modelled_speedup(10, [1, 5, 8, 20], drafter_calls=3, drafter_call_ratio=0.5) == pytest.approx(10 / 5.997)
 
 
+def test_lookup_continues_the_likeliest_latent_leaves_from_their_own_path() -> None:
+    policy = DraftPolicyState()
+    index = NgramIndex(2, 3)
+    index.extend([20, 21, 22, 23, 2, 24, 25, 30])  # 20 21 -> 22 23 2(EOS); 24 25 -> 30
+    tree = TokenTree.with_root(30)
+    a = tree.add(0, 20, 0.8, "latent", confidence=0.8)
+    ab = tree.add(a, 21, 0.6, "latent", confidence=0.7)  # path 20 21: continued
+    c = tree.add(0, 24, 0.3, "latent", confidence=0.3)
+    cd = tree.add(c, 25, 0.2, "latent", confidence=0.6)  # path 24 25: third likeliest leaf, beyond `leaves`
+    e = tree.add(0, 26, 0.25, "latent", confidence=0.25)  # a leaf whose path matches nothing
+    lookup = tree.add(0, 40, 0.9, "lookup", ngram=3)  # not latent: never continued
+    add_lookup_after_latent(tree, index, max_depth=4, leaves=2, min_ngram=2, policy=policy, eos_ids={2})
+    rate = policy.lookup_rate(2).value
+    below = [(n.token, n.parent, n.source, n.ngram) for n in tree.nodes[7:]]
+    assert below == [(22, ab, "lookup", 2), (23, 7, "lookup", 2)], "cut at the depth limit (4), EOS never reached"
+    assert [n.value for n in tree.nodes[7:]] == pytest.approx([0.6 * rate, 0.6 * rate**2])
+    assert not tree.children[cd] and not tree.children[e] and not tree.children[lookup]
+    deeper = TokenTree.with_root(30)
+    tip = deeper.add(0, 20, 0.8, "latent", confidence=0.8)
+    tip = deeper.add(tip, 21, 0.6, "latent", confidence=0.7)
+    add_lookup_after_latent(deeper, index, max_depth=8, leaves=1, min_ngram=2, policy=policy, eos_ids={2})
+    assert [n.token for n in deeper.nodes[3:]] == [22, 23, 2], "the copy ends with the EOS it reaches"
+
+
 def test_ngram_index_offers_several_occurrences() -> None:
     index = NgramIndex(1, 2, keep_occurrences=3)
     index.extend([1, 2, 7, 1, 2, 8, 1, 2, 9, 5, 1, 2])
@@ -332,9 +357,9 @@ def test_the_back_off_learns_only_from_passes_where_the_drafter_drafted_alone() 
     both.add_path(0, [6, 7], [0.9, 0.8], "lookup", ngram=3)
     both.add(0, 8, 0.5, "latent", confidence=0.5)
     run(both, alone=False)
-    assert policy.latent_profit_s == 0.0
+    assert policy.backoff.profit_s == 0.0
     latent = TokenTree.with_root(5)
     latent.add(0, 6, 0.9, "latent", confidence=0.9)
     latent.add(1, 7, 0.8, "latent", confidence=0.8)
     run(latent, alone=True)  # 3 tokens for a 3-node pass (1.3 t(1)) and one call (0.1 t(1)): 1.6 t(1) saved
-    assert policy.latent_profit_s == pytest.approx(PROFIT_EMA * 1.6)
+    assert policy.backoff.profit_s == pytest.approx(PROFIT_EMA * 1.6)

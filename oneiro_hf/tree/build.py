@@ -14,6 +14,9 @@ value times the calibrated acceptance of the node itself, as `DraftPolicyState` 
   on) when no further level promises more tokens per second than the tree as it is, its drafter calls
   priced (`cost.drafting_pays`).
 
+* **Lookup after latent** (hybrid): the likeliest latent leaves are continued by lookup from their own path
+  (`NgramIndex.lookup(after=path)`), as chain drafts are.
+
 Identical tokens under the same parent merge, so lookup and latent proposals that agree share nodes and
 those that disagree become sibling branches. `cost.choose_nodes` then keeps the part of the tree the
 latency profile pays for.
@@ -162,3 +165,30 @@ def add_lookup_branches(
         rate = policy.lookup_rate(ngram).value
         values = [rate ** (j + 1) * LOOKUP_RANK_DECAY**rank for j in range(len(tokens))]
         tree.add_path(0, tokens, values, "lookup", ngram=ngram)
+
+
+def add_lookup_after_latent(
+    tree: TokenTree,
+    index: NgramIndex,
+    *,
+    max_depth: int,
+    leaves: int,
+    min_ngram: int,
+    policy: DraftPolicyState,
+    eos_ids: set[int],
+) -> None:
+    """Continue the `leaves` likeliest latent leaves with what followed the latest earlier occurrence of the
+    n-gram their path ends with; a copied node's value is its leaf's times the n-gram's acceptance per token."""
+    tips = [i for i, node in enumerate(tree.nodes)
+            if node.source == "latent" and not tree.children[i] and node.depth < max_depth and node.token not in eos_ids]
+    for tip in sorted(tips, key=lambda i: (-tree.nodes[i].value, i))[:leaves]:
+        path = [tree.nodes[i].token for i in tree.path_to(tip)]
+        tokens, ngram = index.lookup(max_depth - tree.nodes[tip].depth, after=path)
+        if not tokens or ngram < min_ngram:
+            continue
+        for j, token in enumerate(tokens):
+            if token in eos_ids:
+                tokens = tokens[: j + 1]
+                break
+        rate, base = policy.lookup_rate(ngram).value, tree.nodes[tip].value
+        tree.add_path(tip, tokens, [base * rate ** (j + 1) for j in range(len(tokens))], "lookup", ngram=ngram)

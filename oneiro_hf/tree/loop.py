@@ -28,7 +28,7 @@ from ..draft_policy import DraftPolicyState
 from ..lookup import NgramIndex
 from ..settings import DraftingSettings
 from .attention import target_tree_mask
-from .build import LatentTreeDrafter, add_lookup_branches
+from .build import LatentTreeDrafter, add_lookup_after_latent, add_lookup_branches
 from .cache import compact_cache, prepare_cache, trim_sliding_layers
 from .cost import choose_nodes, drafting_pays, latent_levels_below_root
 from .tree import TokenTree
@@ -51,6 +51,7 @@ class TreeSettings:
     lookup_branches: int  # lookup: continuations (occurrences) at most
     lookup_min_ngram: int
     lookup_max_ngram: int
+    lookup_after_latent: bool  # hybrid: continue the likeliest latent leaves by lookup from their own path
     min_value: float  # latent: stop expanding below this estimated path probability
     cost_aware: bool  # choose the node count from t(k); off: always max_nodes
     context_window: int | None  # latest verified positions the drafter's first catch-up feeds (None: all)
@@ -71,6 +72,7 @@ class TreeSettings:
             lookup_branches=int(settings.tree_lookup_branches),
             lookup_min_ngram=int(settings.lookup_min_ngram),
             lookup_max_ngram=int(settings.lookup_max_ngram),
+            lookup_after_latent=bool(settings.lookup_after_latent),
             min_value=float(settings.min_draft_confidence),
             cost_aware=bool(settings.cost_aware),
             context_window=settings.context_window,
@@ -224,14 +226,17 @@ class TreeDecoder:
         alone = len(tree) == 1
         if depth > 0 and self.latent is not None:
             if self._latent_pays(tree, depth):
-                policy.steps_since_latent = 0
+                policy.backoff.steps_since_try = 0
                 calls, lead = self.latent.expand(
                     tree, input_ids, max_depth=depth, topk=settings.topk, beam=settings.beam,
                     min_value=settings.min_value, policy=policy, eos_ids=self.eos_ids, max_nodes=settings.max_nodes,
                     cost_aware=settings.cost_aware,
                 )
+                if settings.mode == "hybrid" and settings.lookup_after_latent:
+                    add_lookup_after_latent(tree, self.index, max_depth=depth, leaves=settings.beam,
+                                            min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
             else:
-                policy.steps_since_latent += 1
+                policy.backoff.steps_since_try += 1
         chosen = choose_nodes(tree, policy.verify_time if settings.cost_aware else None, settings.max_nodes)
         return Draft(tree.keep(chosen), calls, time.perf_counter() - started, lead, alone and calls > 0)
 
@@ -245,12 +250,12 @@ class TreeDecoder:
         little is left to gain, so a CPU whose drafter call costs a tenth of a pass skips it). Every
         `explore_every` skipped steps the drafter is tried anyway, so that what it is worth keeps being measured.
         """
-        policy = self.policy
+        policy, backoff = self.policy, self.policy.backoff
         if not self.settings.cost_aware:
             return True
-        if not policy.latent_worth_trying():
+        if not backoff.worth_trying():
             return False
-        if policy.steps_since_latent >= policy.explore_every or len(tree) == 1:  # a retry, or no lookup branch
+        if backoff.steps_since_try >= backoff.explore_every or len(tree) == 1:  # a retry, or no lookup branch
             return True
         levels = latent_levels_below_root(tree, policy.latent_lead.value, depth)
         values = [node.value for node in tree.nodes[1:]]
@@ -300,7 +305,7 @@ class TreeDecoder:
             policy.latent_lead.add(verdict.tokens[0] == draft.lead_token)
         if draft.drafted_alone and self.settings.cost_aware:
             spent = policy.verify_time(size) + policy.drafting_cost(draft.seconds, draft.drafter_calls)
-            policy.observe_latent_profit(kept * policy.verify_time(1) - spent)
+            policy.backoff.observe(kept * policy.verify_time(1) - spent)
         self.scores.extend(verdict.scores[:kept])
         self.raw_logits.extend(done.logits[i : i + 1] for i in [0, *verdict.path][:kept])
         accepted = verdict.path[: kept - 1]  # as in chains: the last token a pass yields counts as the target's own
@@ -321,6 +326,8 @@ class TreeDecoder:
             stats.accepted_by_source[tree.nodes[i].source] += 1
         stats.latent_steps += any(n.source == "latent" for n in tree.nodes)
         stats.lookup_steps += any(n.source == "lookup" for n in tree.nodes)
+        stats.extended_steps += any(n.source == "lookup" and tree.nodes[n.parent].source == "latent"
+                                    for n in tree.nodes[1:])
 
 
 @torch.no_grad()
