@@ -99,3 +99,20 @@ def test_other_attention_implementations_are_left_alone_and_overlapping_calls_re
     with pytest.raises(RuntimeError), grouped_attention(model):  # set back when the call fails, too
         raise RuntimeError("generate failed")
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_any_decoding_can_opt_in_by_name() -> None:
+    """Other decoding (here transformers' own prompt lookup, which never runs a drafter) takes the grouped attention
+    by its registered name once oneiro_hf is imported, and gives plain greedy's tokens."""
+    model = make_model("llama")
+    model.set_attn_implementation("sdpa")
+    ids = torch.tensor([[5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6]])
+    with torch.no_grad():
+        plain = model.generate(ids, do_sample=False, max_new_tokens=16)
+        model.set_attn_implementation(ATTENTION_NAME)
+        spy = _SeeAttention(model)
+        looked_up = model.generate(ids, do_sample=False, max_new_tokens=16, prompt_lookup_num_tokens=4,
+                                   logits_processor=LogitsProcessorList([spy]))
+    model.set_attn_implementation("sdpa")
+    assert spy.seen == {ATTENTION_NAME}
+    assert torch.equal(looked_up, plain)

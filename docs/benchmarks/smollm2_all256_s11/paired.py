@@ -1,0 +1,22 @@
+# Paired per-question ratios of a finished run: python docs/benchmarks/smollm2_all256_s11/paired.py runs/s11/laneA runs/s11/laneB
+import json, glob, statistics, sys, collections
+lanes = sys.argv[1:] or ["runs/s11/laneA", "runs/s11/laneB"]
+data = collections.defaultdict(dict)  # method -> qid -> (tokens, wall, steps, cat)
+for lane in lanes:
+    for f in glob.glob(f"{lane}/answers/*.jsonl"):
+        for line in open(f):
+            d = json.loads(line); c = d["choices"][0]
+            data[d["model_id"]][d["question_id"]] = (sum(c["new_tokens"]), sum(c["wall_time"]), sum(c["decoding_steps"]), d["category"], c["turns"])
+g = data["greedy"]
+qs = [q for q in g if all(q in data[m] for m in data)]
+print(len(qs), "questions complete")
+for m in sorted(data):
+    tok = sum(data[m][q][0] for q in qs); wall = sum(data[m][q][1] for q in qs); st = sum(data[m][q][2] for q in qs)
+    gw = sum(g[q][1] for q in qs); gt = sum(g[q][0] for q in qs)
+    same = sum(data[m][q][4] == g[q][4] for q in qs)
+    print(f"{m:26s} speedup {(tok/wall)/(gt/gw):.3f}  tau {tok/st:.2f}  identical {same}/{len(qs)}")
+def ratio(a, b):
+    return [ (data[b][q][1]/data[b][q][0]) / (data[a][q][1]/data[a][q][0]) for q in qs]
+for a, b in [("oneiro-hybrid", "oneiro-lookup"), ("oneiro-hybrid", "oneiro-hybrid@noext"), ("oneiro-tree", "oneiro-hybrid")]:
+    if a in data and b in data:
+        r = ratio(a, b); print(f"{a} / {b}: geo-mean per question {statistics.geometric_mean(r):.3f}, median {statistics.median(r):.3f}")
