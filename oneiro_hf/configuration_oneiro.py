@@ -58,6 +58,7 @@ class OneiroDrafterConfig(PretrainedConfig):
         lookup_max_ngram: int = DEFAULTS.lookup_max_ngram,
         lookup_after_latent: bool = DEFAULTS.lookup_after_latent,
         cost_aware: bool = DEFAULTS.cost_aware,
+        prepack_cpu_weights: bool = DEFAULTS.prepack_cpu_weights,
         context_window: int | None = DEFAULTS.context_window,
         verification: str = DEFAULTS.verification,
         verification_topk: int = DEFAULTS.verification_topk,
@@ -96,6 +97,7 @@ class OneiroDrafterConfig(PretrainedConfig):
         self.lookup_max_ngram = lookup_max_ngram
         self.lookup_after_latent = lookup_after_latent
         self.cost_aware = cost_aware
+        self.prepack_cpu_weights = prepack_cpu_weights
         # the drafter's first catch-up feeds at most this many latest verified positions (None: the whole prompt)
         self.context_window = context_window
         # how drafts are judged (oneiro_hf.verification): "strict" is lossless, "topk"/"threshold" are lossy

@@ -17,20 +17,22 @@ from transformers import DynamicCache
 
 from .compat import cache_keyword
 from .grouped_attention import grouped_attention
+from .prepacked_linear import prepacked_linears
 from .targets import text_config
 
 
 @torch.no_grad()
 def profile_verification_latency(
-    model, ks: tuple[int, ...] = tuple(range(1, 17)), context_len: int = 200, repeats: int = 7
+    model, ks: tuple[int, ...] = tuple(range(1, 17)), context_len: int = 200, repeats: int = 7, prepacked: bool = True
 ) -> dict:
     """Median seconds of one cached target forward over k new tokens, after `context_len` cached ones.
 
     Returns {"t1_s": seconds for k=1, "ratios": {k: t(k)/t(1)}, "device": ..., "dtype": ...}. The ks are
-    interleaved over the repeats, so a noisy machine biases them alike. Measured with the attention a drafter's
-    generate call runs (`grouped_attention`).
+    interleaved over the repeats, so a noisy machine biases them alike. Measured with the attention and linear
+    layers a drafter's generate call runs (`grouped_attention`; `prepacked_linears` unless `prepacked` is False,
+    for a drafter whose `prepack_cpu_weights` is off).
     """
-    with grouped_attention(model):
+    with grouped_attention(model), prepacked_linears(model, prepacked):
         return _profile(model, ks, context_len, repeats)
 
 

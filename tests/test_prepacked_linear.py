@@ -1,0 +1,89 @@
+"""Prepacked linear layers for CPU verification passes (oneiro_hf/prepacked_linear.py): the same layer outputs up to
+float32 rounding, used only for multi-row inputs while a drafter's generate runs, and put back afterwards."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny import ARCHS, greedy, make_model, random_prompt
+
+from oneiro_hf import OneiroDrafter, prepacked_linear
+from oneiro_hf.prepacked_linear import MIN_ROWS, applies, packed_weight, prepacked_forward, prepacked_linears
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
+
+
+def _count_packed_calls(monkeypatch) -> list[int]:
+    """Counts the rows of every call that ran on a prepacked weight."""
+    calls: list[int] = []
+    real = prepacked_linear._linear_on_packed
+
+    def spy(x, packed, bias):
+        calls.append(x.shape[0])
+        return real(x, packed, bias)
+
+    monkeypatch.setattr(prepacked_linear, "_linear_on_packed", spy)
+    return calls
+
+
+def test_a_layer_on_its_prepacked_weight_matches_f_linear_and_follows_weight_changes() -> None:
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(24, 40)
+    with torch.no_grad():
+        for rows in (1, MIN_ROWS - 1, MIN_ROWS, 9):
+            x = torch.randn(2, rows, 24) if rows == 9 else torch.randn(1, rows, 24)
+            out = prepacked_forward(layer, x)
+            assert out.shape == layer(x).shape
+            if x.shape[0] * x.shape[1] < MIN_ROWS:
+                assert torch.equal(out, layer(x)), "few rows keep F.linear exactly"
+            else:
+                torch.testing.assert_close(out, layer(x), atol=1e-5, rtol=1e-5)
+        first = packed_weight(layer)
+        assert packed_weight(layer) is first, "reordered once, then reused"
+        layer.weight.mul_(2.0)  # an in-place change bumps the version: the copy is made again
+        assert packed_weight(layer) is not first
+        x = torch.randn(1, 6, 24)
+        torch.testing.assert_close(prepacked_forward(layer, x), layer(x), atol=1e-5, rtol=1e-5)
+    x = torch.randn(1, 6, 24, requires_grad=True)
+    assert prepacked_forward(layer, x).requires_grad, "with autograd on, F.linear runs (oneDNN's call has no grad)"
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_generate_with_a_drafter_runs_prepacked_linears_and_gives_greedy_tokens(arch: str, monkeypatch) -> None:
+    model = make_model(arch)
+    drafter = OneiroDrafter.from_target(model)
+    calls = _count_packed_calls(monkeypatch)
+    ids = random_prompt(12, seed=1)
+    ref = greedy(model, ids, 32)
+    assert calls == [], "plain greedy never runs the prepacked layers"
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=32, do_sample=False, assistant_model=drafter,
+                             oneiro_mode="latent", oneiro_cost_aware=False, oneiro_max_draft_tokens=6)
+    assert torch.equal(out, ref)
+    assert calls and min(calls) >= MIN_ROWS, "verification passes of 4+ tokens (and the prefill) ran prepacked"
+    assert all("forward" not in vars(m) for m in model.modules()), "the layers' own forwards are back"
+    calls.clear()
+    with torch.no_grad():
+        off = model.generate(ids, max_new_tokens=32, do_sample=False, assistant_model=drafter,
+                             oneiro_mode="latent", oneiro_cost_aware=False, oneiro_max_draft_tokens=6,
+                             oneiro_prepack_cpu_weights=False)
+    assert torch.equal(off, ref) and calls == []
+
+
+def test_only_float32_cpu_targets_take_it_and_overlapping_calls_restore_once() -> None:
+    model = make_model("llama")
+    assert applies(model)
+    assert not applies(make_model("llama").to(torch.bfloat16))
+    linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    first, second = prepacked_linears(model), prepacked_linears(model)
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)  # the other call still runs: its layers stay prepacked
+    assert all("forward" in vars(m) for m in linears)
+    second.__exit__(None, None, None)
+    assert all("forward" not in vars(m) for m in linears)
+    with pytest.raises(RuntimeError), prepacked_linears(model):  # put back when the call fails, too
+        raise RuntimeError("generate failed")
+    assert all("forward" not in vars(m) for m in linears)
+    with prepacked_linears(model, enabled=False):
+        assert all("forward" not in vars(m) for m in linears)
