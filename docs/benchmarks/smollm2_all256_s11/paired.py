@@ -17,6 +17,8 @@ for m in sorted(data):
     print(f"{m:26s} speedup {(tok/wall)/(gt/gw):.3f}  tau {tok/st:.2f}  identical {same}/{len(qs)}")
 def ratio(a, b):
     return [ (data[b][q][1]/data[b][q][0]) / (data[a][q][1]/data[a][q][0]) for q in qs]
-for a, b in [("oneiro-hybrid", "oneiro-lookup"), ("oneiro-hybrid", "oneiro-hybrid@noext"), ("oneiro-tree", "oneiro-hybrid")]:
+pairs = [("oneiro-hybrid", "oneiro-lookup"), ("oneiro-tree", "oneiro-hybrid")]
+pairs += [(m.split("@")[0], m) for m in sorted(data) if "@" in m]  # each method against its --extra-drafter arm
+for a, b in pairs:
     if a in data and b in data:
         r = ratio(a, b); print(f"{a} / {b}: geo-mean per question {statistics.geometric_mean(r):.3f}, median {statistics.median(r):.3f}")
