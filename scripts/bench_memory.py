@@ -110,15 +110,16 @@ class GeneratorRecorder:
         gen, self.last = self.last, None
         if gen is None:
             return {}
-        caps = [k.shape[2] for k in gen.cache._keys.values()]
+        cache = gen.context.cache  # the drafter KV cache of that call
+        caps = [k.shape[2] for k in cache._keys.values()]
         info = {
             "kv_capacity": max(caps, default=0),
-            "kv_length": gen.cache.seq_length,
+            "kv_length": cache.seq_length,
             "index_tokens": len(gen.index.tokens),
             "index_entries": len(gen.index._table),
         }
         ref = weakref.ref(gen)
-        del gen
+        del gen, cache
         gc.collect()
         info["generator_freed"] = ref() is None
         return info
