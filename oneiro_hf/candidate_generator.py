@@ -16,7 +16,7 @@ import torch
 from transformers.generation.candidate_generator import CandidateGenerator
 
 from .drafter_context import DrafterContext
-from .lookup import NgramIndex
+from .lookup import NgramIndex, cut_at_eos
 from .session import DraftingSession
 from .stats import DraftRound
 from .verification import RelaxedAcceptanceProcessor, check_relaxed_supported, warn_lossy_once
@@ -221,7 +221,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
                 length = self.policy.best_length([rate] * len(tokens), [0] * len(tokens)) if self.cost_aware \
                     else len(tokens)
                 if length > 0:
-                    tokens = self._cut_at_eos(tokens[:length])
+                    tokens = cut_at_eos(tokens[:length], self.eos_ids)
                     return Draft(tokens, self._one_hot_logits(tokens, input_ids), "lookup", ngram)
             if self.mode == "lookup":
                 return Draft()
@@ -254,19 +254,13 @@ class OneiroCandidateGenerator(CandidateGenerator):
             probs += [self.policy.lookup_rate(ngram).value] * len(more)
             length = self.policy.best_length(probs, [0] * len(probs), sunk_steps=draft.calls)
             more = more[: max(0, length - latent)]
-        more = self._cut_at_eos(more)
+        more = cut_at_eos(more, self.eos_ids)
         if not more:
             return
         draft.tokens = draft.tokens + more
         draft.ngram = ngram
         if draft.logits is not None:
             draft.logits = torch.cat([draft.logits, self._one_hot_logits(more, input_ids)], dim=1)
-
-    def _cut_at_eos(self, tokens: list[int]) -> list[int]:
-        for i, t in enumerate(tokens):
-            if t in self.eos_ids:
-                return tokens[: i + 1]
-        return tokens
 
     @torch.no_grad()
     def _draft_latent(self, input_ids, budget) -> Draft:

@@ -31,7 +31,7 @@ import torch
 
 from ..draft_policy import DraftPolicyState
 from ..drafter_context import DrafterContext
-from ..lookup import NgramIndex
+from ..lookup import NgramIndex, cut_at_eos
 from .cost import drafting_pays, latent_levels_below
 from .tree import TokenTree, window_mask
 
@@ -158,10 +158,7 @@ def add_lookup_branches(
     for rank, (tokens, ngram) in enumerate(index.continuations(max_depth, branches)):
         if ngram < min_ngram:
             continue
-        for j, token in enumerate(tokens):
-            if token in eos_ids:
-                tokens = tokens[: j + 1]
-                break
+        tokens = cut_at_eos(tokens, eos_ids)
         rate = policy.lookup_rate(ngram).value
         values = [rate ** (j + 1) * LOOKUP_RANK_DECAY**rank for j in range(len(tokens))]
         tree.add_path(0, tokens, values, "lookup", ngram=ngram)
@@ -186,9 +183,6 @@ def add_lookup_after_latent(
         tokens, ngram = index.lookup(max_depth - tree.nodes[tip].depth, after=path)
         if not tokens or ngram < min_ngram:
             continue
-        for j, token in enumerate(tokens):
-            if token in eos_ids:
-                tokens = tokens[: j + 1]
-                break
+        tokens = cut_at_eos(tokens, eos_ids)
         rate, base = policy.lookup_rate(ngram).value, tree.nodes[tip].value
         tree.add_path(tip, tokens, [base * rate ** (j + 1) for j in range(len(tokens))], "lookup", ngram=ngram)
