@@ -12,9 +12,8 @@ while a generate call with a drafter runs (setting `prepack_cpu_weights`, on by 
 CPU whose torch has oneDNN. Fewer rows (plain one-token steps) and everything else keep `F.linear`. The reordered
 copies cost as much memory as the linear weights themselves; they are made when a generate call first uses them
 (about 1 s for SmolLM2 on this CPU, once), kept for later calls, made again if a weight changes, and go with the
-layer (weak references). Results differ from F.linear's by
-float32 rounding only (a different summation order), as a multi-token GEMM's already differ from greedy's
-one-row GEMV.
+layer (weak references). Results differ from F.linear's by float32 rounding only (a different summation order), as
+a multi-token GEMM's already differ from greedy's one-row GEMV.
 """
 
 from __future__ import annotations
@@ -30,8 +29,8 @@ import torch.nn.functional as F
 MIN_ROWS = 4  # MKL's GEMM repacks the weight from this many rows on (measured; fewer rows keep F.linear)
 # per linear layer: (the weight it was made from: data pointer, version), the reordered weight
 _packed: weakref.WeakKeyDictionary[torch.nn.Linear, tuple[tuple[int, int], torch.Tensor]] = weakref.WeakKeyDictionary()
-# per target: generate calls now running with prepacked linears, and the forwards they replaced
-_users: weakref.WeakKeyDictionary[torch.nn.Module, tuple[int, dict]] = weakref.WeakKeyDictionary()
+# per target: generate calls now running with prepacked linears, and the layers whose forward they replaced
+_users: weakref.WeakKeyDictionary[torch.nn.Module, tuple[int, list]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -67,20 +66,20 @@ def _linear_on_packed(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor 
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
-def _swap_in(model: torch.nn.Module) -> dict:
-    """Route every nn.Linear of `model` through `prepacked_forward`, its weight reordered now; returns what to put
-    back. Reordering now, before any pass is timed, keeps its cost (about 0.3 s for SmolLM2's LM head) out of the
+def _swap_in(model: torch.nn.Module) -> list[torch.nn.Linear]:
+    """Route every nn.Linear of `model` through `prepacked_forward`, its weight reordered now; returns the layers
+    to put back. Reordering now, before any pass is timed, keeps its cost (about 0.3 s for SmolLM2's LM head) out of the
     t(k) the cost model learns: met in the first 4-token pass, it made that pass look 4.5x slower than it is."""
-    replaced = {}
+    replaced = []
     for layer in model.modules():
         if type(layer) is torch.nn.Linear and "forward" not in vars(layer):  # plain layers, not already wrapped
             packed_weight(layer)
-            replaced[layer] = None
+            replaced.append(layer)
             layer.forward = lambda x, layer=layer: prepacked_forward(layer, x)
     return replaced
 
 
-def _swap_out(replaced: dict) -> None:
+def _swap_out(replaced: list[torch.nn.Linear]) -> None:
     for layer in replaced:
         vars(layer).pop("forward", None)
 
