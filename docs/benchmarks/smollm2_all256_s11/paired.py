@@ -1,6 +1,10 @@
-# Paired per-question ratios of a finished run: python docs/benchmarks/smollm2_all256_s11/paired.py runs/s11/laneA runs/s11/laneB
-import json, glob, statistics, sys, collections
-lanes = sys.argv[1:] or ["runs/s11/laneA", "runs/s11/laneB"]
+# Paired per-question ratios of a finished run, and (--csv PATH) its per-question table:
+#   python docs/benchmarks/smollm2_all256_s11/paired.py runs/s11/laneA runs/s11/laneB --csv per_question.csv
+import csv, json, glob, statistics, sys, collections
+args = sys.argv[1:]
+csv_path = args.pop(args.index("--csv") + 1) if "--csv" in args else None
+args = [a for a in args if a != "--csv"]
+lanes = args or ["runs/s11/laneA", "runs/s11/laneB"]
 data = collections.defaultdict(dict)  # method -> qid -> (tokens, wall, steps, cat)
 for lane in lanes:
     for f in glob.glob(f"{lane}/answers/*.jsonl"):
@@ -22,3 +26,11 @@ pairs += [(m.split("@")[0], m) for m in sorted(data) if "@" in m]  # each method
 for a, b in pairs:
     if a in data and b in data:
         r = ratio(a, b); print(f"{a} / {b}: geo-mean per question {statistics.geometric_mean(r):.3f}, median {statistics.median(r):.3f}")
+if csv_path:  # one row per question and method: what every ratio above is computed from
+    with open(csv_path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["question_id", "category", "method", "new_tokens", "wall_s", "target_passes", "identical_to_greedy"])
+        for q in sorted(qs):
+            for m in sorted(data):
+                tok, wall, st, cat, turns = data[m][q]
+                w.writerow([q, cat, m, tok, f"{wall:.4f}", st, turns == g[q][4]])
