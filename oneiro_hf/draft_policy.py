@@ -25,6 +25,12 @@ EMA = 0.15
 # scripts/draft_policy_sim.py: 1.39x against 1.45x greedy on held-out answers, the same floor with a drafter
 # that never helps).
 PROFIT_EMA = 0.02
+# A length's first measured t(k) is kept at most this many times what its measured neighbours predict: a stall in
+# that one pass (a lazy weight reorder once made a 4-token pass look 4.5x slower) would otherwise price the length
+# out for good, since a length the cost model never picks is never measured again. Too low a first value is
+# harmless (the length gets picked, measured and averaged up); real jumps seen here were at most 1.6x the
+# prediction (t(2) on an AMD EPYC with MKL, t(4) on a Xeon).
+FIRST_CLIP = 1.5
 
 
 def _default_latency_ratio(k: int) -> float:
@@ -128,8 +134,8 @@ class DraftPolicyState:
         if self.pinned:
             return
         old = self.verify_s.get(k)
-        if old is None:
-            self.verify_s[k] = seconds
+        if old is None:  # first time at this length: clipped against its neighbours' prediction, if any
+            self.verify_s[k] = min(seconds, FIRST_CLIP * self.verify_time(k)) if self.verify_s else seconds
         else:  # clip stalls so one hiccup on a shared machine does not poison the estimate
             self.verify_s[k] = (1 - EMA) * old + EMA * min(seconds, 3 * old)
 

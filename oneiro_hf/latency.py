@@ -17,7 +17,7 @@ from transformers import DynamicCache
 
 from .compat import cache_keyword
 from .grouped_attention import grouped_attention
-from .prepacked_linear import prepacked_linears
+from .prepacked_linear import NEVER, applies, prepacked_linears, thresholds
 from .targets import text_config
 
 
@@ -28,12 +28,16 @@ def profile_verification_latency(
     """Median seconds of one cached target forward over k new tokens, after `context_len` cached ones.
 
     Returns {"t1_s": seconds for k=1, "ratios": {k: t(k)/t(1)}, "device": ..., "dtype": ...}. The ks are
-    interleaved over the repeats, so a noisy machine biases them alike. Measured with the attention and linear
+    interleaved over the repeats, so a noisy machine biases them alike; with prepacked linears on a CPU, also
+    "prepacked_min_rows" (`prepacked_linear.thresholds`, None for never). Measured with the attention and linear
     layers a drafter's generate call runs (`grouped_attention`; `prepacked_linears` unless `prepacked` is False,
     for a drafter whose `prepack_cpu_weights` is off).
     """
     with grouped_attention(model), prepacked_linears(model, prepacked):
-        return _profile(model, ks, context_len, repeats)
+        profile = _profile(model, ks, context_len, repeats)
+    if prepacked and applies(model):  # the rows from which each weight shape ran prepacked (None: never)
+        profile["prepacked_min_rows"] = {k: (None if r == NEVER else r) for k, r in thresholds().items()}
+    return profile
 
 
 def _profile(model, ks: tuple[int, ...], context_len: int, repeats: int) -> dict:

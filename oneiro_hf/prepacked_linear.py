@@ -1,24 +1,30 @@
 """Verification passes on a CPU: the target's linear layers run on weights reordered once, not on every call.
 
-torch's float32 `F.linear` on a CPU runs MKL's GEMM. From `MIN_ROWS` input rows on, that GEMM packs the weight
-matrix again on every call, so a verification pass of 4 tokens costs far more than one of 3: on this project's CPU
-a 1536x576 layer took the same time at 1-3 rows, 1.9x at 4 and 2.9x at 8, and SmolLM2's t(4) was 1.61 t(1)
-against t(3) = 1.13 (`scripts/probe_prepacked_linear.py`, docs/benchmarks.md). oneDNN reorders a weight once
-(`torch.ops.mkldnn._reorder_linear_weight`) and then takes any row count on it; with every linear prepacked,
-t(4) was 1.27 t(1) and t(8) 1.46 (was 2.11).
+torch's float32 `F.linear` on a CPU runs MKL's GEMM, which for multi-row inputs packs the weight matrix again on
+every call. Where that starts depends on the CPU: on session 11's Xeon a 1536x576 layer took the same time at 1-3
+rows, 1.9x at 4 and 2.9x at 8 (SmolLM2's t(4) was 1.61 t(1) against t(3) = 1.13); on session 12's AMD EPYC it took
+1.9x already at 2 rows, and SmolLM2's LM head 2.3x (`scripts/probe_prepacked_linear.py`, docs/benchmarks.md). oneDNN
+reorders a weight once (`torch.ops.mkldnn._reorder_linear_weight`) and then takes any row count on it.
 
-`prepacked_linears(model)` runs the target's `nn.Linear` layers that way, for inputs of at least `MIN_ROWS` rows,
-while a generate call with a drafter runs (setting `prepack_cpu_weights`, on by default), on float32 targets on a
-CPU whose torch has oneDNN. Fewer rows (plain one-token steps) and everything else keep `F.linear`. The reordered
-copies cost as much memory as the linear weights themselves; they are made when a generate call first uses them
-(about 1 s for SmolLM2 on this CPU, once), kept for later calls, made again if a weight changes, and go with the
-layer (weak references). Results differ from F.linear's by float32 rounding only (a different summation order), as
-a multi-token GEMM's already differ from greedy's one-row GEMV.
+`prepacked_linears(model)` runs the target's `nn.Linear` layers that way while a generate call with a drafter runs
+(setting `prepack_cpu_weights`, on by default), on float32 targets on a CPU whose torch has oneDNN. Whether a
+layer gains, and from how many rows, is measured on this machine, not assumed: `measured_min_rows` times F.linear
+against the prepacked call at `ROW_GRID` row counts, once per weight shape and thread count in a process, and a
+layer runs prepacked from the row count that makes those timings cheapest (`choose_min_rows`). Shapes that never
+gain keep F.linear everywhere and keep no copy; fewer rows and everything else keep F.linear too.
+
+The reordered copies cost as much memory as the weights they copy; they are made when a generate call first swaps
+the layers in, kept for later calls, made again if a weight changes, and go with the layer (weak references).
+Results differ from F.linear's by float32 rounding only (a different summation order), as a multi-token GEMM's
+already differ from greedy's one-row GEMV.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,7 +32,13 @@ from contextlib import contextmanager
 import torch
 import torch.nn.functional as F
 
-MIN_ROWS = 4  # MKL's GEMM repacks the weight from this many rows on (measured; fewer rows keep F.linear)
+logger = logging.getLogger(__name__)
+
+ROW_GRID = (1, 2, 3, 4, 6, 8, 16)  # row counts timed per weight shape (verification passes and small trees)
+MIN_GAIN = 0.05  # summed over the row counts it would take, the prepacked call must save this much (ties: F.linear)
+NEVER = math.inf  # the threshold of a shape on which the prepacked call never gained
+# per (out_features, in_features, has bias, torch threads): rows from which that shape runs prepacked
+_min_rows: dict[tuple[int, int, bool, int], float] = {}
 # per linear layer: (the weight it was made from: data pointer, version), the reordered weight
 _packed: weakref.WeakKeyDictionary[torch.nn.Linear, tuple[tuple[int, int], torch.Tensor]] = weakref.WeakKeyDictionary()
 # per target: generate calls now running with prepacked linears, and the layers whose forward they replaced
@@ -52,10 +64,13 @@ def packed_weight(layer: torch.nn.Linear) -> torch.Tensor:
     return entry[1]
 
 
-def prepacked_forward(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """`layer(x)` for x (..., in_features): on the reordered weight from `MIN_ROWS` rows on, else F.linear."""
+def prepacked_forward(layer: torch.nn.Linear, x: torch.Tensor, min_rows: float | None = None) -> torch.Tensor:
+    """`layer(x)` for x (..., in_features): on the reordered weight from `min_rows` rows on (default: the threshold
+    `measured_min_rows` finds for this layer's shape), else F.linear."""
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    if rows < MIN_ROWS or x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled():
+    if min_rows is None:
+        min_rows = measured_min_rows(layer)
+    if rows < min_rows or x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled():
         return F.linear(x, layer.weight, layer.bias)
     out = _linear_on_packed(x.reshape(rows, x.shape[-1]), packed_weight(layer), layer.bias)
     return out.reshape(*x.shape[:-1], out.shape[-1])
@@ -66,17 +81,81 @@ def _linear_on_packed(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor 
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
+def measured_min_rows(layer: torch.nn.Linear) -> float:
+    """From how many input rows `layer` runs faster on its prepacked weight than through F.linear, on this CPU at
+    the current thread count: timed once per weight shape in a process (`choose_min_rows`), `NEVER` if not at all."""
+    key = (layer.out_features, layer.in_features, layer.bias is not None, torch.get_num_threads())
+    if key not in _min_rows:
+        start = time.perf_counter()
+        _min_rows[key] = choose_min_rows(_time_rows(layer))
+        logger.info("prepacked linear %dx%d (%d threads): from %s rows on (timed in %.2f s)", layer.out_features,
+                    layer.in_features, key[3], _min_rows[key], time.perf_counter() - start)
+    return _min_rows[key]
+
+
+def choose_min_rows(times: dict[int, tuple[float, float]]) -> float:
+    """The row threshold that makes `times` ({rows: (F.linear seconds, prepacked seconds)}) cheapest overall: the r
+    minimising the summed relative change sum(prepacked / F.linear - 1 for counts >= r), so that one noisy count
+    cannot move it far; `NEVER` unless that sum saves at least `MIN_GAIN`. Ties keep F.linear (the larger r)."""
+    threshold, best, gain = NEVER, -MIN_GAIN, 0.0
+    for rows in sorted(times, reverse=True):
+        stock, packed = times[rows]
+        gain += packed / stock - 1.0
+        if gain <= best:
+            threshold, best = rows, gain
+    return threshold
+
+
+@torch.no_grad()
+def _time_rows(layer: torch.nn.Linear, repeats: int = 2, batch_s: float = 5e-4, budget_s: float = 0.01
+               ) -> dict[int, tuple[float, float]]:
+    """Seconds per call of F.linear and of the prepacked call on `layer`'s own weight, per `ROW_GRID` row count: the
+    best of at least `repeats` batches (each of enough calls to last `batch_s`; more batches while they fit in
+    `budget_s`), the two alternating batch by batch after a warm-up, so a drifting machine biases them alike."""
+    weight, bias, packed = layer.weight.detach(), layer.bias, packed_weight(layer)
+    bias = None if bias is None else bias.detach()
+    times = {}
+    for rows in ROW_GRID:
+        x = torch.randn(rows, layer.in_features)
+        calls = (lambda x=x: F.linear(x, weight, bias), lambda x=x: _linear_on_packed(x, packed, bias))
+        start = time.perf_counter()
+        for call in calls:  # warm-up, and the size of a batch
+            call()
+        n = max(1, math.ceil(batch_s / max(time.perf_counter() - start, 1e-9)))
+        best, spent, done = [math.inf, math.inf], 0.0, 0
+        while done < repeats or spent < budget_s:
+            for i, call in enumerate(calls):
+                start = time.perf_counter()
+                for _ in range(n):
+                    call()
+                elapsed = time.perf_counter() - start
+                best[i], spent = min(best[i], elapsed / n), spent + elapsed
+            done += 1
+        times[rows] = (best[0], best[1])
+    return times
+
+
 def _swap_in(model: torch.nn.Module) -> list[torch.nn.Linear]:
-    """Route every nn.Linear of `model` through `prepacked_forward`, its weight reordered now; returns the layers
-    to put back. Reordering now, before any pass is timed, keeps its cost (about 0.3 s for SmolLM2's LM head) out of the
-    t(k) the cost model learns: met in the first 4-token pass, it made that pass look 4.5x slower than it is."""
+    """Route every nn.Linear of `model` that gains (`measured_min_rows`) through `prepacked_forward`, its weight
+    reordered now; returns the layers to put back. Reordering and timing now, before any pass is timed, keeps their
+    cost out of the t(k) the cost model learns: met in the first 4-token pass, the reorder alone made that pass look
+    4.5x slower than it is. A layer that never gains drops its copy and keeps its own forward."""
     replaced = []
     for layer in model.modules():
         if type(layer) is torch.nn.Linear and "forward" not in vars(layer):  # plain layers, not already wrapped
+            threshold = measured_min_rows(layer)
+            if threshold == NEVER:
+                _packed.pop(layer, None)
+                continue
             packed_weight(layer)
             replaced.append(layer)
-            layer.forward = lambda x, layer=layer: prepacked_forward(layer, x)
+            layer.forward = lambda x, layer=layer, threshold=threshold: prepacked_forward(layer, x, threshold)
     return replaced
+
+
+def thresholds() -> dict[str, float]:
+    """The row thresholds measured so far in this process: {"<out>x<in>[+bias]@<threads>": rows, or NEVER}."""
+    return {f"{o}x{i}{'+bias' if b else ''}@{t}": r for (o, i, b, t), r in sorted(_min_rows.items())}
 
 
 def _swap_out(replaced: list[torch.nn.Linear]) -> None:

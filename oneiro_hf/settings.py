@@ -27,8 +27,9 @@ class DraftingSettings:
     # hybrid: continue a latent draft with lookup's continuation of the drafter's own last tokens
     lookup_after_latent: bool = True
     cost_aware: bool = True
-    # CPU float32 targets: verification passes of 4+ tokens run the target's linears on weights reordered once for
-    # oneDNN (prepacked_linear.py; a second copy of those weights, kept with the target)
+    # CPU float32 targets: multi-token verification passes run the target's linears on weights reordered once for
+    # oneDNN, per layer shape from the row count measured to pay here (prepacked_linear.py; a second copy of those
+    # weights, kept with the target)
     prepack_cpu_weights: bool = True
     # the drafter's first catch-up feeds at most this many of the latest verified positions (None: all of them);
     # default: the sequence length drafters are trained on (oneiro-train --max_seq_len)

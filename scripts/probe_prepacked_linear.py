@@ -11,8 +11,8 @@ reorder a weight once (`torch.ops.mkldnn._reorder_linear_weight`) and then run a
   least `--min-rows` rows, the two interleaved per repeat;
 * how far the prepacked pass's logits are from the stock pass's, and whether their argmax agrees.
 
-Nothing in the library uses this yet; it is the measurement a design would start from (docs/benchmarks.md,
-session 11).
+Session 11 started `oneiro_hf/prepacked_linear.py` from this measurement; since session 12 the prepacked arm runs the
+library's own layer call and, unless `--min-rows` fixes one, its per-shape thresholds measured on this machine.
 
     python scripts/probe_prepacked_linear.py --out docs/benchmarks/prepacked_linear_s11/probe.json
 """
@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from oneiro_hf.prepacked_linear import measured_min_rows, packed_weight, prepacked_forward, thresholds
 from oneiro_hf.reference_models import load_reference_model
 
 
@@ -57,27 +58,26 @@ def layer_table(shapes: list[tuple[int, int]], rows: list[int]) -> list[dict]:
 
 
 class PrepackedLinears:
-    """Routes every nn.Linear of `model` through a weight reordered once for oneDNN while `on` is true, for inputs of
-    at least `min_rows` rows; fewer rows (plain one-token steps) keep F.linear. `restore()` puts the stock forwards
-    back."""
+    """Routes every nn.Linear of `model` through the library's `prepacked_forward` while `on` is true, for inputs of at
+    least `min_rows` rows (None: the threshold the library measures per weight shape on this machine); otherwise,
+    F.linear. `restore()` puts the stock forwards back."""
 
-    def __init__(self, model: torch.nn.Module, min_rows: int) -> None:
-        self.on, self.min_rows, self.originals = False, min_rows, {}
+    def __init__(self, model: torch.nn.Module, min_rows: int | None) -> None:
+        self.on, self.originals = False, {}
         start = time.perf_counter()
         for module in model.modules():
             if isinstance(module, torch.nn.Linear):
-                packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach())
+                packed_weight(module)
+                threshold = measured_min_rows(module) if min_rows is None else min_rows
                 self.originals[module] = module.forward
-                module.forward = self._forward(module, packed)
+                module.forward = self._forward(module, threshold)
         self.reorder_s = time.perf_counter() - start
 
-    def _forward(self, module: torch.nn.Linear, packed: torch.Tensor):
+    def _forward(self, module: torch.nn.Linear, threshold: float):
         def forward(x: torch.Tensor) -> torch.Tensor:
-            rows = x.numel() // x.shape[-1]
-            if not self.on or rows < self.min_rows:
+            if not self.on:
                 return F.linear(x, module.weight, module.bias)
-            out = torch.ops.mkldnn._linear_pointwise(x.reshape(rows, x.shape[-1]), packed, module.bias, "none", [], "")
-            return out.reshape(*x.shape[:-1], out.shape[-1])
+            return prepacked_forward(module, x, threshold)
         return forward
 
     def restore(self) -> None:
@@ -86,7 +86,7 @@ class PrepackedLinears:
 
 
 @torch.no_grad()
-def profile_both(model, ks: list[int], min_rows: int, context_len: int, repeats: int) -> dict:
+def profile_both(model, ks: list[int], min_rows: int | None, context_len: int, repeats: int) -> dict:
     """Median seconds of a k-token cached pass, stock and prepacked, interleaved per repeat (order alternating)."""
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(0)
@@ -132,7 +132,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--target", default="smollm2-135m-instruct")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--min-rows", type=int, default=4, help="passes of fewer rows keep F.linear")
+    p.add_argument("--min-rows", type=int, default=None,
+                   help="passes of fewer rows keep F.linear (default: the library's threshold, measured per shape)")
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--out", default=None)
     args = p.parse_args()
@@ -152,10 +153,12 @@ def main() -> None:
         "passes": profile_both(model, [1, 2, 3, 4, 5, 6, 8, 12, 16], args.min_rows, 200, args.repeats),
         "hidden_size": text.hidden_size,
     }
+    result["measured_min_rows"] = {k: (None if v == float("inf") else v) for k, v in thresholds().items()}
     for row in result["layers"]:
         print(f"{row['shape']!s:14s} rows {row['rows']:2d}: F.linear {row['f_linear_us']:8.1f} us, "
               f"prepacked {row['prepacked_us']:8.1f} us")
     passes = result["passes"]
+    print("measured thresholds (rows from which a shape runs prepacked):", result["measured_min_rows"])
     print(f"t(1) = {passes['t1_s'] * 1e3:.1f} ms; reordering every linear took {passes['reorder_all_linears_s']:.2f} s")
     for k in passes["stock_ratios"]:
         a = passes["agreement"][k]

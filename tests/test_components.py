@@ -11,7 +11,7 @@ import torch
 from tiny import ARCHS, WINDOW, greedy, make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.draft_policy import PROFIT_EMA, Backoff, DraftPolicyState
+from oneiro_hf.draft_policy import FIRST_CLIP, PROFIT_EMA, Backoff, DraftPolicyState
 from oneiro_hf.drafter_context import DrafterContext
 from oneiro_hf.kv_cache import DrafterKVCache
 from oneiro_hf.lookup import NgramIndex
@@ -305,6 +305,21 @@ def test_verify_time_estimates_and_clipping():
     assert policy.verify_time(4) == pytest.approx(0.010 * (1 + 0.08 * 3))
     policy.observe_verify(1, 10.0)  # a stall is clipped to 3x the current estimate before averaging
     assert policy.verify_time(1) == pytest.approx(0.85 * 0.010 + 0.15 * 0.030)
+
+
+def test_a_stall_in_a_lengths_first_pass_does_not_price_it_out():
+    policy = DraftPolicyState()
+    policy.observe_verify(1, 0.010)
+    predicted = policy.verify_time(4)
+    policy.observe_verify(4, 0.045)  # 4.5x t(1): a stall, the first time this length is measured
+    assert policy.verify_time(4) == pytest.approx(FIRST_CLIP * predicted) and FIRST_CLIP * predicted < 0.02
+    policy.observe_verify(4, 0.012)  # measured again: averaged from the clipped value, not from the stall
+    assert policy.verify_time(4) == pytest.approx(0.85 * FIRST_CLIP * predicted + 0.15 * 0.012)
+    policy.observe_verify(2, 0.0155)  # a real jump under the clip is kept as measured
+    assert policy.verify_time(2) == pytest.approx(0.0155)
+    fresh = DraftPolicyState()
+    fresh.observe_verify(3, 0.5)  # nothing to compare the very first measurement with: kept
+    assert fresh.verify_time(3) == pytest.approx(0.5)
 
 
 def test_latent_policy_backs_off_and_retries():

@@ -8,7 +8,18 @@ import torch
 from tiny import ARCHS, greedy, make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter, prepacked_linear
-from oneiro_hf.prepacked_linear import MIN_ROWS, applies, packed_weight, prepacked_forward, prepacked_linears
+from oneiro_hf.prepacked_linear import (
+    NEVER,
+    ROW_GRID,
+    applies,
+    choose_min_rows,
+    measured_min_rows,
+    packed_weight,
+    prepacked_forward,
+    prepacked_linears,
+)
+
+MIN_ROWS = 4  # a threshold the tests fix, so that which call runs does not depend on this machine's timings
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
 
@@ -32,7 +43,7 @@ def test_a_layer_on_its_prepacked_weight_matches_f_linear_and_follows_weight_cha
     with torch.no_grad():
         for rows in (1, MIN_ROWS - 1, MIN_ROWS, 9):
             x = torch.randn(2, rows, 24) if rows == 9 else torch.randn(1, rows, 24)
-            out = prepacked_forward(layer, x)
+            out = prepacked_forward(layer, x, MIN_ROWS)
             assert out.shape == layer(x).shape
             if x.shape[0] * x.shape[1] < MIN_ROWS:
                 assert torch.equal(out, layer(x)), "few rows keep F.linear exactly"
@@ -43,15 +54,48 @@ def test_a_layer_on_its_prepacked_weight_matches_f_linear_and_follows_weight_cha
         layer.weight.mul_(2.0)  # an in-place change bumps the version: the copy is made again
         assert packed_weight(layer) is not first
         x = torch.randn(1, 6, 24)
-        torch.testing.assert_close(prepacked_forward(layer, x), layer(x), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(prepacked_forward(layer, x, MIN_ROWS), layer(x), atol=1e-5, rtol=1e-5)
     x = torch.randn(1, 6, 24, requires_grad=True)
-    assert prepacked_forward(layer, x).requires_grad, "with autograd on, F.linear runs (oneDNN's call has no grad)"
+    assert prepacked_forward(layer, x, MIN_ROWS).requires_grad, "with autograd on, F.linear runs (oneDNN's call has no grad)"
+
+
+def test_the_threshold_is_the_row_count_that_makes_the_timings_cheapest() -> None:
+    # {rows: (F.linear seconds, prepacked seconds)}
+    assert choose_min_rows({1: (1.0, 1.2), 2: (2.0, 1.0), 3: (3.0, 1.1), 4: (3.0, 1.2)}) == 2
+    assert choose_min_rows({1: (1.0, 0.5), 2: (1.0, 0.5)}) == 1, "gaining at every count: from one row on"
+    assert choose_min_rows({1: (1.0, 1.3), 2: (1.0, 1.2), 4: (1.0, 1.01)}) == NEVER, "never gaining: F.linear"
+    assert choose_min_rows({1: (1.0, 1.0), 2: (1.0, 0.99)}) == NEVER, "a gain under MIN_GAIN keeps F.linear"
+    # one noisy count inside a run of gains does not push the threshold past the run
+    assert choose_min_rows({2: (1.0, 0.6), 3: (1.0, 0.6), 4: (1.0, 1.05), 6: (1.0, 0.6), 8: (1.0, 0.6)}) == 2
+
+
+def test_thresholds_are_measured_once_per_shape_and_only_gaining_layers_are_swapped(monkeypatch) -> None:
+    timed: list[tuple[int, int]] = []
+    real = prepacked_linear._time_rows
+
+    def spy(layer, *args, **kwargs):
+        timed.append((layer.out_features, layer.in_features))
+        return real(layer, *args, **kwargs)
+
+    monkeypatch.setattr(prepacked_linear, "_time_rows", spy)
+    monkeypatch.setattr(prepacked_linear, "_min_rows", {})
+    model = make_model("llama")
+    linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    shapes = {(m.out_features, m.in_features) for m in linears}
+    thresholds = {m: measured_min_rows(m) for m in linears}
+    assert sorted(timed) == sorted(shapes), "each weight shape timed once, whatever the number of its layers"
+    assert all(t == NEVER or t in ROW_GRID for t in thresholds.values())
+    with prepacked_linears(model):
+        for m in linears:
+            assert ("forward" in vars(m)) == (thresholds[m] != NEVER), "a layer that never gains keeps F.linear"
+    assert len(timed) == len(shapes), "a generate call reuses what was measured"
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_generate_with_a_drafter_runs_prepacked_linears_and_gives_greedy_tokens(arch: str, monkeypatch) -> None:
     model = make_model(arch)
     drafter = OneiroDrafter.from_target(model)
+    monkeypatch.setattr(prepacked_linear, "measured_min_rows", lambda layer: MIN_ROWS)
     calls = _count_packed_calls(monkeypatch)
     ids = random_prompt(12, seed=1)
     ref = greedy(model, ids, 32)
@@ -60,7 +104,7 @@ def test_generate_with_a_drafter_runs_prepacked_linears_and_gives_greedy_tokens(
         out = model.generate(ids, max_new_tokens=32, do_sample=False, assistant_model=drafter,
                              oneiro_mode="latent", oneiro_cost_aware=False, oneiro_max_draft_tokens=6)
     assert torch.equal(out, ref)
-    assert calls and min(calls) >= MIN_ROWS, "verification passes of 4+ tokens (and the prefill) ran prepacked"
+    assert calls and min(calls) >= MIN_ROWS, "verification passes of MIN_ROWS+ tokens (and the prefill) ran prepacked"
     assert all("forward" not in vars(m) for m in model.modules()), "the layers' own forwards are back"
     calls.clear()
     with torch.no_grad():
@@ -70,7 +114,20 @@ def test_generate_with_a_drafter_runs_prepacked_linears_and_gives_greedy_tokens(
     assert torch.equal(off, ref) and calls == []
 
 
-def test_only_float32_cpu_targets_take_it_and_overlapping_calls_restore_once() -> None:
+def test_a_layer_that_never_gains_keeps_f_linear_in_generate(monkeypatch) -> None:
+    model = make_model("llama")
+    drafter = OneiroDrafter.from_target(model)
+    monkeypatch.setattr(prepacked_linear, "measured_min_rows", lambda layer: NEVER)
+    calls = _count_packed_calls(monkeypatch)
+    ids = random_prompt(12, seed=2)
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=drafter,
+                             oneiro_mode="latent", oneiro_cost_aware=False, oneiro_max_draft_tokens=6)
+    assert torch.equal(out, greedy(model, ids, 24)) and calls == []
+
+
+def test_only_float32_cpu_targets_take_it_and_overlapping_calls_restore_once(monkeypatch) -> None:
+    monkeypatch.setattr(prepacked_linear, "measured_min_rows", lambda layer: MIN_ROWS)
     model = make_model("llama")
     assert applies(model)
     assert not applies(make_model("llama").to(torch.bfloat16))
