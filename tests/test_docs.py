@@ -14,7 +14,7 @@ from tiny import make_model
 from transformers import TrainingArguments
 
 import oneiro_hf
-from oneiro_hf import DraftStats, OneiroDrafter, OneiroDrafterConfig, bench
+from oneiro_hf import DraftStats, OneiroDrafter, OneiroDrafterConfig, bench, prepacked_linear
 from oneiro_hf.latency import load_profile, profile_verification_latency, save_profile
 from oneiro_hf.loading import default_drafter_dir, load_target_and_drafter
 from oneiro_hf.training.cli import DataArguments, ModelArguments
@@ -38,6 +38,10 @@ SIGNATURES: dict[str, Any] = {
     "load_profile": load_profile,
     "load_target_and_drafter": load_target_and_drafter,
     "default_drafter_dir": default_drafter_dir,
+    "prepacked_linears": prepacked_linear.prepacked_linears,
+    "measured_min_rows": prepacked_linear.measured_min_rows,
+    "choose_min_rows": prepacked_linear.choose_min_rows,
+    "thresholds": prepacked_linear.thresholds,
 }
 
 
