@@ -17,7 +17,7 @@ from transformers import DynamicCache
 
 from .compat import cache_keyword
 from .grouped_attention import grouped_attention
-from .prepacked_linear import NEVER, applies, prepacked_linears, thresholds
+from .prepacked_linear import applies, prepacked_linears, thresholds
 from .targets import text_config
 
 
@@ -36,7 +36,7 @@ def profile_verification_latency(
     with grouped_attention(model), prepacked_linears(model, prepacked):
         profile = _profile(model, ks, context_len, repeats)
     if prepacked and applies(model):  # the rows from which each weight shape ran prepacked (None: never)
-        profile["prepacked_min_rows"] = {k: (None if r == NEVER else r) for k, r in thresholds().items()}
+        profile["prepacked_min_rows"] = thresholds()
     return profile
 
 

@@ -64,12 +64,10 @@ def packed_weight(layer: torch.nn.Linear) -> torch.Tensor:
     return entry[1]
 
 
-def prepacked_forward(layer: torch.nn.Linear, x: torch.Tensor, min_rows: float | None = None) -> torch.Tensor:
-    """`layer(x)` for x (..., in_features): on the reordered weight from `min_rows` rows on (default: the threshold
-    `measured_min_rows` finds for this layer's shape), else F.linear."""
+def prepacked_forward(layer: torch.nn.Linear, x: torch.Tensor, min_rows: float) -> torch.Tensor:
+    """`layer(x)` for x (..., in_features): on the reordered weight from `min_rows` rows on (`measured_min_rows`
+    finds it for the layer's shape), else F.linear."""
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    if min_rows is None:
-        min_rows = measured_min_rows(layer)
     if rows < min_rows or x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled():
         return F.linear(x, layer.weight, layer.bias)
     out = _linear_on_packed(x.reshape(rows, x.shape[-1]), packed_weight(layer), layer.bias)
@@ -153,9 +151,11 @@ def _swap_in(model: torch.nn.Module) -> list[torch.nn.Linear]:
     return replaced
 
 
-def thresholds() -> dict[str, float]:
-    """The row thresholds measured so far in this process: {"<out>x<in>[+bias]@<threads>": rows, or NEVER}."""
-    return {f"{o}x{i}{'+bias' if b else ''}@{t}": r for (o, i, b, t), r in sorted(_min_rows.items())}
+def thresholds() -> dict[str, int | None]:
+    """The row thresholds measured so far in this process, as JSON takes them:
+    {"<out>x<in>[+bias]@<threads>": rows, or None for a shape that never gained}."""
+    return {f"{o}x{i}{'+bias' if b else ''}@{t}": None if r == NEVER else int(r)
+            for (o, i, b, t), r in sorted(_min_rows.items())}
 
 
 def _swap_out(replaced: list[torch.nn.Linear]) -> None:

@@ -153,7 +153,7 @@ def main() -> None:
         "passes": profile_both(model, [1, 2, 3, 4, 5, 6, 8, 12, 16], args.min_rows, 200, args.repeats),
         "hidden_size": text.hidden_size,
     }
-    result["measured_min_rows"] = {k: (None if v == float("inf") else v) for k, v in thresholds().items()}
+    result["measured_min_rows"] = thresholds()
     for row in result["layers"]:
         print(f"{row['shape']!s:14s} rows {row['rows']:2d}: F.linear {row['f_linear_us']:8.1f} us, "
               f"prepacked {row['prepacked_us']:8.1f} us")
