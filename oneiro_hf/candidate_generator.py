@@ -199,11 +199,10 @@ class OneiroCandidateGenerator(CandidateGenerator):
             self.index.extend(input_ids[0, known:].tolist())
         if model_outputs is None or self.mode == "lookup":
             return
-        hidden = self.drafter.input_states(model_outputs.hidden_states)  # (1, T, k*H)
         # States on the accepted path: the whole prompt after the prefill, else last token + matches.
         context = self.context
         keep = seq_len - 1 if context.true_len == 0 and not context.pending else n_last_matches + 1
-        context.observe(hidden[:, :keep])
+        context.observe_pass(model_outputs.hidden_states, slice(0, keep))
 
     # ------------------------------------------------------------------ drafting
     def _budget(self, input_ids) -> int:

@@ -29,6 +29,9 @@ def not_bound_message(base_model: str | None) -> str:
     )
 
 
+VERIFIED_CONTEXTS = ("own", "exact")
+
+
 class OneiroDrafterConfig(PretrainedConfig):
     """Records the target a drafter belongs to, so a mismatch is caught before any work is done.
 
@@ -50,6 +53,7 @@ class OneiroDrafterConfig(PretrainedConfig):
         num_target_layers: int | None = None,
         interval: tuple[int, int] | list[int] | None = None,
         input_layers: tuple[int, ...] | list[int] | None = None,
+        verified_context: str = "own",
         draft_vocab_size: int | None = None,
         draft_mode: str = DEFAULTS.mode,  # the drafting defaults are DraftingSettings' (oneiro_hf/settings.py)
         max_draft_tokens: int = DEFAULTS.max_draft_tokens,
@@ -89,6 +93,14 @@ class OneiroDrafterConfig(PretrainedConfig):
         # which of the target's `output_hidden_states` feed the fusion (None: only the final-normed last one, the
         # original drafter); other indices are RMS-normalised by the target's final norm (docs/design.md)
         self.input_layers = [int(i) for i in input_layers] if input_layers is not None else None
+        # the keys/values the copied layers attend to at verified positions: "own" (the drafter's catch-up pass over
+        # its fused inputs) or "exact" (its own projections of the target's true inputs to those layers)
+        if verified_context not in VERIFIED_CONTEXTS:
+            raise ValueError(
+                f"verified_context must be one of {VERIFIED_CONTEXTS} (got {verified_context!r}). Fix: pass "
+                "verified_context='own' (the default) or 'exact'."
+            )
+        self.verified_context = verified_context
         self.draft_vocab_size = draft_vocab_size
         self.draft_mode = draft_mode
         self.max_draft_tokens = max_draft_tokens

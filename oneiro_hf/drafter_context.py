@@ -12,6 +12,12 @@ catch-up's cost stops growing with the prompt. Drafters are trained on sequences
 attending further back is outside what they learned. Later catch-ups feed every new position (the cache then
 holds at most `window` + generated positions). `window=None` feeds the whole prompt.
 
+**Exact verified context** (`config.verified_context == "exact"`): the copied layers' keys and values at verified
+positions come from the target's own inputs to those layers (`OneiroDrafter.attend_context`), not from the
+drafter's approximation of them. The catch-up then writes exact entries for positions `first..T-2` (the target has
+run them) and runs the full transition only at T-1, the bonus token the target has not run yet; that one entry
+is the drafter's own, and the next catch-up replaces it with the exact one (`exact_len` counts the exact ones).
+
 The chain generator (`OneiroCandidateGenerator`) and the tree builder (`LatentTreeDrafter`) both hold one.
 """
 
@@ -37,11 +43,29 @@ class DrafterContext:
         self.true_len = 0  # absolute positions first..true_len hold teacher-forced entries
         self.offset = 0  # absolute position of cache entry i is offset + 1 + i
         self.pending: list[torch.Tensor] = []  # (1, n, k*H) target states not yet fed to the drafter
+        self.exact = bool(drafter.context_layers)
+        self.exact_len = 0  # exact context: absolute positions first..exact_len hold exact entries
+        self.pending_inputs: list[torch.Tensor] = []  # exact context: (1, n, c, H) the copied layers' true inputs
 
-    def observe(self, states: torch.Tensor) -> None:
+    def observe(self, states: torch.Tensor, layer_inputs: torch.Tensor | None = None) -> None:
         """states: (1, n, k*H) the drafter's input states (`OneiroDrafter.input_states`) at the next n accepted
-        positions (after the prefill: every prompt position but the last)."""
+        positions (after the prefill: every prompt position but the last); layer_inputs: (1, n, c, H) the copied
+        layers' inputs at the same positions (`OneiroDrafter.context_inputs`), which an exact-context drafter needs."""
+        if self.exact:
+            if layer_inputs is None:
+                raise RuntimeError(
+                    "this drafter attends to exact context but was given no layer inputs. Fix: report this as a bug "
+                    "(observe must get OneiroDrafter.context_inputs of the same pass)."
+                )
+            self.pending_inputs.append(layer_inputs)
         self.pending.append(states)
+
+    def observe_pass(self, hidden_states: tuple, keep: slice | list[int]) -> None:
+        """Observe the accepted positions `keep` (a slice or indices along T) of a target pass's `hidden_states`
+        (L+1 entries (1, T, H), None where not requested): the drafter's input states and, for exact context, the
+        copied layers' inputs."""
+        inputs = self.drafter.context_inputs(hidden_states)
+        self.observe(self.drafter.input_states(hidden_states)[:, keep], None if inputs is None else inputs[:, keep])
 
     @property
     def teacher_forced(self) -> int:
@@ -61,20 +85,45 @@ class DrafterContext:
 
         Drops speculative entries and feeds the pending states for positions true_len+1..T-1 (the first time,
         only the last `window` of them). `transition` feeds a long catch-up in chunks (TRANSITION_CHUNK)."""
-        self.cache.crop(self.teacher_forced)
+        # speculative entries go; with exact context the last bonus token's entry too (it was the drafter's own)
+        self.cache.crop(self.exact_len - self.offset if self.exact else self.teacher_forced)
         start, end = self.true_len + 1, input_ids.shape[1]  # positions start..end-1
-        states = torch.cat(self.pending, dim=1) if len(self.pending) > 1 else self.pending[0]
-        if states.shape[1] != end - start:
-            raise RuntimeError(
-                f"drafter lost sync: {states.shape[1]} states for {end - start} positions. "
-                "Fix: report this as a bug (each accepted position must be observed once)."
-            )
-        self.pending = []
+        states = _take(self.pending, end - start)
+        # exact context: the copied layers' inputs at positions start-1..end-2 (what the target ran since)
+        inputs = _take(self.pending_inputs, end - start) if self.exact else None
+        first_input = start - 1
         if self.true_len == 0 and self.window is not None and end - start > self.window:
             states = states[:, -self.window :]
             start = end - self.window
             self.offset = start - 1
+        if self.exact:
+            return self._catch_up_exact(states, inputs, first_input, input_ids)
         positions = torch.arange(start, end, device=input_ids.device).unsqueeze(0)
         out = self.drafter.transition(states, input_ids[:, start:end], positions, self.cache)
         self.true_len = end - 1
         return out[:, -1:]
+
+    def _catch_up_exact(self, states: torch.Tensor, inputs: torch.Tensor, first_input: int,
+                        input_ids: torch.LongTensor) -> torch.Tensor:
+        """Exact entries for the positions the target has run (inputs: (1, n, c, H) from position `first_input`
+        on), then the full transition at the bonus token (T-1), from states[:, -1] (the target's state at T-2)."""
+        end = input_ids.shape[1]
+        lo = max(self.exact_len + 1, self.offset + 1)  # first position without an exact entry
+        if lo < end - 1:
+            positions = torch.arange(lo, end - 1, device=input_ids.device).unsqueeze(0)
+            self.drafter.write_context(inputs[:, lo - first_input : end - 1 - first_input], positions, self.cache)
+        position = torch.tensor([[end - 1]], device=input_ids.device)
+        out = self.drafter.transition(states[:, -1:], input_ids[:, end - 1 : end], position, self.cache)
+        self.true_len, self.exact_len = end - 1, end - 2
+        return out
+
+def _take(pending: list[torch.Tensor], expected: int) -> torch.Tensor:
+    """The pending tensors as one (concatenated along positions), emptying the list; checks their count."""
+    joined = torch.cat(pending, dim=1) if len(pending) > 1 else pending[0]
+    if joined.shape[1] != expected:
+        raise RuntimeError(
+            f"drafter lost sync: {joined.shape[1]} states for {expected} positions. "
+            "Fix: report this as a bug (each accepted position must be observed once)."
+        )
+    pending.clear()
+    return joined

@@ -535,9 +535,21 @@ class OneiroDrafter(PreTrainedModel):
         return (int(self.config.num_target_layers or self.config.target_config["num_hidden_layers"]),)
 
     @property
+    def context_layers(self) -> tuple[int, ...]:
+        """The target's `output_hidden_states` indices that enter the copied layers (index i enters decoder layer i):
+        what a drafter with exact verified context (`config.verified_context == "exact"`) makes its keys and values
+        at verified positions from; () for a drafter that makes them itself in its catch-up pass."""
+        if getattr(self.config, "verified_context", "own") != "exact":
+            return ()
+        start, end = self.config.interval
+        return tuple(range(start, end))
+
+    @property
     def hidden_states_request(self) -> int | list[int]:
         """What the verification pass passes as `output_hidden_states`: only the states the drafter reads."""
-        return -1 if self.config.input_layers is None else list(self.input_layers)
+        if self.config.input_layers is None and not self.context_layers:
+            return -1
+        return sorted({*self.input_layers, *self.context_layers})
 
     def input_states(self, hidden_states: tuple) -> torch.Tensor:
         """The drafter's input states (B, T, k*H) from a target pass's `hidden_states` (L+1 entries, None where not
@@ -546,6 +558,45 @@ class OneiroDrafter(PreTrainedModel):
         if self.config.input_layers is None:
             return hidden_states[-1]
         return select_input_states(hidden_states, self.input_layers, self.require_bound().norm)
+
+    def context_inputs(self, hidden_states: tuple) -> torch.Tensor | None:
+        """(B, T, n, H): the residual stream entering each of the n copied layers, from a target pass's
+        `hidden_states`, for a drafter with exact verified context; None for one that keeps its own."""
+        layers = self.context_layers
+        if not layers:
+            return None
+        missing = [i for i in layers if hidden_states[i] is None]
+        if missing:
+            raise RuntimeError(
+                f"the target pass did not return hidden states {missing}, which this drafter's exact context reads. "
+                f"Fix: run the target with output_hidden_states={self.hidden_states_request} (or True)."
+            )
+        return torch.stack([hidden_states[i] for i in layers], dim=2)
+
+    def attend_context(self, layer_inputs: torch.Tensor, position_ids: torch.LongTensor, cache: Any) -> None:
+        """Write the keys and values of verified positions into `cache`: each copied layer's own attention over
+        its true input there (the target's residual stream entering it), so that its projections (and q/k norms,
+        rotary, whatever the architecture has) make them. layer_inputs: (B, Q, n, H) (`context_inputs`);
+        position_ids: (B, Q). The attention outputs are dropped, so no mask is built (keys and values do not
+        depend on it); drafting and training read these entries through their own masks."""
+        rotary = self.rotary_embeddings(layer_inputs, position_ids)
+        for j, (layer, layer_type) in enumerate(zip(self.layers, self._layer_types())):
+            layer.self_attn(
+                hidden_states=layer.input_layernorm(layer_inputs[:, :, j].to(self.fuse.weight.dtype)),
+                position_embeddings=rotary[layer_type],
+                attention_mask=None,
+                position_ids=position_ids,
+                **{self.cache_keyword: cache},
+            )
+
+    def write_context(self, layer_inputs: torch.Tensor, position_ids: torch.LongTensor, cache: DrafterKVCache) -> None:
+        """`attend_context` into a drafting cache, in chunks of TRANSITION_CHUNK positions (a long prompt's first
+        catch-up), each committed. layer_inputs: (1, Q, n, H); position_ids: (1, Q)."""
+        q = position_ids.shape[1]
+        for s in range(0, q, TRANSITION_CHUNK):
+            self.attend_context(layer_inputs[:, s : s + TRANSITION_CHUNK], position_ids[:, s : s + TRANSITION_CHUNK],
+                                cache)
+            cache.commit()
 
     def recurrent_inputs(self, predicted: torch.Tensor) -> torch.Tensor:
         """(B, Q, k*H) input states for speculative positions, where only the drafter's predicted final-normed

@@ -2,11 +2,14 @@
 # One GPU lease for both shipped drafters (docs/gpu.md, "Data and drafters in one lease"). Prepare the carry here
 # with scripts/device_prepare_carry.sh, which prints the device calls. On the GPU machine this runs two branches
 # at once, each writing to $OUT what is worth keeping as soon as it exists:
-#   SmolLM2-135M-Instruct: convert the carried GGUF, then train the variants of $VARIANTS on the one GPU, each
-#     evaluated on the same held-out records: all = the recipe (scripts/recipe.sh) on every record;
+#   SmolLM2-135M-Instruct: convert the carried GGUF, answer the carried prompts its dataset lacks (if any:
+#     SMOLLM2_MORE=1 in the prepare script; time-boxed by SMOLLM2_GEN_UNTIL), then train the variants of $VARIANTS on
+#     the one GPU, each evaluated on the same held-out records: all = the recipe (scripts/recipe.sh) on every record;
 #     multilayer = multi-layer input (8,16,30); n1000 / n4000 = 1,000 / 4,000 training records (the learning
 #     curve); rollout6 = 6-step joint rollouts; vocab16k = a 16,384-token draft vocabulary; tokenloss = token loss
-#     weighted over state loss (1.0 vs 0.1); combo = multilayer + 6-step rollouts. Back come `all` and the variant
+#     weighted over state loss (1.0 vs 0.1); combo = multilayer + 6-step rollouts; ml16k = multilayer + the 16,384
+#     vocabulary; exact / ml16k_exact = multilayer / ml16k with exact verified context (--verified_context exact).
+#     Back come `all` (or, when it was not trained, `multilayer`) and the variant
 #     with the best held-out tau (a file comes back only up to 16 MiB: drafters come in 15 MiB tar pieces, join
 #     with cat);
 #   Gemma-3-270M: convert the carried GGUF, answer the carried prompts the committed dataset lacks (time-boxed,
@@ -24,6 +27,7 @@ PARTS=${PARTS:-/tmp/parts}
 DEADLINE=${DEADLINE:-550}          # seconds after the start by which everything is saved and packed
 EVAL_MARGIN=${EVAL_MARGIN:-55}     # seconds kept after training for evaluation, saving and packing
 GEN_UNTIL=${GEN_UNTIL:-300}        # Gemma's generation stops this many seconds after the start
+SMOLLM2_GEN_UNTIL=${SMOLLM2_GEN_UNTIL:-200}  # and SmolLM2's (before its training starts)
 GEN_BATCH=${GEN_BATCH:-512}
 MAX_STEPS=${MAX_STEPS:-4000}
 BATCH=${BATCH:-32}
@@ -81,8 +85,20 @@ send() {  # drafter name: its folder as 15 MiB tar pieces in $OUT
 smollm2() {
   target_ready smollm2-135m-instruct smollm2 || { stamp "smollm2: no target"; return 1; }
   stamp "smollm2 target ready"
-  local data=$WORK/smollm2.jsonl base=$WORK/feat/smollm2 ml=$WORK/feat/smollm2_ml
+  local data=$WORK/smollm2.jsonl base=$WORK/feat/smollm2 ml=$WORK/feat/smollm2_ml mlx=$WORK/feat/smollm2_ml_exact
   zcat "$CARRY/smollm2_committed.jsonl.gz" > "$data"
+  if [ -s "$CARRY/smollm2_prompts.jsonl.gz" ]; then  # the new answers train every variant: generated first
+    touch "$WORK/gen/smollm2.jsonl"
+    zcat "$CARRY/smollm2_prompts.jsonl.gz" > "$WORK/gen/smollm2.prompts.jsonl"
+    timeout $(( t0 + SMOLLM2_GEN_UNTIL - $(date +%s) )) $PY -m oneiro_hf.training.selfdistill \
+      --target smollm2-135m-instruct --out "$WORK/gen/smollm2.jsonl" --prompts-file "$WORK/gen/smollm2.prompts.jsonl" \
+      --num-prompts 100000 --max-new-tokens 256 --batch-size "$GEN_BATCH" --device auto --no-progress \
+      > "$WORK/gen/smollm2.log" 2>&1
+    grep "wrote" "$WORK/gen/smollm2.log" | awk 'NR % 4 == 1' | cut -c 1-160
+    stamp "smollm2 generation stopped: $(wc -l < "$WORK/gen/smollm2.jsonl") new records"
+    gzip -1 -c "$WORK/gen/smollm2.jsonl" > "$OUT/smollm2_gpu.jsonl.gz"
+    cat "$WORK/gen/smollm2.jsonl" >> "$data"
+  fi
   for v in $VARIANTS; do  # variants with the same input share one feature cache (its lock serialises the build)
     case $v in
       all)        train "$data" all "${SMOLLM2[@]}" --feature_cache_dir "$base" & ;;
@@ -98,6 +114,12 @@ smollm2() {
                     --token_loss_weight 1.0 & ;;
       combo)      train "$data" combo "${SMOLLM2[@]}" --feature_cache_dir "$ml" --input_layers 8,16,30 \
                     --rollout_steps 6 --rollout_step_weights 1,0.8,0.6,0.5,0.4,0.3 & ;;
+      ml16k)      train "$data" ml16k "${SMOLLM2[@]}" --feature_cache_dir "$ml" --input_layers 8,16,30 \
+                    --draft_vocab_size 16384 & ;;
+      exact)      train "$data" exact "${SMOLLM2[@]}" --feature_cache_dir "$mlx" --input_layers 8,16,30 \
+                    --verified_context exact & ;;
+      ml16k_exact) train "$data" ml16k_exact "${SMOLLM2[@]}" --feature_cache_dir "$mlx" --input_layers 8,16,30 \
+                    --draft_vocab_size 16384 --verified_context exact & ;;
       *) echo "unknown variant $v" >&2 ;;
     esac
   done
@@ -109,7 +131,7 @@ smollm2() {
   for v in all n1000 n4000; do candidates=${candidates/ $v / }; done
   best=$($PY scripts/lease_best.py "$WORK/drafters" --among $candidates)
   stamp "smollm2 trained; best variant besides all: ${best:-none}"
-  send all
+  if [ -f "$WORK/drafters/all/model.safetensors" ]; then send all; else send multilayer; fi
   [ -n "$best" ] && send "$best"
 }
 

@@ -5,8 +5,10 @@
 #                a call allows
 #   .devcarry/c: the stream's last piece, wheels (transformers>=5.18 and gguf: the machine's transformers may be older), the committed
 #                datasets' records as JSONL (no datasets/pyarrow pins needed there) and, if GEMMA_PROMPTS is given
-#                (a selfdistill prompt list), the Gemma prompts whose answers its dataset lacks.
+#                (a selfdistill prompt list), the Gemma prompts whose answers its dataset lacks; if SMOLLM2_MORE=1,
+#                every ShareGPT first turn SmolLM2's dataset lacks (Spec-Bench's and MT-bench's prompts left out).
 # Usage: scripts/device_prepare_carry.sh   (GEMMA_PROMPTS=runs/selfdistill_gemma/gemma.prompts.jsonl to generate)
+#        SMOLLM2_MORE=1 GEMMA_BRANCH=0 ...: the next lease's plan (docs/gpu.md): SmolLM2's new answers and variants
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
@@ -33,8 +35,9 @@ rm -rf "$tmp"
 
 $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .devcarry/c/w transformers==5.24.0 gguf==0.19.0
-GEMMA_PROMPTS=${GEMMA_PROMPTS:-} $PY - <<'PYEOF'
+GEMMA_PROMPTS=${GEMMA_PROMPTS:-} SMOLLM2_MORE=${SMOLLM2_MORE:-} $PY - <<'PYEOF'
 import gzip, json, os
+from oneiro_hf.training.prompts.mix import iter_prompts
 from oneiro_hf.training.records import load_records
 
 for name, dataset in (("smollm2", "data/selfdistill/smollm2-135m-instruct"), ("gemma", "data/selfdistill/gemma-3-270m")):
@@ -51,6 +54,15 @@ if os.environ["GEMMA_PROMPTS"]:
                 out.write(line)
                 left += 1
 print(f"gemma: {left} prompts left to answer")
+if os.environ["SMOLLM2_MORE"]:
+    done = {str(r["id"]) for r in load_records("data/selfdistill/smollm2-135m-instruct")}
+    left = 0
+    with gzip.open(".devcarry/c/smollm2_prompts.jsonl.gz", "wt") as out:
+        for rec in iter_prompts("sharegpt", limit=100000, exclude=["../shared/data/spec_bench/question.jsonl"]):
+            if rec["id"] not in done:
+                out.write(json.dumps(rec) + "\n")
+                left += 1
+    print(f"smollm2: {left} ShareGPT prompts left to answer")
 PYEOF
 for d in .devcarry/*; do
   mib=$(( ($(du -sb "$d" | cut -f1) + tracked) / 1048576 ))

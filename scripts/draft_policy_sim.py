@@ -59,7 +59,9 @@ def chains_for(model, drafter, prompt: list[int], answer: list[int]) -> Chains:
     states = drafter.input_states(out.hidden_states)
     positions = torch.arange(1, ids.shape[1]).unsqueeze(0)
     first = len(prompt) - 2  # drafter index whose step-1 output predicts answer[0]
-    outs = parallel_rollout(drafter, states[:, :-1], ids[:, 1:], positions, DEPTH, first_index=first)
+    context = drafter.context_inputs(out.hidden_states)  # an exact-context drafter's copied-layer inputs, else None
+    outs = parallel_rollout(drafter, states[:, :-1], ids[:, 1:], positions, DEPTH, first_index=first,
+                            context=None if context is None else context[:, 1:])
     vocab = drafter.draft_vocab_ids
     correct, conf, lookup = [], [], []
     n = len(answer)

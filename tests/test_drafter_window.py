@@ -143,7 +143,7 @@ def test_a_windowed_tree_equals_the_tree_over_the_windowed_suffix(arch):
     trees = []
     for window, observed, input_ids in ((W, states, seq), (None, states[:, PROMPT - W :], seq[:, PROMPT - W :])):
         builder = LatentTreeDrafter(drafter, window=window)
-        builder.observe(observed)
+        builder.context.observe(observed)
         tree = TokenTree.with_root(int(seq[0, -1]))
         builder.expand(tree, input_ids, max_depth=4, topk=2, beam=2, min_value=0.0, policy=DraftPolicyState(),
                        eos_ids=set(), max_nodes=32, cost_aware=False)

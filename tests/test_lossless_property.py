@@ -1,7 +1,8 @@
 """Property-based losslessness: strict greedy decoding with a drafter always equals plain greedy decoding.
 
 Hypothesis draws, for every supported architecture, a tiny target configuration, a drafter (all layers
-with the fresh fusion, the same with a reduced draft vocabulary, or a partial interval), a prompt
+with the fresh fusion, the same with a reduced draft vocabulary, or a partial interval, with its own or with
+exact verified context), a prompt
 (random, repetitive, or the target's own output), drafting settings (mode, max_draft_tokens,
 cost_aware, confidence floor, n-gram lengths, a fresh or a learned policy), max_new_tokens and EOS
 ids (one that greedy decoding reaches at a chosen position, a list of ids, or none). The output with
@@ -121,6 +122,8 @@ class Zoo:
                 )
             elif kind == "partial":  # the first layer is skipped: often, not always, right
                 drafter = OneiroDrafter.from_target(model, interval=(1, spec.layers))
+            elif kind == "exact":  # the same, attending to the target's own keys/values at verified positions
+                drafter = OneiroDrafter.from_target(model, interval=(1, spec.layers), verified_context="exact")
             else:
                 raise ValueError(kind)
             self.drafters[key] = drafter
@@ -164,7 +167,7 @@ def cases(draw: st.DrawFn, arch: str) -> dict[str, Any]:
     new = draw(_uniform(1, 24))
     return {
         "spec": spec,
-        "drafter": draw(st.sampled_from(("full", "full", "reduced_vocab", "partial"))),
+        "drafter": draw(st.sampled_from(("full", "full", "reduced_vocab", "partial", "exact"))),
         "prompt_kind": kind,
         "prompt": prompt,
         "own_len": draw(_uniform(6, 16)),

@@ -18,9 +18,9 @@ from oneiro_hf.targets import base_model
 LAYERS = (1, 2, -1)  # of a 4-layer tiny target: outputs of decoder layers 0 and 1, and the final-normed last
 
 
-def multilayer_drafter(model, seed: int = 0) -> OneiroDrafter:
+def multilayer_drafter(model, seed: int = 0, **settings) -> OneiroDrafter:
     """A multi-layer drafter whose state slots carry small random weights, so every slot changes its drafts."""
-    drafter = OneiroDrafter.from_target(model, input_layers=LAYERS)
+    drafter = OneiroDrafter.from_target(model, input_layers=LAYERS, **settings)
     hidden = drafter.config.hidden_size
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():

@@ -35,6 +35,11 @@ def target():
 
 @pytest.fixture(scope="module")
 def records(target):
+    return sample_records(target)
+
+
+def sample_records(target) -> list[dict]:
+    """32 short self-distillation records sampled from `target` (prompt ids, response ids ending in EOS)."""
     gen = torch.Generator().manual_seed(1)
     out = []
     with torch.no_grad():
@@ -93,7 +98,8 @@ def test_feature_cache_stores_inputs_and_refuses_the_other_format(target, record
     fresh = feat.target_features(target, item["input_ids"][None], input_layers=LAYERS)["inputs"][0]
     assert item["inputs"].dtype == torch.float16
     torch.testing.assert_close(item["inputs"].float(), fresh, rtol=2e-3, atol=2e-3)
-    with pytest.raises(feat.FeatureCacheMismatch, match=r"input_layers=\[1, 2, 4\]\).*Fix: pass another"):
+    with pytest.raises(feat.FeatureCacheMismatch,
+                       match=r"input_layers=\[1, 2, 4\], context_layers=None\).*Fix: pass another"):
         feat.FeatureCache(tmp_path / "c", target, 64)  # a single-layer run on a multi-layer cache
     feat.FeatureCache(tmp_path / "d", target, 64)
     with pytest.raises(feat.FeatureCacheMismatch, match="format 1"):

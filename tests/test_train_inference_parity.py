@@ -44,20 +44,26 @@ def _rollout_drafts(model, drafter, prefix: torch.LongTensor, drafted: list[int]
     states = drafter.input_states(out.hidden_states)  # only the prefix's states reach this chain
     positions = torch.arange(1, ids.shape[1]).unsqueeze(0)
     start = prefix.shape[0] - 2  # index of drafter position len(prefix) - 1, which predicts the first draft
-    outs = parallel_rollout(drafter, states[:, :-1], ids[:, 1:], positions, len(drafted), first_index=start)
+    context = drafter.context_inputs(out.hidden_states)  # exact context: the copied layers' inputs, index = position
+    context = None if context is None else context[:, 1:]
+    outs = parallel_rollout(drafter, states[:, :-1], ids[:, 1:], positions, len(drafted), first_index=start,
+                            context=context)
     return [int(drafter.draft_vocab_ids[drafter.readout_logits(o[0, start + k]).argmax(-1)])
             for k, o in enumerate(outs)]
 
 
 @pytest.mark.parametrize(
-    ("arch", "multilayer"), [("llama", False), ("llama", True), ("gemma3", False)], ids=["llama", "llama-multilayer",
-                                                                                        "gemma3-sliding"]
+    ("arch", "multilayer", "context"),
+    [("llama", False, "own"), ("llama", True, "own"), ("gemma3", False, "own"), ("llama", False, "exact"),
+     ("qwen3", True, "exact"), ("gemma3", False, "exact")],
+    ids=["llama", "llama-multilayer", "gemma3-sliding", "llama-exact", "qwen3-multilayer-exact",
+         "gemma3-sliding-exact"],
 )
-def test_every_drafted_token_is_what_the_training_rollout_predicts(arch, multilayer):
+def test_every_drafted_token_is_what_the_training_rollout_predicts(arch, multilayer, context):
     model = make_model(arch, strength="prefix")
-    drafter = OneiroDrafter.from_target(model)
+    drafter = OneiroDrafter.from_target(model, verified_context=context)
     if multilayer:  # small random weights on every state slot: each slot changes the drafts, most stay right
-        drafter = multilayer_drafter(model)
+        drafter = multilayer_drafter(model, verified_context=context)
         hidden = drafter.config.hidden_size
         with torch.no_grad():
             drafter.fuse.weight[:, : 3 * hidden].mul_(0.1)

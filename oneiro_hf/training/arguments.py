@@ -52,6 +52,12 @@ class OneiroTrainingArguments(TrainingArguments):
                           "token, e.g. '8,16,30' for SmolLM2 (0 embeddings, i output of layer i-1, the layer count "
                           "or -1 the final-normed last state); default: the final-normed last state only"},
     )
+    verified_context: str = field(
+        default="own",
+        metadata={"help": "keys/values the copied layers attend to at verified positions: 'own' (the drafter's "
+                          "catch-up over its fused inputs) or 'exact' (its projections of the target's true inputs "
+                          "to those layers; features then also hold them, 2 bytes x hidden x layers per token)"},
+    )
     transition_init: str = field(
         default="target",
         metadata={"help": "'target': copy the interval's layers (the method); 'random': fresh weights (ablation)"},

@@ -227,7 +227,8 @@ def train_offline(model_args, data_args, args, target, tokenizer, data, resume, 
 
     drafter, coverage = pipeline.build_drafter(args, target, tokenizer, data, resume)
     interval = tuple(drafter.config.interval)
-    features = pipeline.build_features(args, target, data, interval, timer, drafter.config.input_layers)
+    features = pipeline.build_features(args, target, data, interval, timer, drafter.config.input_layers,
+                                       drafter.context_layers)
     evals, ridge = pipeline.stage0(args, drafter, target, features, resume, timer)
     trainer = OneiroTrainer(drafter, target, args, train_dataset=features.train, eval_dataset=features.eval,
                             state_mean=features.mean, state_std=features.std, provenance=data.provenance)
@@ -245,7 +246,7 @@ def train_offline(model_args, data_args, args, target, tokenizer, data, resume, 
     info = {
         "base_model": target.name_or_path or model_args.target,  # a reference target: the Hub id it copies
         "interval": list(interval), "transition_init": args.transition_init,
-        "input_layers": drafter.config.input_layers,
+        "input_layers": drafter.config.input_layers, "verified_context": drafter.config.verified_context,
         **data.provenance, "train_records": len(data.train), "eval_records": len(data.eval),
         "train_response_tokens": features.train_tokens, "draft_vocab_size": int(drafter.draft_vocab_ids.numel()),
         "vocab_coverage": coverage, "stage": args.stage, "rollout_steps": args.rollout_steps,

@@ -137,7 +137,20 @@ def collate(items: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         for row, it in enumerate(items):
             inputs[row, : int(it["input_ids"].shape[0])] = it["inputs"]
         batch["inputs"] = inputs
+    if "context" in items[0]:  # an exact-context drafter's copied-layer inputs (B, T, c, D)
+        context = torch.zeros((b, width, *items[0]["context"].shape[1:]), dtype=items[0]["context"].dtype)
+        for row, it in enumerate(items):
+            context[row, : int(it["input_ids"].shape[0])] = it["context"]
+        batch["context"] = context
     return batch
+
+
+def lacks_features(batch: Mapping[str, Any], input_layers: Sequence[int] | None = None,
+                   context_layers: Sequence[int] | None = None) -> bool:
+    """Whether `batch` misses a feature the drafter needs (states; "inputs" for `input_layers`; "context" for
+    `context_layers`), so the target must run."""
+    return ("states" not in batch or (bool(input_layers) and "inputs" not in batch)
+            or (bool(context_layers) and "context" not in batch))
 
 
 def loss_mask(attention_mask: torch.Tensor, prompt_lens: torch.Tensor) -> torch.Tensor:
@@ -176,11 +189,15 @@ def target_features(
     label_from: torch.Tensor | None = None,
     head_chunk: int = 512,
     input_layers: Sequence[int] | None = None,
+    context_layers: Sequence[int] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Run the frozen target once: final-normed states H (B,T,D), next-token argmax (B,T; -100 on padding),
     if ``resid_layer`` is given the residual stream entering that decoder layer (B,T,D), and if
     ``input_layers`` is given (a multi-layer drafter's ``config.input_layers``) the drafter's input states
-    ``inputs`` (B,T,k*D), made by ``select_input_states`` exactly as drafting makes them.
+    ``inputs`` (B,T,k*D), made by ``select_input_states`` exactly as drafting makes them, and if ``context_layers``
+is given (an exact-context drafter's ``context_layers``) the residual stream entering each, ``context`` (B,T,c,D),
+scaled to unit RMS per position: the copied layers' RMS norms do not see that scale, and it keeps the float16
+cache from overflowing (SmolLM2's stream reaches 22,000 in a few dimensions).
 
     ``label_from`` (B,) limits the argmax (the LM head is a quarter of a small model's cost) to positions
     ``>= label_from[b]``; pass ``prompt_lens - 1`` since only response positions are ever labelled."""
@@ -190,7 +207,8 @@ def target_features(
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     attention_mask = attention_mask.to(device)
-    wanted_layers = sorted({*([resid_layer] if resid_layer is not None else []), *(input_layers or [])})
+    wanted_layers = sorted({*([resid_layer] if resid_layer is not None else []), *(input_layers or []),
+                            *(context_layers or [])})
     out = base(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -214,6 +232,9 @@ def target_features(
         feats["resid"] = out.hidden_states[resid_layer]
     if input_layers:
         feats["inputs"] = select_input_states(out.hidden_states, list(input_layers), base.norm)
+    if context_layers:
+        stream = torch.stack([out.hidden_states[i] for i in context_layers], dim=2)
+        feats["context"] = stream * torch.rsqrt(stream.float().pow(2).mean(-1, keepdim=True)).to(stream.dtype)
     return feats
 
 
@@ -250,6 +271,9 @@ class FeatureCache:
     initialisation); ``shard-NNNNN.json`` (written last, so a shard without it is ignored) lists its
     sequences as ``[key, start, length, prompt_len]``.
 
+    A cache for an exact-context drafter (``context_layers``, recorded in ``meta.json``) also holds ``context``
+    (N, c, D) fp16, the residual stream entering each copied layer.
+
     Format 2 is a cache for a multi-layer drafter (``input_layers``, recorded in ``meta.json``): its shards also
     hold ``inputs`` (N, k*D) fp16, the drafter's input states. A format-1 cache (final-normed states only) is
     what every other drafter uses, and is refused for a multi-layer run (and the reverse) by the meta check.
@@ -267,9 +291,11 @@ class FeatureCache:
         resid_budget: int = 65536,
         shard_tokens: int = 65536,
         input_layers: Sequence[int] | None = None,
+        context_layers: Sequence[int] | None = None,
     ) -> None:
         self.dir = Path(directory)
         self.input_layers = [int(i) for i in input_layers] if input_layers else None
+        self.context_layers = [int(i) for i in context_layers] if context_layers else None
         self.target = target
         self.max_len = int(max_len)
         self.resid_layer = resid_layer
@@ -278,15 +304,19 @@ class FeatureCache:
         meta = {"format": self.FORMAT, "max_len": self.max_len, "target": target_fingerprint(target)}
         if self.input_layers:
             meta.update(format=self.FORMAT_MULTILAYER, input_layers=self.input_layers)
+        if self.context_layers:
+            meta["context_layers"] = self.context_layers
         meta_path = self.dir / "meta.json"
         if meta_path.is_file():
             old = json.loads(meta_path.read_text())
             if old != meta:
                 raise FeatureCacheMismatch(
-                    f"feature cache {self.dir} (format {old.get('format')}) was built for another target, max_len "
-                    f"or input_layers ({old.get('target', {}).get('model_type')}, max_len={old.get('max_len')}, "
-                    f"input_layers={old.get('input_layers')}) than this run ({meta['target']['model_type']}, "
-                    f"max_len={self.max_len}, input_layers={self.input_layers}). Fix: pass another "
+                    f"feature cache {self.dir} (format {old.get('format')}) was built for another target, max_len, "
+                    f"input_layers or context_layers ({old.get('target', {}).get('model_type')}, max_len="
+                    f"{old.get('max_len')}, input_layers={old.get('input_layers')}, context_layers="
+                    f"{old.get('context_layers')}) than this run ({meta['target']['model_type']}, max_len="
+                    f"{self.max_len}, input_layers={self.input_layers}, context_layers={self.context_layers}). "
+                    "Fix: pass another "
                     "--feature_cache_dir, or delete that directory."
                 )
         else:
@@ -417,7 +447,7 @@ class FeatureCache:
             mask[row, : len(seq)] = 1
         label_from = torch.tensor([prompt_len - 1 for _, _, prompt_len in group])
         feats = target_features(self.target, ids, mask, self.resid_layer if want_resid else None, label_from,
-                                input_layers=self.input_layers)
+                                input_layers=self.input_layers, context_layers=self.context_layers)
         entries = []
         for row, ((key, _, prompt_len), n) in enumerate(zip(group, lengths)):
             f = {
@@ -429,6 +459,8 @@ class FeatureCache:
                 f["resid"] = feats["resid"][row, :n].detach().cpu()
             if "inputs" in feats:
                 f["inputs"] = feats["inputs"][row, :n].detach().cpu()
+            if "context" in feats:
+                f["context"] = feats["context"][row, :n].detach().cpu()
             entries.append((key, f, prompt_len))
         return entries, int(mask.sum())
 
@@ -445,6 +477,8 @@ class FeatureCache:
         }
         if self.input_layers:
             tensors["inputs"] = torch.cat([f["inputs"] for _, f, _ in buf]).to(torch.float16).contiguous()
+        if self.context_layers:
+            tensors["context"] = torch.cat([f["context"] for _, f, _ in buf]).to(torch.float16).contiguous()
         resid = all("resid" in f for _, f, _ in buf)
         if resid:
             tensors["resid"] = torch.cat([f["resid"] for _, f, _ in buf]).float().contiguous()
@@ -488,6 +522,8 @@ class FeatureCache:
         }
         if self.input_layers:
             item["inputs"] = sh["inputs"][start : start + length]
+        if self.context_layers:
+            item["context"] = sh["context"][start : start + length]
         if resid:
             item["resid"] = sh["resid"][start : start + length]
         return item
@@ -537,6 +573,7 @@ def iter_feature_batches(
     max_items: int | None = None,
     resid_layer: int | None = None,
     input_layers: Sequence[int] | None = None,
+    context_layers: Sequence[int] | None = None,
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Batches with features (``states``, ``target_argmax``; ``resid`` if ``resid_layer``) in dataset order
     groups; cached features are used when the dataset has them, else the target runs."""
@@ -549,10 +586,10 @@ def iter_feature_batches(
     for group in batches_by_tokens(lengths, batch_tokens):
         items = [dataset[i] for i in group]
         batch = collate(items)
-        if "states" not in batch or resid_layer is not None or (input_layers and "inputs" not in batch):
+        if resid_layer is not None or lacks_features(batch, input_layers, context_layers):
             feats = target_features(
                 target, batch["input_ids"], batch["attention_mask"], resid_layer, batch["prompt_lens"] - 1,
-                input_layers=input_layers,
+                input_layers=input_layers, context_layers=context_layers,
             )
             batch.update({k: v.cpu() for k, v in feats.items()})
         yield batch

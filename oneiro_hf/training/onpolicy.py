@@ -431,9 +431,9 @@ class OnPolicyTrainer(OneiroTrainer):
         """The target's states and argmax on the collected sequence (one unpadded pass, memoised)."""
         if seq.id not in self._features:
             tokens = torch.tensor([seq.tokens[: self.args.max_seq_len]], dtype=torch.long)
-            input_layers = self.drafter.config.input_layers
+            input_layers, context_layers = self.drafter.config.input_layers, self.drafter.context_layers
             feats = target_features(self.target, tokens, label_from=torch.tensor([seq.prompt_len - 1]),
-                                    input_layers=input_layers)
+                                    input_layers=input_layers, context_layers=context_layers)
             self._features[seq.id] = {
                 "input_ids": tokens[0],
                 "prompt_len": seq.prompt_len,
@@ -442,6 +442,8 @@ class OnPolicyTrainer(OneiroTrainer):
             }
             if input_layers:
                 self._features[seq.id]["inputs"] = feats["inputs"][0].detach()
+            if context_layers:
+                self._features[seq.id]["context"] = feats["context"][0].detach()
         return self._features[seq.id]
 
     def draw(self, slots: Sequence[int]) -> list[CollectedSequence]:
@@ -450,7 +452,8 @@ class OnPolicyTrainer(OneiroTrainer):
 
     def batch_for(self, sequences: Sequence[CollectedSequence]) -> dict[str, torch.Tensor]:
         items = [self._features_of(s) for s in sequences]
-        batch = collate([{**it, **{k: it[k].cpu() for k in ("states", "inputs") if k in it}} for it in items])
+        batch = collate([{**it, **{k: it[k].cpu() for k in ("states", "inputs", "context") if k in it}}
+                         for it in items])
         batch["chain_weights"] = chain_weights(
             sequences, batch["input_ids"].shape[1], self.steps, self.step_weight_list,
             self.args.onpolicy_mix_ratio, self.args.onpolicy_error_weight,
@@ -473,6 +476,7 @@ class OnPolicyTrainer(OneiroTrainer):
             rollout_steps=self.steps,
             chain_weights=batch["chain_weights"],
             inputs=batch.get("inputs"),
+            context=batch.get("context"),
         )
         stats = out["stats"].detach()
         if self._train_sums is None or self._train_sums.shape[0] != self.steps or self._train_sums.device != stats.device:
@@ -601,7 +605,8 @@ def run_stage3(model_args: Any, data_args: Any, args: OneiroTrainingArguments, t
         cache = None
         if args.feature_cache_dir:
             cache = feat.FeatureCache(args.feature_cache_dir, target, args.max_seq_len,
-                                      input_layers=drafter.config.input_layers)
+                                      input_layers=drafter.config.input_layers,
+                                      context_layers=drafter.context_layers)
             cache.build(data.eval, batch_tokens=args.feature_batch_tokens, with_resid=False)
         eval_ds = held_out_dataset(data.eval, args, cache)
         mean, std = _state_statistics(args, target, data, cache)

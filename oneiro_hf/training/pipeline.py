@@ -197,9 +197,11 @@ def build_drafter(args, target, tokenizer, data: TrainingData, resume: str | Non
         drafter = OneiroDrafter.from_target(target, interval=interval,
                                             draft_vocab_ids=None if full_vocab else vocab_ids,
                                             transition_init=args.transition_init,
-                                            input_layers=args.parsed_input_layers())
+                                            input_layers=args.parsed_input_layers(),
+                                            verified_context=args.verified_context)
     except ValueError as err:
-        raise TrainingInputError(f"--input_layers {args.input_layers}: {err}") from err
+        raise TrainingInputError(f"--input_layers {args.input_layers} / --verified_context "
+                                 f"{args.verified_context}: {err}") from err
     coverage = vocab_coverage(data.eval or data.train, drafter.draft_vocab_ids.cpu())
     logger.info("drafter: layers %s, draft vocabulary %d tokens (held-out coverage %.1f%%)", interval,
                 drafter.draft_vocab_ids.numel(), 100 * coverage)
@@ -220,29 +222,32 @@ def held_out_dataset(records: list[dict], args, cache) -> Any | None:
     return ds if len(ds) else None
 
 
-def _feature_cache(args, target, resid_layer: int | None, input_layers: list[int] | None = None):
+def _feature_cache(args, target, resid_layer: int | None, input_layers: list[int] | None = None,
+                   context_layers: tuple[int, ...] = ()):
     from . import features as feat
 
     return feat.FeatureCache(args.feature_cache_dir, target, args.max_seq_len, resid_layer=resid_layer,
-                             resid_budget=int(args.ridge_positions * 1.5), input_layers=input_layers)
+                             resid_budget=int(args.ridge_positions * 1.5), input_layers=input_layers,
+                             context_layers=context_layers)
 
 
 def build_features(args, target, data: TrainingData, interval: tuple[int, int], timer: Timer,
-                   input_layers: list[int] | None = None) -> Features:
+                   input_layers: list[int] | None = None, context_layers: tuple[int, ...] = ()) -> Features:
     """The target's features of every record (cached in --feature_cache_dir when given, with the residual
-    stream at the interval's start for the ridge fit, and a multi-layer drafter's `input_layers` states) and
-    the per-dimension state statistics."""
+    stream at the interval's start for the ridge fit, a multi-layer drafter's `input_layers` states and an
+    exact-context drafter's `context_layers` inputs) and the per-dimension state statistics."""
     from . import features as feat
 
     with timer("features"):
         cache = None
         if args.feature_cache_dir:
-            cache = _feature_cache(args, target, interval[0] if args.ridge_init else None, input_layers)
+            cache = _feature_cache(args, target, interval[0] if args.ridge_init else None, input_layers,
+                                   context_layers)
             with args.main_process_first(desc="feature cache"):
                 s1 = cache.build(data.train, batch_tokens=args.feature_batch_tokens)
                 s2 = cache.build(data.eval, batch_tokens=args.feature_batch_tokens, with_resid=False)
                 if not args.should_save:  # other ranks re-read what the main process wrote
-                    cache = _feature_cache(args, target, cache.resid_layer, input_layers)
+                    cache = _feature_cache(args, target, cache.resid_layer, input_layers, context_layers)
             logger.info("feature cache %s: train %s, eval %s, %.1f MB", args.feature_cache_dir, s1, s2,
                         cache.size_bytes() / 2**20)
             train_ds = feat.CachedFeatureDataset(cache, data.train)

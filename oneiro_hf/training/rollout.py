@@ -34,7 +34,7 @@ class _RolloutCache:
 
 
 def rollout_mask(
-    length: int, step: int, window: int | None, device: torch.device, first: int = 0
+    length: int, step: int, window: int | None, device: torch.device, first: int = 0, exact: bool = False
 ) -> torch.Tensor:
     """Boolean (1, 1, Q, Kv) mask for the queries of rollout step ``step`` (1-based).
 
@@ -42,18 +42,23 @@ def rollout_mask(
     <= s (the teacher-forced prefix) and, for j = 2..step, the step-j key at index s + j - 1. Step 1 covers
     all ``length`` indices; later steps only the suffix ``[first, length)`` (Q = length - first), so the keys
     are [step 1: length | step 2..step: length - first each].
+
+    ``exact`` (exact verified context): the keys start with one more block of ``length``, the exact keys of
+    every index (``OneiroDrafter.attend_context``); a chain sees those at indices < s and only its own step-1
+    key at s, as drafting does (the bonus token's entry is the drafter's own, the ones before it exact).
     """
     first = first if step > 1 else 0
     rows = torch.arange(first, length, device=device).unsqueeze(1)  # query indices
     full = torch.arange(length, device=device).unsqueeze(0)
     suffix = torch.arange(first, length, device=device).unsqueeze(0)
-    blocks = [full <= rows - step + 1]
+    start = rows - step + 1  # each query's chain start
+    blocks = [full < start, full == start] if exact else [full <= start]
+    prefix_blocks = len(blocks)
     for j in range(2, step + 1):
         blocks.append(suffix == rows - step + j)
     if window is not None:
-        blocks[0] = blocks[0] & (full > rows - window)
-        for j in range(1, len(blocks)):
-            blocks[j] = blocks[j] & (suffix > rows - window)
+        for j in range(len(blocks)):
+            blocks[j] = blocks[j] & ((full if j < prefix_blocks else suffix) > rows - window)
     return torch.cat(blocks, dim=1)[None, None]
 
 
@@ -64,6 +69,7 @@ def parallel_rollout(
     position_ids: torch.LongTensor,
     steps: int,
     first_index: int = 0,
+    context: torch.Tensor | None = None,
 ) -> list[torch.Tensor]:
     """Run ``steps`` draft steps at every position at once; returns each step's predicted states (B, L, D).
 
@@ -76,12 +82,19 @@ def parallel_rollout(
     only over ``[first_index, L)``, which is exact for every chain started at or after ``first_index`` (use
     ``first_index = first loss index - (steps - 1)`` to skip work on prompt positions). Outputs of steps >= 2
     before ``first_index`` are zeros.
+
+    ``context`` (B, L, c, D): for a drafter with exact verified context, the copied layers' true inputs at the
+    position of each token (``OneiroDrafter.context_inputs``); their keys come first and each chain attends to
+    them before its start (``rollout_mask(exact=True)``).
     """
     bound = drafter.require_bound()
     emb = bound.embed_tokens(token_ids)
     length = token_ids.shape[1]
     first = min(max(int(first_index), 0), length - 1)
     cache = _RolloutCache()
+    exact = context is not None
+    if exact:
+        drafter.attend_context(context, position_ids, cache)
     rotary = drafter.rotary_embeddings(emb, position_ids)
     suffix_rotary = {t: tuple(r[:, first:] for r in cs) for t, cs in rotary.items()}
     masks: dict[tuple[int, Any], torch.Tensor] = {}
@@ -98,7 +111,7 @@ def parallel_rollout(
 
         def mask_for_window(window: int | None, k: int = k) -> torch.Tensor:
             if (k, window) not in masks:
-                masks[(k, window)] = rollout_mask(length, k, window, emb.device, first)
+                masks[(k, window)] = rollout_mask(length, k, window, emb.device, first, exact)
             return masks[(k, window)]
 
         x = drafter.run_layers(drafter.fuse_inputs(current, tok), rot, pos, mask_for_window, cache)

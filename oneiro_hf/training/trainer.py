@@ -34,7 +34,7 @@ from torch import nn
 from transformers import Trainer, TrainerCallback
 
 from .arguments import STAGES, OneiroTrainingArguments, parse_interval, parse_step_weights  # noqa: F401 (re-exported)
-from .features import IGNORE, collate, iter_feature_batches, loss_mask, target_features
+from .features import IGNORE, collate, iter_feature_batches, lacks_features, loss_mask, target_features
 from .rollout import parallel_rollout, rollout_mask, rollout_start  # noqa: F401 (re-exported)
 
 logger = logging.getLogger(__name__)
@@ -97,11 +97,13 @@ class DrafterTrainModule(nn.Module):
         rollout_steps: int = 1,
         chain_weights: torch.Tensor | None = None,
         inputs: torch.Tensor | None = None,
+        context: torch.Tensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """Rollout losses. Without ``chain_weights``: per step, the mean over response positions times the
         step weight. With ``chain_weights`` (B, K, T-1; stage 3), step k at index i counts with weight
         ``chain_weights[:, k, i]`` (step weights and normalisation included) and only where it is > 0.
-        ``inputs`` (B, T, k*D): a multi-layer drafter's input states (default: ``states``, the single-layer input)."""
+        ``inputs`` (B, T, k*D): a multi-layer drafter's input states (default: ``states``, the single-layer input);
+        ``context`` (B, T, c, D): an exact-context drafter's copied-layer inputs (``target_features``)."""
         drafter = self.drafter
         dtype = drafter.fuse.weight.dtype
         b, t = input_ids.shape
@@ -110,7 +112,8 @@ class DrafterTrainModule(nn.Module):
         mask = loss_mask(attention_mask, prompt_lens)
         first = rollout_start(mask, rollout_steps)
         inputs = states if inputs is None else inputs.to(dtype)
-        outs = parallel_rollout(drafter, inputs[:, :-1], input_ids[:, 1:], positions, rollout_steps, first)
+        context = _rollout_context(drafter, context)
+        outs = parallel_rollout(drafter, inputs[:, :-1], input_ids[:, 1:], positions, rollout_steps, first, context)
         true_next = states[:, 1:]
         labels = target_argmax[:, 1:]
         draft_labels = _draft_index(drafter, labels)
@@ -176,6 +179,19 @@ class DrafterTrainModule(nn.Module):
         return (weights.float() * per_position).sum()
 
 
+def _rollout_context(drafter: Any, context: torch.Tensor | None) -> torch.Tensor | None:
+    """`parallel_rollout`'s `context` from a batch's (B, T, c, D) copied-layer inputs: positions 1..T-1, the
+    drafter's indices; None for a drafter that keeps its own context."""
+    if not drafter.context_layers:
+        return None
+    if context is None:
+        raise ValueError(
+            "this drafter attends to exact context, but the batch has no 'context' features. Fix: build the "
+            "features with context_layers=drafter.context_layers (oneiro-train does this)."
+        )
+    return context[:, 1:].to(drafter.fuse.weight.dtype)
+
+
 # ============================================================================================ evaluation
 @torch.no_grad()
 def rollout_eval_sums(
@@ -197,12 +213,13 @@ def rollout_eval_sums(
             attn = batch["attention_mask"].to(device)
             states = batch["states"].to(device=device, dtype=dtype)
             inputs = batch["inputs"].to(device=device, dtype=dtype) if "inputs" in batch else states
+            context = _rollout_context(drafter, batch["context"].to(device) if "context" in batch else None)
             labels = batch["target_argmax"].to(device)[:, 1:]
             b, t = input_ids.shape
             positions = torch.arange(1, t, device=device).unsqueeze(0).expand(b, -1)
             mask = loss_mask(attn, batch["prompt_lens"].to(device))
             outs = parallel_rollout(
-                drafter, inputs[:, :-1], input_ids[:, 1:], positions, steps, rollout_start(mask, steps)
+                drafter, inputs[:, :-1], input_ids[:, 1:], positions, steps, rollout_start(mask, steps), context
             )
             correct = []
             for k, out in enumerate(outs):
@@ -262,7 +279,7 @@ def evaluate_drafter(
     """Held-out per-step top-1 agreement, acceptance of the first j tokens and tau for ``steps``-token drafts
     rolled from true states (single process)."""
     batches = iter_feature_batches(dataset, target, batch_tokens=batch_tokens,
-                                   input_layers=drafter.config.input_layers)
+                                   input_layers=drafter.config.input_layers, context_layers=drafter.context_layers)
     return metrics_from_sums(rollout_eval_sums(drafter, batches, steps, state_std), prefix)
 
 
@@ -435,12 +452,12 @@ class OneiroTrainer(Trainer):
         return 1 if self.state.global_step < self.switch_step else self.args.rollout_steps
 
     def _with_features(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        input_layers = self.drafter.config.input_layers
-        if "states" in inputs and (not input_layers or "inputs" in inputs):
+        input_layers, context_layers = self.drafter.config.input_layers, self.drafter.context_layers
+        if not lacks_features(inputs, input_layers, context_layers):
             return inputs
         feats = target_features(
             self.target, inputs["input_ids"], inputs["attention_mask"], label_from=inputs["prompt_lens"] - 1,
-            input_layers=input_layers,
+            input_layers=input_layers, context_layers=context_layers,
         )
         return {**inputs, **feats}
 
@@ -456,6 +473,7 @@ class OneiroTrainer(Trainer):
             target_argmax=inputs["target_argmax"],
             rollout_steps=steps,
             inputs=inputs.get("inputs"),
+            context=inputs.get("context"),
         )
         stats = out["stats"].detach()
         width = max(self.args.rollout_steps, 1)
@@ -509,14 +527,15 @@ class OneiroTrainer(Trainer):
         def batches():
             for group in groups:
                 batch = collate([dataset[i] for i in group])
-                input_layers = self.drafter.config.input_layers
-                if "states" not in batch or (input_layers and "inputs" not in batch):
+                input_layers, context_layers = self.drafter.config.input_layers, self.drafter.context_layers
+                if lacks_features(batch, input_layers, context_layers):
                     feats = target_features(
                         self.target,
                         batch["input_ids"],
                         batch["attention_mask"],
                         label_from=batch["prompt_lens"] - 1,
                         input_layers=input_layers,
+                        context_layers=context_layers,
                     )
                     batch.update(feats)
                 yield batch

@@ -54,10 +54,9 @@ class LatentTreeDrafter:
         self.drafter = drafter
         self.context = DrafterContext(drafter, max_capacity=max_capacity, window=window)
 
-    def observe(self, states: torch.Tensor) -> None:
-        """states: (1, n, k*H) the drafter's input states (`OneiroDrafter.input_states`) at the next n accepted
-        positions."""
-        self.context.observe(states)
+    def observe(self, hidden_states: tuple, keep: slice | list[int]) -> None:
+        """The accepted positions `keep` of a target pass's `hidden_states` (`DrafterContext.observe_pass`)."""
+        self.context.observe_pass(hidden_states, keep)
 
     @torch.no_grad()
     def expand(

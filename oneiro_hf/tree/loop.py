@@ -204,7 +204,7 @@ class TreeDecoder:
         row = self.logits_processor(input_ids, raw.clone())
         token = int(torch.multinomial(row.softmax(-1), 1)) if self.generation_config.do_sample else int(row.argmax(-1))
         if self.latent is not None:
-            self.latent.observe(self.latent.drafter.input_states(out.hidden_states))
+            self.latent.observe(out.hidden_states, slice(None))
         self.scores.append(row)
         self.raw_logits.append(raw)
         ids, finished = self._append(input_ids, token, row)
@@ -286,7 +286,7 @@ class TreeDecoder:
         keep = [0, *verdict.path[: kept - 1]]  # the root and the accepted nodes whose successor was appended
         compact_cache(self.cache, torch.tensor(keep, device=device), len(tree))
         if self.latent is not None:
-            self.latent.observe(self.latent.drafter.input_states(out.hidden_states)[:, keep])
+            self.latent.observe(out.hidden_states, keep)
         if self.streamer is not None:
             self.streamer.put(input_ids[:, -kept:].cpu())
         return input_ids, Pass(verdict, kept, logits, time.perf_counter() - started), finished

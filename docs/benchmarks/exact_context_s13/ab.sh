@@ -1,0 +1,20 @@
+#!/bin/bash
+# session 13: own vs exact verified context through oneiro-train, from the same ridge fit at equal budget, on the
+# first 600 committed SmolLM2 records (5% held out), multi-layer input as shipped; one thread per arm.
+cd "$(dirname "$0")/../../.."  # the repository root; writes to runs/s13/exact_ab
+. .venv/bin/activate
+. scripts/recipe.sh
+export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
+O=runs/s13/exact_ab
+mkdir -p $O
+arm() {
+  local name=$1; shift
+  local resume=()
+  ls -d "$O/$name"/checkpoint-* >/dev/null 2>&1 && resume=(--resume_from_checkpoint last)
+  oneiro-train "${RECIPE[@]}" "${SMOLLM2[@]}" --data data/selfdistill/smollm2-135m-instruct --max_records 600 \
+    --max_seq_len 512 --input_layers 8,16,30 "${CPU_SIZES[@]}" --stage1_fraction 0.6 --max_steps 240 \
+    --save_total_limit 1 --threads 1 --output_dir "$O/$name" "${resume[@]}" "$@" > "$O/$name.log" 2>&1
+}
+arm own --feature_cache_dir $O/feat_own &
+arm exact --verified_context exact --feature_cache_dir $O/feat_exact &
+wait
