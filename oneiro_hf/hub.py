@@ -56,6 +56,7 @@ _PROVENANCE = (
 _SETTINGS = (
     ("interval", "interval"),
     ("input_layers", "multi-layer input: target states"),
+    ("verified_context", "verified context of the copied layers"),
     ("draft_vocab_size", "draft vocabulary size"),
     ("vocab_coverage", "draft vocabulary coverage of held-out response tokens"),
     ("stage", "stage"),
@@ -450,6 +451,8 @@ def build_model_card(
         ("num_hidden_layers", config.num_target_layers),
         ("copied layers (interval)", f"[{start}, {end})"),
         *([("input states (input_layers)", str(config.input_layers))] if config.input_layers else []),
+        *([("verified context", "exact (keys/values from the target's inputs to the copied layers)")]
+          if getattr(config, "verified_context", "own") == "exact" else []),
         ("draft vocabulary", f"{vocab:,} token ids (`draft_vocab_ids` in {WEIGHTS_NAME})"),
         ("base weights", _weights_row(config.base_model_fingerprint)),
     ]

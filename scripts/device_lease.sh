@@ -45,21 +45,22 @@ t0=$(date +%s)
 TRAIN_UNTIL=$(( t0 + DEADLINE - EVAL_MARGIN ))
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 
-if [ -d "$CARRY/w" ] && [ -z "${NO_WHEELS:-}" ]; then
+unpack() {  # everything carried travels in one tar stream, in pieces over several calls: unpacked once into $WORK
+  [ -f "$WORK/carry.done" ] && return 0
+  local f
+  for f in "$PARTS"/carry.tar.part* "$CARRY"/carry.tar.part*; do [ -f "$f" ] && echo "${f##*/} $f"; done | sort \
+    | cut -d" " -f2 | xargs cat | tar -C "$WORK" -x && touch "$WORK/carry.done"
+}
+unpack || { stamp "the carried pieces do not unpack (are all of them in $PARTS?)"; exit 1; }
+
+if [ -d "$WORK/w" ] && [ -z "${NO_WHEELS:-}" ]; then
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/site" \
-    "$CARRY"/w/*.whl || exit 1
+    "$WORK"/w/*.whl || exit 1
   export PYTHONPATH=$WORK/site:$PWD
 fi
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, \
 'cuda', torch.cuda.is_available() and torch.cuda.get_device_name())"
 TF32=$($PY -c "import torch; print(str(torch.cuda.is_available()).lower())")
-
-ggufs() {  # the GGUFs' tar stream, carried in pieces over several calls: unpacked once into $WORK
-  [ -f "$WORK/ggufs.done" ] && return 0
-  local f
-  for f in "$PARTS"/ggufs.tar.part* "$CARRY"/ggufs.tar.part*; do [ -f "$f" ] && echo "${f##*/} $f"; done | sort \
-    | cut -d" " -f2 | xargs cat | tar -C "$WORK" -x && touch "$WORK/ggufs.done"
-}
 
 target_ready() {  # reference name, GGUF name in the stream: decompress, check against the pinned sha256, convert
   local name=$1 gguf=$WORK/$2.gguf
@@ -86,10 +87,10 @@ smollm2() {
   target_ready smollm2-135m-instruct smollm2 || { stamp "smollm2: no target"; return 1; }
   stamp "smollm2 target ready"
   local data=$WORK/smollm2.jsonl base=$WORK/feat/smollm2 ml=$WORK/feat/smollm2_ml mlx=$WORK/feat/smollm2_ml_exact
-  zcat "$CARRY/smollm2_committed.jsonl.gz" > "$data"
-  if [ -s "$CARRY/smollm2_prompts.jsonl.gz" ]; then  # the new answers train every variant: generated first
+  zcat "$WORK/smollm2_committed.jsonl.gz" > "$data"
+  if [ -s "$WORK/smollm2_prompts.jsonl.gz" ]; then  # the new answers train every variant: generated first
     touch "$WORK/gen/smollm2.jsonl"
-    zcat "$CARRY/smollm2_prompts.jsonl.gz" > "$WORK/gen/smollm2.prompts.jsonl"
+    zcat "$WORK/smollm2_prompts.jsonl.gz" > "$WORK/gen/smollm2.prompts.jsonl"
     timeout $(( t0 + SMOLLM2_GEN_UNTIL - $(date +%s) )) $PY -m oneiro_hf.training.selfdistill \
       --target smollm2-135m-instruct --out "$WORK/gen/smollm2.jsonl" --prompts-file "$WORK/gen/smollm2.prompts.jsonl" \
       --num-prompts 100000 --max-new-tokens 256 --batch-size "$GEN_BATCH" --device auto --no-progress \
@@ -140,8 +141,8 @@ gemma() {
   stamp "gemma target ready"
   local data=$WORK/gemma.jsonl
   touch "$WORK/gen/gemma.jsonl"
-  if [ -s "$CARRY/gemma_prompts.jsonl.gz" ]; then
-    zcat "$CARRY/gemma_prompts.jsonl.gz" > "$WORK/gen/gemma.prompts.jsonl"
+  if [ -s "$WORK/gemma_prompts.jsonl.gz" ]; then
+    zcat "$WORK/gemma_prompts.jsonl.gz" > "$WORK/gen/gemma.prompts.jsonl"
     timeout $(( t0 + GEN_UNTIL - $(date +%s) )) $PY -m oneiro_hf.training.selfdistill --target gemma-3-270m \
       --out "$WORK/gen/gemma.jsonl" --prompts-file "$WORK/gen/gemma.prompts.jsonl" --num-prompts 100000 \
       --max-new-tokens 192 --batch-size "$GEN_BATCH" --device auto --no-progress > "$WORK/gen/gemma.log" 2>&1
@@ -150,14 +151,13 @@ gemma() {
     gzip -1 -c "$WORK/gen/gemma.jsonl" > "$OUT/gemma_gpu.jsonl.gz"
   fi
   # the committed records, then the new ones (a line cut by the time box comes last and is skipped with a warning)
-  zcat "$CARRY/gemma_committed.jsonl.gz" > "$data"
+  zcat "$WORK/gemma_committed.jsonl.gz" > "$data"
   cat "$WORK/gen/gemma.jsonl" >> "$data"
   stamp "gemma training data: $(wc -l < "$data") records"
   train "$data" gemma "${GEMMA[@]}" --feature_cache_dir "$WORK/feat/gemma"
   send gemma
 }
 
-[ -n "${SKIP_CONVERT:-}" ] || ggufs || { stamp "the carried GGUF pieces do not unpack"; exit 1; }
 smollm2 &
 [ "$GEMMA_BRANCH" = 1 ] && gemma &
 wait

@@ -20,6 +20,7 @@ from oneiro_hf import OneiroDrafter, modeling_oneiro
 from oneiro_hf.compat import cache_keyword
 from oneiro_hf.configuration_oneiro import OneiroDrafterConfig
 from oneiro_hf.drafter_context import DrafterContext
+from oneiro_hf.hub import build_model_card
 from oneiro_hf.training import features as feat
 from oneiro_hf.training.cli import main as cli_main
 
@@ -103,6 +104,11 @@ def test_verified_context_is_checked_and_saved(tmp_path) -> None:
     assert loaded.context_layers == drafter.context_layers
     # a drafter saved before the setting existed keeps its own context
     assert OneiroDrafter.from_target(model).context_layers == ()
+    # the model card says which context the drafter was trained for
+    card = str(build_model_card(loaded, license="apache-2.0", for_hub=False))
+    assert "verified context | exact" in card
+    assert "verified context" not in str(build_model_card(OneiroDrafter.from_target(model), license="apache-2.0",
+                                                           for_hub=False))
 
 
 @pytest.fixture(scope="module")
