@@ -24,6 +24,10 @@ KNOWN_BREAKS: tuple[tuple[str, str], ...] = ()
 # tree verification (oneiro_tree=True) runs its own loop, written against 5.24's keywords (`cache`, not
 # `past_key_values`) and tested there only
 TREE_MIN_TRANSFORMERS = Version("5.24.0")
+# `output_hidden_states=[i, ...]` (a selection) returns the full tuple's entries i, None elsewhere, on 5.24; 5.18 reads
+# a selection as decoder-layer indices (entry i is the output of layer i, no embeddings entry), so below this release
+# a selection is asked as True (every state), which means the same on every release
+HIDDEN_STATES_SELECTION_MIN = Version("5.24.0")
 # kept for callers of 0.1.0: the tested range as [low, high)
 SUPPORTED_TRANSFORMERS = (MIN_TRANSFORMERS, Version(f"{TESTED_UP_TO.major}.{TESTED_UP_TO.minor + 1}.0"))
 
@@ -99,3 +103,14 @@ def cache_keyword(module_cls: type) -> str:
         f"{module_cls.__name__}.forward takes neither `cache` nor `past_key_values`, so oneiro-hf cannot give it a KV "
         f"cache. Fix: pip install 'transformers>={MIN_TRANSFORMERS},<{SUPPORTED_TRANSFORMERS[1]}'."
     )
+
+
+def hidden_states_selection(indices: list[int], version: str | None = None) -> list[int] | bool:
+    """What to pass as `output_hidden_states` to get the full tuple's entries `indices` (0 the embeddings, i the
+    output of decoder layer i-1) on the installed transformers (or `version`): the list itself from
+    `HIDDEN_STATES_SELECTION_MIN` on, else True (every state: more memory, the same indexing)."""
+    if version is None:
+        import transformers
+
+        version = transformers.__version__
+    return list(indices) if Version(Version(version).base_version) >= HIDDEN_STATES_SELECTION_MIN else True

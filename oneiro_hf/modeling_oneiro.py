@@ -27,7 +27,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AutoConfig, PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
-from .compat import cache_keyword, check_transformers_version
+from .compat import cache_keyword, check_transformers_version, hidden_states_selection
 from .configuration_oneiro import DrafterNotBound, OneiroDrafterConfig, not_bound_message
 from .draft_policy import DraftPolicyState
 from .identity import (
@@ -545,11 +545,11 @@ class OneiroDrafter(PreTrainedModel):
         return tuple(range(start, end))
 
     @property
-    def hidden_states_request(self) -> int | list[int]:
+    def hidden_states_request(self) -> int | list[int] | bool:
         """What the verification pass passes as `output_hidden_states`: only the states the drafter reads."""
         if self.config.input_layers is None and not self.context_layers:
             return -1
-        return sorted({*self.input_layers, *self.context_layers})
+        return hidden_states_selection(sorted({*self.input_layers, *self.context_layers}))
 
     def input_states(self, hidden_states: tuple) -> torch.Tensor:
         """The drafter's input states (B, T, k*H) from a target pass's `hidden_states` (L+1 entries, None where not

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
+import torch
 from packaging.version import Version
 
 from oneiro_hf import UnsupportedTransformersVersion, check_transformers_version, compat
@@ -89,3 +90,19 @@ def test_tree_verification_needs_the_release_its_loop_was_tested_on():
         compat.check_tree_supported("5.18.0")
     assert "drop oneiro_tree" in str(info.value)
     compat.check_tree_supported("5.24.0")
+
+
+def test_a_hidden_states_selection_means_the_full_tuples_indices_on_every_release():
+    """5.24 returns the full tuple's entries for a list; 5.18 reads a list as decoder-layer indices. Below 5.24 a
+    selection is asked as every state, and on the installed release the returned entries are the full tuple's."""
+    assert compat.hidden_states_selection([2, 3], "5.18.0") is True
+    assert compat.hidden_states_selection([2, 3], "5.24.0") == [2, 3]
+    from tiny import make_model, random_prompt
+
+    model = make_model("llama")
+    ids = random_prompt(7, seed=1)
+    with torch.no_grad():
+        full = model(ids, output_hidden_states=True).hidden_states
+        picked = model(ids, output_hidden_states=compat.hidden_states_selection([1, 2])).hidden_states
+    for i in (1, 2):
+        torch.testing.assert_close(picked[i], full[i])

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from ..compat import hidden_states_selection
 from ..targets import base_model, select_input_states, text_config
 from .records import DataFileError, load_records
 
@@ -213,7 +214,7 @@ cache from overflowing (SmolLM2's stream reaches 22,000 in a few dimensions).
         input_ids=input_ids,
         attention_mask=attention_mask,
         use_cache=False,
-        output_hidden_states=wanted_layers or False,
+        output_hidden_states=hidden_states_selection(wanted_layers) if wanted_layers else False,
     )
     states = out.last_hidden_state
     head = target.get_output_embeddings()
