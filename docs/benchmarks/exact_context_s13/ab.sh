@@ -18,3 +18,8 @@ arm() {
 arm own --feature_cache_dir $O/feat_own &
 arm exact --verified_context exact --feature_cache_dir $O/feat_exact &
 wait
+# then, in real decoding (6 Spec-Bench questions, evaluation only; 64 new tokens; fixed 3-token latent drafts):
+# .venv/bin/oneiro-bench --target smollm2-135m-instruct --questions ../shared/data/spec_bench/question.jsonl \
+#   --per-category 1 --categories writing,coding,math,qa,reasoning,extraction --max-new-tokens 64 --threads 1 \
+#   --methods greedy,oneiro-latent-fixed-3@own,oneiro-latent-fixed-3@exact --extra-drafter own=runs/s13/exact_ab/own \
+#   --extra-drafter exact=runs/s13/exact_ab/exact --no-profile --no-plots --out runs/s13/exact_decode
