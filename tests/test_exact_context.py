@@ -12,7 +12,7 @@ import json
 
 import pytest
 import torch
-from test_multilayer_training import _argv, sample_records
+from test_multilayer_training import _argv, sample_records, saved_target_and_data
 from tiny import make_model, random_prompt, tiny_config
 from transformers import DynamicCache, LlamaForCausalLM
 
@@ -139,10 +139,7 @@ def test_feature_cache_stores_the_copied_layers_inputs(tiny_target, tmp_path) ->
 
 
 def test_cli_trains_an_exact_context_drafter_end_to_end(tiny_target, tmp_path, capsys) -> None:
-    records = sample_records(tiny_target)
-    root = tmp_path / "tiny"
-    tiny_target.save_pretrained(root / "model")
-    (root / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    root = saved_target_and_data(tiny_target, sample_records(tiny_target), tmp_path)
     out = tmp_path / "drafter"
     argv = _argv(root, out, "--verified_context", "exact", "--feature_cache_dir", str(tmp_path / "cache"))
     assert cli_main(argv) == 0

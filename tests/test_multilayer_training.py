@@ -125,10 +125,16 @@ def _argv(root: Path, out: Path, *extra: str) -> list[str]:
             "--threads", "1", *extra]
 
 
-def test_cli_trains_a_multilayer_drafter_end_to_end(target, records, tmp_path, capsys) -> None:
+def saved_target_and_data(target, records: list[dict], tmp_path: Path) -> Path:
+    """A folder holding `target` (model/) and `records` (data.jsonl), as `_argv` reads them."""
     root = tmp_path / "tiny"
     target.save_pretrained(root / "model")
     (root / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return root
+
+
+def test_cli_trains_a_multilayer_drafter_end_to_end(target, records, tmp_path, capsys) -> None:
+    root = saved_target_and_data(target, records, tmp_path)
     out = tmp_path / "drafter"
     argv = _argv(root, out, "--input_layers", "1,2,-1", "--feature_cache_dir", str(tmp_path / "cache"))
     assert cli_main(argv) == 0
