@@ -117,6 +117,7 @@ class DrafterContext:
         self.true_len, self.exact_len = end - 1, end - 2
         return out
 
+
 def _take(pending: list[torch.Tensor], expected: int) -> torch.Tensor:
     """The pending tensors as one (concatenated along positions), emptying the list; checks their count."""
     joined = torch.cat(pending, dim=1) if len(pending) > 1 else pending[0]

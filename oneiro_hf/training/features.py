@@ -133,17 +133,19 @@ def collate(items: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
     if has_states:
         batch["states"] = states
         batch["target_argmax"] = argmax
-    if "inputs" in items[0]:  # a multi-layer drafter's input states (B, T, k*D)
-        inputs = torch.zeros((b, width, items[0]["inputs"].shape[-1]), dtype=items[0]["inputs"].dtype)
-        for row, it in enumerate(items):
-            inputs[row, : int(it["input_ids"].shape[0])] = it["inputs"]
-        batch["inputs"] = inputs
-    if "context" in items[0]:  # an exact-context drafter's copied-layer inputs (B, T, c, D)
-        context = torch.zeros((b, width, *items[0]["context"].shape[1:]), dtype=items[0]["context"].dtype)
-        for row, it in enumerate(items):
-            context[row, : int(it["input_ids"].shape[0])] = it["context"]
-        batch["context"] = context
+    # a multi-layer drafter's input states (B, T, k*D); an exact-context drafter's copied-layer inputs (B, T, c, D)
+    for key in ("inputs", "context"):
+        if key in items[0]:
+            batch[key] = _right_padded([it[key] for it in items], width)
     return batch
+
+
+def _right_padded(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+    """(B, width, ...) zeros holding each (n_b, ...) row at its start."""
+    out = torch.zeros((len(rows), width, *rows[0].shape[1:]), dtype=rows[0].dtype)
+    for row, value in enumerate(rows):
+        out[row, : value.shape[0]] = value
+    return out
 
 
 def lacks_features(batch: Mapping[str, Any], input_layers: Sequence[int] | None = None,
@@ -195,10 +197,10 @@ def target_features(
     """Run the frozen target once: final-normed states H (B,T,D), next-token argmax (B,T; -100 on padding),
     if ``resid_layer`` is given the residual stream entering that decoder layer (B,T,D), and if
     ``input_layers`` is given (a multi-layer drafter's ``config.input_layers``) the drafter's input states
-    ``inputs`` (B,T,k*D), made by ``select_input_states`` exactly as drafting makes them, and if ``context_layers``
-is given (an exact-context drafter's ``context_layers``) the residual stream entering each, ``context`` (B,T,c,D),
-scaled to unit RMS per position: the copied layers' RMS norms do not see that scale, and it keeps the float16
-cache from overflowing (SmolLM2's stream reaches 22,000 in a few dimensions).
+    ``inputs`` (B,T,k*D), made by ``select_input_states`` exactly as drafting makes them, and if
+    ``context_layers`` is given (an exact-context drafter's ``context_layers``) the residual stream entering each,
+    ``context`` (B,T,c,D), scaled to unit RMS per position: the copied layers' RMS norms do not see that scale, and
+    it keeps the float16 cache from overflowing (SmolLM2's stream reaches 22,000 in a few dimensions).
 
     ``label_from`` (B,) limits the argmax (the LM head is a quarter of a small model's cost) to positions
     ``>= label_from[b]``; pass ``prompt_lens - 1`` since only response positions are ever labelled."""
