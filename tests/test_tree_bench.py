@@ -77,3 +77,27 @@ def test_pinned_profile_decides_as_on_the_h200_and_never_relearns(env, tmp_path)
     assert summary["config"]["pin_profile"] == "h200"
     assert summary["methods"]["oneiro-tree"]["overall"]["identical_to_greedy"] == 1.0
     assert bench.main(_args(env, tmp_path / "bad", "--pin-profile", "a100")) == bench.EXIT_BAD_INPUT
+
+
+def test_a_cheaper_drafter_call_is_a_pinned_what_if(env, tmp_path):  # noqa: F811
+    out = tmp_path / "run"
+    common = ("--methods", "greedy,oneiro-hybrid", "--drafter", "fresh", "--no-plots", "--max-new-tokens", "12")
+    assert bench.main(_args(env, out, *common, "--pin-profile", "h200", "--drafter-call-ratio", "0")) == 0
+    assert json.loads((out / "summary.json").read_text())["config"]["drafter_call_ratio"] == 0.0
+    assert json.loads((out / "run_config.json").read_text())["drafter_call_ratio"] == 0.0
+    # resuming with another call cost would mix two what-ifs in one run
+    assert bench.main(_args(env, out, *common, "--pin-profile", "h200", "--resume")) == bench.EXIT_BAD_INPUT
+
+    assert bench.main(["breakdown", "--run", str(out), "--latency-profile", "h200", "--drafter-call-ratio", "0"]) == 0
+    free = json.loads((out / "breakdown_h200_call0.json").read_text())["methods"]["oneiro-hybrid"]["overall"]
+    assert "What-if" in (out / "breakdown_h200_call0.md").read_text()
+    assert free["drafter_calls_per_pass"] > 0  # free calls: the drafter drafted
+    assert free["modelled_with_drafting"] == pytest.approx(free["modelled_speedup"])
+    assert bench.main(["breakdown", "--run", str(out), "--latency-profile", "h200", "--drafter-call-ratio", "1"]) == 0
+    dear = json.loads((out / "breakdown_h200_call1.json").read_text())["methods"]["oneiro-hybrid"]["overall"]
+    assert dear["modelled_with_drafting"] < free["modelled_with_drafting"]
+
+    assert bench.main(_args(env, tmp_path / "a", *common, "--drafter-call-ratio", "0.05")) == bench.EXIT_BAD_INPUT
+    assert bench.main(_args(env, tmp_path / "b", *common, "--pin-profile", "h200",
+                            "--drafter-call-ratio", "-1")) == bench.EXIT_BAD_INPUT
+    assert bench.main(["breakdown", "--run", str(out), "--drafter-call-ratio", "-1"]) != 0

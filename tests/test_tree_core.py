@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny import ARCHS, make_model
+from tiny import ARCHS, make_model, random_prompt
 from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.draft_policy import PROFIT_EMA, DraftPolicyState
+from oneiro_hf.kv_cache import DrafterKVCache
 from oneiro_hf.lookup import NgramIndex
 from oneiro_hf.settings import DraftingSettings
 from oneiro_hf.tree.attention import target_tree_mask
-from oneiro_hf.tree.build import add_lookup_after_latent
+from oneiro_hf.tree.build import LatentTreeDrafter, add_lookup_after_latent
 from oneiro_hf.tree.cache import UnsupportedTreeCache, compact_cache, prepare_cache, trim_sliding_layers
 from oneiro_hf.tree.cost import (
     H200_RATIOS,
@@ -285,13 +286,59 @@ def test_a_latent_branch_is_drafted_only_where_it_pays_beside_lookup() -> None:
 def test_expanding_a_level_assumes_children_as_likely_as_their_parent() -> None:
     tree = TokenTree.with_root(0)
     a = tree.add(0, 1, 0.8, "latent")
-    b = tree.add(a, 2, 0.4, "latent")  # accepted half as often as its parent
-    assert latent_levels_below(tree, [a, b], 2) == [pytest.approx([0.64, 0.2]), pytest.approx([0.512, 0.1])]
+    c = tree.add(0, 9, 0.8, "latent")
+    b = tree.add(c, 2, 0.4, "latent")  # accepted half as often as its parent
+    assert latent_levels_below(tree, [a, b], 2, 0.5) == [pytest.approx([0.64, 0.2]), pytest.approx([0.512, 0.1])]
     values = [n.value for n in tree.nodes[1:]]
     gpu = lambda k: ratio_at(H200_RATIOS, k)
-    assert drafting_pays(values, latent_levels_below(tree, [a, b], 2), gpu, 0.05, 2, 32)
+    assert drafting_pays(values, latent_levels_below(tree, [a, b], 2, 0.5), gpu, 0.05, 2, 32)
     # calls already made are charged to both choices: a dear call still does not pay for 0.8 more tokens
-    assert not drafting_pays(values, latent_levels_below(tree, [b], 2), gpu, 0.5, 2, 32)
+    assert not drafting_pays(values, latent_levels_below(tree, [b], 2, 0.5), gpu, 0.5, 2, 32)
+
+
+def test_expanding_a_lookup_node_counts_only_where_its_branch_breaks_off() -> None:
+    tree = TokenTree.with_root(0)
+    a = tree.add(0, 1, 0.8, "lookup", ngram=3)
+    tree.add(a, 2, 0.6, "lookup", ngram=3)  # the branch goes on below a: 3/4 of a's mass is taken
+    bare = tree.add(0, 3, 0.1, "lookup", ngram=3)  # a branch's last token: nothing taken below it
+    # the drafter's lead rate 0.5, not the lookup rate, per level: 0.8 * 0.25 * 0.5, then * 0.5 again
+    assert latent_levels_below(tree, [a, bare], 2, 0.5) == [pytest.approx([0.1, 0.05]), pytest.approx([0.05, 0.025])]
+    # a latent node whose children already cover it adds nothing
+    full = tree.add(0, 4, 0.05, "latent")
+    tree.add(full, 5, 0.05, "lookup", ngram=2)
+    assert latent_levels_below(tree, [full], 1, 0.5) == [pytest.approx([0.0])]
+
+
+@pytest.mark.parametrize("arch", ("llama", "gemma3"))
+def test_the_drafter_guesses_below_lookup_nodes_from_their_own_path(arch) -> None:
+    """A lookup branch in the beam is expanded like a latent one: the drafter's top-k below each of its nodes is
+    what a drafter fed that node's path token by token predicts (tree mask, positions and states in order)."""
+    model = make_model(arch, strength="prefix")
+    drafter = OneiroDrafter.from_target(model)
+    ids = random_prompt(12, seed=5)  # longer than gemma3's sliding window (8)
+    with torch.no_grad():
+        out = model(ids, output_hidden_states=drafter.hidden_states_request)
+    seq = torch.cat([ids, out.logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    states = drafter.input_states(out.hidden_states)
+    builder = LatentTreeDrafter(drafter)
+    builder.context.observe(states)
+    tree = TokenTree.with_root(int(seq[0, -1]))
+    branch = tree.add_path(0, [7, 9, 11], [0.9, 0.85, 0.8], "lookup", ngram=3)  # likelier than any latent node
+    builder.expand(tree, seq, max_depth=4, topk=2, beam=2, min_value=0.0, policy=DraftPolicyState(), eos_ids=set(),
+                   max_nodes=64, cost_aware=False)
+
+    vocab_ids, cache, t = drafter.draft_vocab_ids, DrafterKVCache(), ids.shape[1]
+    with torch.no_grad():
+        state = drafter.transition(states, seq[:, 1:], torch.arange(1, t + 1).unsqueeze(0), cache)[:, -1:]
+        for depth, (node, token) in enumerate(zip(branch, [7, 9, 11]), start=1):
+            state = drafter.transition(drafter.recurrent_inputs(state), torch.tensor([[token]]),
+                                       torch.tensor([[t + depth]]), cache)
+            expected = vocab_ids[drafter.readout_logits(state[0, -1]).topk(2).indices].tolist()
+            below = {tree.nodes[c].token: tree.nodes[c].source for c in tree.children[node].values()}
+            assert set(expected) <= set(below), (depth, expected, below)
+            assert "latent" in below.values()
+            if depth == 3:  # the branch's last node, at the depth limit: its children end the tree
+                assert all(not tree.children[c] for c in tree.children[node].values())
 
 
 def test_modelled_speedup_by_hand() -> None:

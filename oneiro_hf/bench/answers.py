@@ -105,7 +105,8 @@ def write_answers(path: Path, records: list[dict]) -> None:
 
 
 _RESUME_KEYS = ("target", "dtype", "device", "max_new_tokens", "threads")
-_RESUME_METHOD_KEYS = {"drafter": "oneiro-", "early_exit_layer": "hf-early-exit", "assistant": "hf-assistant"}
+_RESUME_METHOD_KEYS = {"drafter": "oneiro-", "pin_profile": "oneiro-", "drafter_call_ratio": "oneiro-",
+                       "early_exit_layer": "hf-early-exit", "assistant": "hf-assistant"}
 
 
 def resume_conflicts(stored: dict, current: dict, methods_with_answers: list[str]) -> list[str]:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -81,6 +82,10 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="`h200`: every oneiro method decides draft lengths and tree sizes as on the H200 of "
                         "docs/gpu.md (t(k) and drafter step cost pinned, not learned); model its speedup with "
                         "`oneiro-bench breakdown --latency-profile h200`")
+    p.add_argument("--drafter-call-ratio", type=float, default=None, metavar="RATIO",
+                   help="with --pin-profile h200: a drafter call costs RATIO x t(1) in every decision instead of the "
+                        "H200's measured 0.18 (a what-if for a cheaper call; price the run with `oneiro-bench "
+                        "breakdown --latency-profile h200 --drafter-call-ratio RATIO`)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--out", default="runs/bench", help="output directory (default: %(default)s)")
     p.add_argument("--resume", action="store_true", help="keep finished answers in --out and run the rest")
@@ -143,6 +148,9 @@ def _breakdown_parser() -> argparse.ArgumentParser:
     p.add_argument("--latency-profile", default=None,
                    help="t(k) JSON (default: the one the run used), or `h200` for the profile measured on an H200 "
                         "(docs/gpu.md): the speedups that GPU's t(k) gives, written to breakdown_h200.{md,json}")
+    p.add_argument("--drafter-call-ratio", type=float, default=None, metavar="RATIO",
+                   help="price a drafter call at RATIO x t(1) instead of the profile's drafter_step_ratio (a what-if; "
+                        "written to <name>_call<RATIO>.{md,json})")
     p.add_argument("--target-speedup", type=float, action="append", default=None,
                    help="print the tau each method would need for this speedup (repeatable; default 1.8)")
     return p
@@ -154,21 +162,31 @@ def breakdown_main(argv: list[str]) -> int:
     from .breakdown import breakdown_markdown, time_breakdown
 
     h200 = args.latency_profile == "h200"
+    ratio = args.drafter_call_ratio
     try:
+        if ratio is not None and not (ratio >= 0 and math.isfinite(ratio)):
+            raise ValueError(f"--drafter-call-ratio {ratio}: a call's cost in t(1) is a number >= 0. Fix: e.g. 0.05.")
         if h200:
             from ..tree.cost import H200_PROFILE
 
             profile = H200_PROFILE
         else:
             profile = load_profile(args.latency_profile) if args.latency_profile else None
+        if ratio is not None:
+            if profile is None:
+                raise ValueError("--drafter-call-ratio replaces a profile's drafter call cost. Fix: pass "
+                                 "--latency-profile h200 (or a profile file) with it.")
+            profile = {**profile, "drafter_step_ratio": ratio}
         result = time_breakdown(args.run, profile)
     except (FileNotFoundError, ValueError) as err:
         return _fail(err)
     text = breakdown_markdown(result, tuple(args.target_speedup or (1.8,)))
+    if ratio is not None:
+        text = f"What-if: every drafter call priced at {ratio:g} x t(1) (modelled).\n\n" + text
     if h200:
         text = "Modelled on the H200 t(k) profile (docs/gpu.md); measured columns are this machine's.\n\n" + text
     run = Path(args.run)
-    name = "breakdown_h200" if h200 else "breakdown"
+    name = ("breakdown_h200" if h200 else "breakdown") + (f"_call{ratio:g}" if ratio is not None else "")
     (run / f"{name}.md").write_text(text)
     (run / f"{name}.json").write_text(json.dumps(result, indent=2))
     print(text + f"\nsaved {run / (name + '.md')} and {name}.json")

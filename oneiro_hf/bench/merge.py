@@ -16,7 +16,7 @@ from .report import make_plots, report_markdown, summarize
 
 # settings that must agree between shards (run_config.json); everything a ratio depends on
 _MUST_AGREE = ("target", "dtype", "device", "max_new_tokens", "threads", "drafter", "early_exit_layer",
-               "extra_drafters", "assistant", "pin_profile")
+               "extra_drafters", "assistant", "pin_profile", "drafter_call_ratio")
 
 
 class MergeError(ValueError):

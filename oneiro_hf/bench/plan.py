@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -220,6 +221,12 @@ def plan_run(args) -> Plan:
         plan.notes.append("--assistant is ignored: hf-assistant is not among --methods.")
     if getattr(args, "pin_profile", None) not in (None, "h200"):
         raise BenchInputError(f"--pin-profile {args.pin_profile!r}: only `h200` is known. Fix: --pin-profile h200.")
+    ratio = getattr(args, "drafter_call_ratio", None)
+    if ratio is not None and getattr(args, "pin_profile", None) is None:
+        raise BenchInputError("--drafter-call-ratio sets the pinned profile's drafter call cost. Fix: add "
+                              "--pin-profile h200.")
+    if ratio is not None and not (ratio >= 0 and math.isfinite(ratio)):
+        raise BenchInputError(f"--drafter-call-ratio {ratio}: a call's cost in t(1) is a number >= 0. Fix: e.g. 0.05.")
     if args.latency_profile and args.no_profile:
         raise BenchInputError("--latency-profile and --no-profile contradict each other; pass one.")
     if (plan.drafter is not None or plan.extra_drafters) and not args.no_profile:

@@ -217,7 +217,9 @@ def run_config(args, plan: Plan) -> dict:
             "max_new_tokens": args.max_new_tokens, "threads": args.threads, "drafter": plan.drafter,
             "early_exit_layer": args.early_exit_layer,
             "extra_drafters": {name: value for name, (value, _) in plan.extra_drafters.items()},
-            "assistant": plan.assistant.loader_arg if plan.assistant else None}
+            "assistant": plan.assistant.loader_arg if plan.assistant else None,
+            "pin_profile": getattr(args, "pin_profile", None),
+            "drafter_call_ratio": getattr(args, "drafter_call_ratio", None)}
 
 
 def prepare_out(out: Path, config: dict, names: list[str], resume: bool) -> dict[str, list[dict]]:
@@ -299,9 +301,11 @@ def load_models(args, plan: Plan) -> BenchContext:
         from ..draft_policy import DraftPolicyState
         from ..tree.cost import H200_PROFILE
 
+        call_ratio = getattr(args, "drafter_call_ratio", None)
+        call_ratio = H200_PROFILE["drafter_step_ratio"] if call_ratio is None else call_ratio
         for d in drafters.values():
             pinned = DraftPolicyState()
-            pinned.pin_profile(H200_PROFILE["ratios"], H200_PROFILE["t1_s"], H200_PROFILE["drafter_step_ratio"])
+            pinned.pin_profile(H200_PROFILE["ratios"], H200_PROFILE["t1_s"], call_ratio)
             d.policy_state = pinned
     initial = {name: d.policy_state for name, d in drafters.items()}
     ctx.policy_states = {s.name: copy.deepcopy(initial[s.drafter_name]) for s in plan.specs if s.uses_drafter}

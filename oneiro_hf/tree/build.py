@@ -8,9 +8,10 @@ value times the calibrated acceptance of the node itself, as `DraftPolicyState` 
   (`NgramIndex.continuations`), hung below the root as chains; the k-th continuation's values are halved
   k times, as later occurrences are less likely to repeat.
 * **Latent** (EAGLE-2's dynamic expansion): the drafter's readout top-k below the root; then, level by
-  level, the `beam` likeliest new nodes are fed to the drafter side by side in one call (each attends to the
-  teacher-forced cache and its own ancestors: a tree mask on the drafter's cache), and their top-k become
-  the next level. Expansion stops at the depth budget, when no new node is worth `min_value`, or (cost model
+  level, the `beam` likeliest nodes of the new depth, lookup nodes among them, are fed to the drafter side by
+  side in one call (each attends to the teacher-forced cache and its own ancestors: a tree mask on the
+  drafter's cache), and their top-k become the next level. Below a lookup node the drafter's guesses are
+  siblings of the lookup branch's next token, for where that branch breaks off. Expansion stops at the depth budget, when no new node is worth `min_value`, or (cost model
   on) when no further level promises more tokens per second than the tree as it is, its drafter calls
   priced (`cost.drafting_pays`).
 
@@ -90,24 +91,26 @@ class LatentTreeDrafter:
         for level in range(max_depth):
             probs = drafter.readout_logits(frontier_states).float().softmax(-1)
             top = probs.topk(min(topk, probs.shape[-1]), dim=-1)
-            new_nodes: list[int] = []
             confs, tokens_of = top.values.tolist(), vocab_ids[top.indices].tolist()  # one device sync per level
             if level == 0:
                 lead_token = tokens_of[0][0]
             for row, node in enumerate(frontier):
                 for conf, token in zip(confs[row], tokens_of[row]):
                     value = tree.nodes[node].value * policy.latent_rate(conf).value
-                    new_nodes.append(tree.add(node, token, value, "latent", confidence=conf))
+                    tree.add(node, token, value, "latent", confidence=conf)
             if level + 1 == max_depth:
                 break
-            ranked = sorted(set(new_nodes), key=lambda i: (-tree.nodes[i].value, i))
+            # every child of the frontier competes for the beam, lookup nodes included: the drafter's guesses
+            # below a lookup token are what the tree has where that lookup branch breaks off
+            children = {child for node in frontier for child in tree.children[node].values()}
+            ranked = sorted(children, key=lambda i: (-tree.nodes[i].value, i))
             nxt = [i for i in ranked if tree.nodes[i].token not in eos_ids and tree.nodes[i].value >= min_value]
             nxt = nxt[:beam]
             if not nxt:
                 break
             if cost_aware:
                 values = [node.value for node in tree.nodes[1:]]
-                levels = latent_levels_below(tree, nxt, max_depth - level - 1)
+                levels = latent_levels_below(tree, nxt, max_depth - level - 1, policy.latent_lead.value)
                 if not drafting_pays(values, levels, policy.verify_time, policy.draft_step_time(), calls, max_nodes):
                     break
             parent_rows = [frontier.index(tree.nodes[i].parent) for i in nxt]

@@ -88,14 +88,19 @@ def latent_levels_below_root(tree: TokenTree, lead_rate: float, depth: int) -> l
     return [[(1.0 - taken) * lead_rate ** (d + 1)] for d in range(max(0, depth))]
 
 
-def latent_levels_below(tree: TokenTree, nodes: Sequence[int], depth: int) -> list[list[float]]:
+def latent_levels_below(tree: TokenTree, nodes: Sequence[int], depth: int, lead_rate: float) -> list[list[float]]:
     """What expanding `nodes` for `depth` more levels is expected to add: below each node one token per level,
-    each accepted as often as the node itself was against its parent (the chain's look-ahead)."""
+    counted where the node's existing children (a lookup branch going on below it) are wrong.
+
+    Below a latent node each is accepted as often as the node itself was against its parent (the chain's
+    look-ahead); below a lookup node with `lead_rate`, how often the drafter's likeliest token is right."""
     levels: list[list[float]] = [[] for _ in range(max(0, depth))]
     for i in nodes:
-        value = tree.nodes[i].value
-        parent = tree.nodes[tree.nodes[i].parent].value
-        rate = value / parent if parent > 0 else 0.0
+        node = tree.nodes[i]
+        value, parent = node.value, tree.nodes[node.parent].value
+        rate = (value / parent if parent > 0 else 0.0) if node.source == "latent" else lead_rate
+        taken = sum(tree.nodes[c].value for c in tree.children[i].values()) / value if value > 0 else 1.0
+        value *= max(0.0, 1.0 - taken)  # the share its existing children (a lookup branch going on) leave open
         for d in range(len(levels)):
             value *= rate
             levels[d].append(value)
