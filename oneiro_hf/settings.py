@@ -41,8 +41,8 @@ class DraftingSettings:
     tree: bool = False
     tree_max_nodes: int = 32
     tree_max_depth: int = 8
-    tree_topk: int = 4
-    tree_beam: int = 4
+    tree_topk: int = 8
+    tree_beam: int = 8
     tree_lookup_branches: int = 4
 
     @classmethod
