@@ -40,13 +40,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
 from .answers import QUESTIONS_ENV, BenchInputError
 from .methods import DEFAULT_METHODS
-from .plan import DTYPES, check_common, plan_run, resolve_model
+from .plan import DTYPES, check_common, check_drafter_call_ratio, plan_run, resolve_model
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_LOSSLESS_VIOLATION, EXIT_INTERRUPTED = 0, 2, 3, 130
 
@@ -164,8 +163,7 @@ def breakdown_main(argv: list[str]) -> int:
     h200 = args.latency_profile == "h200"
     ratio = args.drafter_call_ratio
     try:
-        if ratio is not None and not (ratio >= 0 and math.isfinite(ratio)):
-            raise ValueError(f"--drafter-call-ratio {ratio}: a call's cost in t(1) is a number >= 0. Fix: e.g. 0.05.")
+        check_drafter_call_ratio(ratio)
         if h200:
             from ..tree.cost import H200_PROFILE
 

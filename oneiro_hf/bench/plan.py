@@ -158,6 +158,12 @@ def check_common(args) -> None:
         raise BenchInputError(f"--device {args.device}: use cpu, cuda, cuda:N or mps.")
 
 
+def check_drafter_call_ratio(ratio: float | None) -> None:
+    """--drafter-call-ratio (run and breakdown): None, or a drafter call's cost in t(1), finite and >= 0."""
+    if ratio is not None and not (ratio >= 0 and math.isfinite(ratio)):
+        raise BenchInputError(f"--drafter-call-ratio {ratio}: a call's cost in t(1) is a number >= 0. Fix: e.g. 0.05.")
+
+
 def plan_run(args) -> Plan:
     """Validate every argument and input file; BenchInputError on the first problem. Loads no model."""
     check_common(args)
@@ -225,8 +231,7 @@ def plan_run(args) -> Plan:
     if ratio is not None and getattr(args, "pin_profile", None) is None:
         raise BenchInputError("--drafter-call-ratio sets the pinned profile's drafter call cost. Fix: add "
                               "--pin-profile h200.")
-    if ratio is not None and not (ratio >= 0 and math.isfinite(ratio)):
-        raise BenchInputError(f"--drafter-call-ratio {ratio}: a call's cost in t(1) is a number >= 0. Fix: e.g. 0.05.")
+    check_drafter_call_ratio(ratio)
     if args.latency_profile and args.no_profile:
         raise BenchInputError("--latency-profile and --no-profile contradict each other; pass one.")
     if (plan.drafter is not None or plan.extra_drafters) and not args.no_profile:

@@ -11,9 +11,9 @@ value times the calibrated acceptance of the node itself, as `DraftPolicyState` 
   level, the `beam` likeliest nodes of the new depth, lookup nodes among them, are fed to the drafter side by
   side in one call (each attends to the teacher-forced cache and its own ancestors: a tree mask on the
   drafter's cache), and their top-k become the next level. Below a lookup node the drafter's guesses are
-  siblings of the lookup branch's next token, for where that branch breaks off. Expansion stops at the depth budget, when no new node is worth `min_value`, or (cost model
-  on) when no further level promises more tokens per second than the tree as it is, its drafter calls
-  priced (`cost.drafting_pays`).
+  siblings of the lookup branch's next token, for where that branch breaks off. Expansion stops at the depth
+  budget, when no new node is worth `min_value`, or (cost model on) when no further level promises more tokens
+  per second than the tree as it is, its drafter calls priced (`cost.drafting_pays`).
 
 * **Lookup after latent** (hybrid): the likeliest latent leaves are continued by lookup from their own path
   (`NgramIndex.lookup(after=path)`), as chain drafts are.
