@@ -84,8 +84,17 @@ def latent_levels_below_root(tree: TokenTree, lead_rate: float, depth: int) -> l
     """What a latent branch is expected to add before the drafter is called: one new token per level, the first
     accepted with `lead_rate` where the root's other children are wrong (so a confident lookup branch leaves
     little to gain), each further one as often as the first."""
-    taken = min(1.0, sum(tree.nodes[c].value for c in tree.children[0].values()))
-    return [[(1.0 - taken) * lead_rate ** (d + 1)] for d in range(max(0, depth))]
+    left = open_share(tree, 0)
+    return [[left * lead_rate ** (d + 1)] for d in range(max(0, depth))]
+
+
+def open_share(tree: TokenTree, node: int) -> float:
+    """The share of `node`'s probability that its children in the tree do not cover (siblings exclude each other,
+    so their values add up): what a new child below it can still win."""
+    value = tree.nodes[node].value
+    if value <= 0:
+        return 0.0
+    return max(0.0, 1.0 - sum(tree.nodes[c].value for c in tree.children[node].values()) / value)
 
 
 def latent_levels_below(tree: TokenTree, nodes: Sequence[int], depth: int, lead_rate: float) -> list[list[float]]:
@@ -99,8 +108,7 @@ def latent_levels_below(tree: TokenTree, nodes: Sequence[int], depth: int, lead_
         node = tree.nodes[i]
         value, parent = node.value, tree.nodes[node.parent].value
         rate = (value / parent if parent > 0 else 0.0) if node.source == "latent" else lead_rate
-        taken = sum(tree.nodes[c].value for c in tree.children[i].values()) / value if value > 0 else 1.0
-        value *= max(0.0, 1.0 - taken)  # the share its existing children (a lookup branch going on) leave open
+        value *= open_share(tree, i)  # what its existing children (a lookup branch going on) leave open
         for d in range(len(levels)):
             value *= rate
             levels[d].append(value)
