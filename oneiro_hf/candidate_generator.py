@@ -176,9 +176,8 @@ class OneiroCandidateGenerator(CandidateGenerator):
         self.stats.drafted_by_source["lookup"] += length - split
         self.stats.accepted_by_source["lookup"] += max(0, n - split)
         if split < length and n >= split:  # the lookup tokens were judged (all tokens before them accepted)
-            rate = self.policy.lookup_rate(proposal.ngram)
             for j in range(split, min(n + 1, length)):
-                rate.add(j < n)
+                self.policy.lookup_rate(proposal.ngram, j - split + 1).add(j < n)
         if source == "lookup":
             self.stats.lookup_steps += 1
         else:
@@ -216,9 +215,8 @@ class OneiroCandidateGenerator(CandidateGenerator):
         if self.mode in ("lookup", "hybrid"):
             tokens, ngram = self.index.lookup(budget)
             if tokens and (self.mode == "lookup" or ngram >= self.settings.lookup_min_ngram):
-                rate = self.policy.lookup_rate(ngram).value
-                length = self.policy.best_length([rate] * len(tokens), [0] * len(tokens)) if self.cost_aware \
-                    else len(tokens)
+                probs = self.policy.lookup_probs(ngram, len(tokens))
+                length = self.policy.best_length(probs, [0] * len(tokens)) if self.cost_aware else len(tokens)
                 if length > 0:
                     tokens = cut_at_eos(tokens[:length], self.eos_ids)
                     return Draft(tokens, self._one_hot_logits(tokens, input_ids), "lookup", ngram)
@@ -250,7 +248,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
             return
         if self.cost_aware:
             probs = [self.policy.latent_rate(c).value for c in draft.confidences]
-            probs += [self.policy.lookup_rate(ngram).value] * len(more)
+            probs += self.policy.lookup_probs(ngram, len(more))
             length = self.policy.best_length(probs, [0] * len(probs), sunk_steps=draft.calls)
             more = more[: max(0, length - latent)]
         more = cut_at_eos(more, self.eos_ids)

@@ -3,7 +3,7 @@
 Two things are learned online and kept on the drafter across generate calls (fixed size, so memory
 stays flat): the target's verification latency t(k) for k new tokens on this hardware (seeded from a
 measured profile when one is given), and calibrated acceptance probabilities (per readout-confidence
-bin for latent drafts, per matched n-gram length for lookup drafts). A draft of length L is scored by
+bin for latent drafts, per matched n-gram length and position in the copied span for lookup drafts). A draft of length L is scored by
 
     E(L) / cost(L),   E(L) = 1 + sum_{j<=L} P(first j drafts accepted),
                       cost(L) = t(L + 1) + (latent steps) * t_draft_step,
@@ -16,9 +16,17 @@ cut to its best length with the drafter steps already spent counted as spent.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
-CONFIDENCE_BINS = 10
+# Upper edges of the readout-confidence bins (the last bin runs to 1). Dense below 0.1, where most of a tree's
+# siblings fall and acceptance still rises from 0% (below 0.01) to 12% (0.07-0.1): one bin for all of [0, 0.1)
+# priced a rank-8 sibling like a rank-2 one (docs/benchmarks/tree_s15).
+CONFIDENCE_EDGES = (0.01, 0.02, 0.04, 0.07, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+CONFIDENCE_BINS = len(CONFIDENCE_EDGES) + 1
+# Lookup acceptance is learned per position in the copied span up to this one (later positions share it): a copy
+# that has held so far tends to go on (after a 2-gram: 37% at the first token, 73% at the fourth).
+LOOKUP_POSITIONS = 4
 EMA = 0.15
 # The drafter's profit is averaged over about 50 attempts: single rounds swing between a lost pass and several
 # free tokens, and a quick average (0.15) switched a paying drafter off after two misses in a row (replayed in
@@ -31,6 +39,17 @@ PROFIT_EMA = 0.02
 # harmless (the length gets picked, measured and averaged up); real jumps seen here were at most 1.6x the
 # prediction (t(2) on an AMD EPYC with MKL, t(4) on a Xeon).
 FIRST_CLIP = 1.5
+
+
+def confidence_bin(confidence: float) -> int:
+    """The bin (0..CONFIDENCE_BINS - 1) of a readout confidence; 1.0 falls in the top bin."""
+    return bisect.bisect_right(CONFIDENCE_EDGES, float(confidence))
+
+
+def _confidence_prior(bin_index: int) -> Rate:
+    """A bin's prior: 0.7 times its midpoint, worth 4 observations."""
+    edges = (0.0, *CONFIDENCE_EDGES, 1.0)
+    return Rate(0.7 * (edges[bin_index] + edges[bin_index + 1]) / 2 * 4, 4.0)
 
 
 def _default_latency_ratio(k: int) -> float:
@@ -94,10 +113,9 @@ class DraftPolicyState:
 
     verify_s: dict[int, float] = field(default_factory=dict)  # k -> EMA seconds of a k-token verification
     draft_step_s: float | None = None
-    latent_bins: list[Rate] = field(
-        default_factory=lambda: [Rate(0.7 * (i + 0.5) / CONFIDENCE_BINS * 4, 4.0) for i in range(CONFIDENCE_BINS)]
-    )
-    lookup_by_ngram: dict[int, Rate] = field(default_factory=dict)
+    latent_bins: list[Rate] = field(default_factory=lambda: [_confidence_prior(i) for i in range(CONFIDENCE_BINS)])
+    # (matched n-gram length, position in the copied span, capped at LOOKUP_POSITIONS) -> acceptance there
+    lookup_by_ngram: dict[tuple[int, int], Rate] = field(default_factory=dict)
     # how often the drafter's likeliest first token is the target's next one, before any readout is seen (trees
     # price a latent branch with it before calling the drafter)
     latent_lead: Rate = field(default_factory=lambda: Rate(0.6 * 4, 4.0))
@@ -156,13 +174,19 @@ class DraftPolicyState:
 
     # -------------------------------------------------------------- acceptance
     def latent_rate(self, confidence: float) -> Rate:
-        return self.latent_bins[min(int(confidence * CONFIDENCE_BINS), CONFIDENCE_BINS - 1)]
+        return self.latent_bins[confidence_bin(confidence)]
 
-    def lookup_rate(self, ngram: int) -> Rate:
-        if ngram not in self.lookup_by_ngram:
+    def lookup_rate(self, ngram: int, position: int) -> Rate:
+        """P(the `position`-th copied token, 1-based, is accepted | the tokens before it were) after an `ngram` match."""
+        key = (int(ngram), min(max(int(position), 1), LOOKUP_POSITIONS))
+        if key not in self.lookup_by_ngram:
             prior = 0.6 if ngram >= 3 else 0.4
-            self.lookup_by_ngram[ngram] = Rate(prior * 4, 4.0)
-        return self.lookup_by_ngram[ngram]
+            self.lookup_by_ngram[key] = Rate(prior * 4, 4.0)
+        return self.lookup_by_ngram[key]
+
+    def lookup_probs(self, ngram: int, count: int, first_position: int = 1) -> list[float]:
+        """The acceptance of each of `count` copied tokens, the first at `first_position` of its span."""
+        return [self.lookup_rate(ngram, first_position + j).value for j in range(count)]
 
     # -------------------------------------------------------------- choice
     def best_length(self, probs: list[float], latent_steps: list[int], sunk_steps: int = 0) -> int:

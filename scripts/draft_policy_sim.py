@@ -32,7 +32,7 @@ import torch
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.bench.answers import load_questions, questions_file
 from oneiro_hf.chat import encode_prompt
-from oneiro_hf.draft_policy import CONFIDENCE_BINS, Backoff, DraftPolicyState, Rate
+from oneiro_hf.draft_policy import Backoff, DraftPolicyState, Rate, confidence_bin
 from oneiro_hf.lookup import NgramIndex
 from oneiro_hf.reference_models import load_reference_model
 from oneiro_hf.training.features import is_eval_record
@@ -212,7 +212,7 @@ class CostModel(Policy):
     def rate(self, confidence: float, step: int) -> Rate:
         """The calibrated acceptance of a latent token of this readout confidence at this draft step."""
         bins = self.bins[min(step, len(self.bins) - 1)]
-        return bins[min(int(confidence * CONFIDENCE_BINS), CONFIDENCE_BINS - 1)]
+        return bins[confidence_bin(confidence)]
 
     def begin(self):
         if self.call_backoff is not None:
@@ -224,7 +224,7 @@ class CostModel(Policy):
         ok, ngram = ch.lookup[p]
         lookup_best = None
         if self.mode != "latent" and ok:
-            lookup_probs = [pol.lookup_rate(ngram).value] * len(ok)
+            lookup_probs = pol.lookup_probs(ngram, len(ok))
             length = pol.best_length(lookup_probs, [0] * len(ok))
             if length and lookup_probs[0] >= self.compare_below:
                 self.source = "lookup"
@@ -267,9 +267,8 @@ class CostModel(Policy):
             more, ngram = ch.lookup[p + length]
             more = more[: self.budget - length]
             if more:
-                rate = pol.lookup_rate(ngram).value
                 ok = ok[:length] + more
-                full = pol.best_length(probs[:length] + [rate] * len(more), [0] * (length + len(more)),
+                full = pol.best_length(probs[:length] + pol.lookup_probs(ngram, len(more)), [0] * (length + len(more)),
                                        sunk_steps=len(probs))
                 length, self.ngram = max(length, full), ngram
         return ok, length, len(probs)
@@ -282,16 +281,14 @@ class CostModel(Policy):
                     b.observe(-self.drafted * pol.draft_step_time())
             return
         if self.source == "lookup":
-            rate = pol.lookup_rate(ch.lookup[p][1])
             for j in range(min(a + 1, length)):
-                rate.add(j < a)
+                pol.lookup_rate(ch.lookup[p][1], j + 1).add(j < a)
             return
         for j in range(min(a + 1, self.split)):
             self.rate(ch.conf[p][j], j).add(j < a)
         if length > self.split and a >= self.split:  # the lookup extension was judged
-            rate = pol.lookup_rate(self.ngram)
             for j in range(self.split, min(a + 1, length)):
-                rate.add(j < a)
+                pol.lookup_rate(self.ngram, j - self.split + 1).add(j < a)
         spent = pol.verify_time(length + 1) + self.drafted * pol.draft_step_time()
         for b in self.backoffs:
             b.observe((a + 1) * pol.verify_time(1) - spent)

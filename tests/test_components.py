@@ -11,7 +11,7 @@ import torch
 from tiny import ARCHS, WINDOW, greedy, make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.draft_policy import FIRST_CLIP, PROFIT_EMA, Backoff, DraftPolicyState
+from oneiro_hf.draft_policy import FIRST_CLIP, LOOKUP_POSITIONS, PROFIT_EMA, Backoff, DraftPolicyState
 from oneiro_hf.drafter_context import DrafterContext
 from oneiro_hf.kv_cache import DrafterKVCache
 from oneiro_hf.lookup import NgramIndex
@@ -365,8 +365,20 @@ def test_acceptance_rates_are_binned_and_learned():
     for _ in range(20):
         high.add(False)
     assert high.value < before
-    assert policy.lookup_rate(3).value > policy.lookup_rate(2).value
-    assert policy.lookup_rate(3) is policy.lookup_rate(3)
+    # below 0.1 the bins are fine: a sibling at 0.005 and one at 0.08 are priced apart
+    assert policy.latent_rate(0.005) is not policy.latent_rate(0.08)
+    assert policy.latent_rate(0.005).value < policy.latent_rate(0.08).value < policy.latent_rate(0.15).value
+    assert policy.lookup_rate(3, 1).value > policy.lookup_rate(2, 1).value
+    assert policy.lookup_rate(3, 2) is policy.lookup_rate(3, 2)
+    # lookup is learned per position in the copied span; positions past LOOKUP_POSITIONS share the last rate
+    first, later = policy.lookup_rate(2, 1), policy.lookup_rate(2, 3)
+    assert first is not later
+    assert policy.lookup_rate(2, LOOKUP_POSITIONS + 5) is policy.lookup_rate(2, LOOKUP_POSITIONS)
+    for _ in range(20):
+        later.add(True)
+        first.add(False)
+    assert policy.lookup_probs(2, 3) == [first.value, policy.lookup_rate(2, 2).value, later.value]
+    assert policy.lookup_probs(2, 2, first_position=3) == [later.value, policy.lookup_rate(2, 4).value]
 
 
 # ------------------------------------------------------------------------------- drafter transition

@@ -17,6 +17,7 @@ from tiny import greedy, make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.candidate_generator import OneiroCandidateGenerator
+from oneiro_hf.draft_policy import LOOKUP_POSITIONS
 from oneiro_hf.kv_cache import DrafterKVCache
 from oneiro_hf.lookup import NgramIndex
 
@@ -92,7 +93,7 @@ def test_drafter_state_stays_bounded_over_many_calls():
     late = _state(model, drafter)
     # the policy's tables are keyed by draft length (k + 1) and n-gram length: bounded by the settings
     assert late["verify_entries"] <= MAX_DRAFT + 1
-    assert late["lookup_entries"] <= MAX_NGRAM
+    assert late["lookup_entries"] <= MAX_NGRAM * LOOKUP_POSITIONS  # one rate per (n-gram length, span position)
     for key in ("latent_bins", "drafter_attributes", "target_attributes", "target_hooks", "drafter_buffers"):
         assert late[key] == warm[key], (key, warm, late)
     # a few new table entries may appear after warm-up (a draft length seen for the first time); nothing more

@@ -25,7 +25,7 @@ from oneiro_hf.tree.cost import (
     modelled_speedup,
     ratio_at,
 )
-from oneiro_hf.tree.loop import Draft, Pass, TreeDecoder, TreeSettings
+from oneiro_hf.tree.loop import Draft, Pass, TreeDecoder, TreeSettings, _calibrate
 from oneiro_hf.tree.tree import TokenTree, tree_attention_mask
 from oneiro_hf.tree.verify import Verdict, greedy_walk, sampling_walk
 
@@ -352,6 +352,8 @@ def test_modelled_speedup_by_hand() -> None:
 
 def test_lookup_continues_the_likeliest_latent_leaves_from_their_own_path() -> None:
     policy = DraftPolicyState()
+    for _ in range(8):  # a copy that held once is likelier to hold again: the second position learned higher
+        policy.lookup_rate(2, 2).add(True)
     index = NgramIndex(2, 3)
     index.extend([20, 21, 22, 23, 2, 24, 25, 30])  # 20 21 -> 22 23 2(EOS); 24 25 -> 30
     tree = TokenTree.with_root(30)
@@ -362,16 +364,37 @@ def test_lookup_continues_the_likeliest_latent_leaves_from_their_own_path() -> N
     e = tree.add(0, 26, 0.25, "latent", confidence=0.25)  # a leaf whose path matches nothing
     lookup = tree.add(0, 40, 0.9, "lookup", ngram=3)  # not latent: never continued
     add_lookup_after_latent(tree, index, max_depth=4, leaves=2, min_ngram=2, policy=policy, eos_ids={2})
-    rate = policy.lookup_rate(2).value
-    below = [(n.token, n.parent, n.source, n.ngram) for n in tree.nodes[7:]]
-    assert below == [(22, ab, "lookup", 2), (23, 7, "lookup", 2)], "cut at the depth limit (4), EOS never reached"
-    assert [n.value for n in tree.nodes[7:]] == pytest.approx([0.6 * rate, 0.6 * rate**2])
+    first, second = policy.lookup_rate(2, 1).value, policy.lookup_rate(2, 2).value
+    below = [(n.token, n.parent, n.source, n.ngram, n.copied) for n in tree.nodes[7:]]
+    assert below == [(22, ab, "lookup", 2, 1), (23, 7, "lookup", 2, 2)], "cut at the depth limit (4), no EOS"
+    assert [n.value for n in tree.nodes[7:]] == pytest.approx([0.6 * first, 0.6 * first * second])
     assert not tree.children[cd] and not tree.children[e] and not tree.children[lookup]
     deeper = TokenTree.with_root(30)
     tip = deeper.add(0, 20, 0.8, "latent", confidence=0.8)
     tip = deeper.add(tip, 21, 0.6, "latent", confidence=0.7)
     add_lookup_after_latent(deeper, index, max_depth=8, leaves=1, min_ngram=2, policy=policy, eos_ids={2})
     assert [n.token for n in deeper.nodes[3:]] == [22, 23, 2], "the copy ends with the EOS it reaches"
+
+
+def test_a_pass_calibrates_each_tested_node_by_its_own_key() -> None:
+    # a lookup branch of three copied tokens (3-gram) beside two drafter siblings of very low confidence; the
+    # target accepts the first two copied tokens, then picks a token no node holds
+    policy = DraftPolicyState()
+    tree = TokenTree.with_root(1)
+    branch = tree.add_path(0, [7, 8, 9], [0.6, 0.4, 0.3], "lookup", ngram=3)
+    faint = tree.add(0, 11, 0.02, "latent", confidence=0.005)
+    weak = tree.add(0, 12, 0.05, "latent", confidence=0.08)
+    before = {key: (rate.accepted, rate.seen) for key, rate in
+              [((3, 1), policy.lookup_rate(3, 1)), ((3, 2), policy.lookup_rate(3, 2)), ((3, 3), policy.lookup_rate(3, 3))]}
+    faint_bin, weak_bin = policy.latent_rate(0.005), policy.latent_rate(0.08)
+    assert faint_bin is not weak_bin
+    faint_seen, weak_seen = faint_bin.seen, weak_bin.seen
+    _calibrate(tree, Verdict(branch[:2], [7, 8, 5], []), kept=3, policy=policy)
+    assert (policy.lookup_rate(3, 1).accepted, policy.lookup_rate(3, 1).seen) == (before[3, 1][0] + 1, before[3, 1][1] + 1)
+    assert (policy.lookup_rate(3, 2).accepted, policy.lookup_rate(3, 2).seen) == (before[3, 2][0] + 1, before[3, 2][1] + 1)
+    assert (policy.lookup_rate(3, 3).accepted, policy.lookup_rate(3, 3).seen) == (before[3, 3][0], before[3, 3][1] + 1)
+    assert (faint_bin.seen, weak_bin.seen) == (faint_seen + 1, weak_seen + 1)  # both tested at the root, rejected
+    assert tree.nodes[faint].source == tree.nodes[weak].source == "latent"
 
 
 def test_ngram_index_offers_several_occurrences() -> None:

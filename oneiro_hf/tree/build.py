@@ -5,8 +5,9 @@ value times the calibrated acceptance of the node itself, as `DraftPolicyState` 
 (per readout-confidence bin for latent tokens, per matched n-gram length for lookup tokens).
 
 * **Lookup**: the continuations after several earlier occurrences of the current suffix n-gram
-  (`NgramIndex.continuations`), hung below the root as chains; the k-th continuation's values are halved
-  k times, as later occurrences are less likely to repeat.
+  (`NgramIndex.continuations`), hung below the root as chains, each token valued by the acceptance learned for
+  its n-gram length and position in the copied span; the k-th continuation's values are halved k times, as later
+  occurrences are less likely to repeat.
 * **Latent** (EAGLE-2's dynamic expansion): the drafter's readout top-k below the root; then, level by
   level, the `beam` likeliest nodes of the new depth, lookup nodes among them, are fed to the drafter side by
   side in one call (each attends to the teacher-forced cache and its own ancestors: a tree mask on the
@@ -161,8 +162,7 @@ def add_lookup_branches(
         if ngram < min_ngram:
             continue
         tokens = cut_at_eos(tokens, eos_ids)
-        rate = policy.lookup_rate(ngram).value
-        values = [rate ** (j + 1) * LOOKUP_RANK_DECAY**rank for j in range(len(tokens))]
+        values = [v * LOOKUP_RANK_DECAY**rank for v in _running_products(policy.lookup_probs(ngram, len(tokens)))]
         tree.add_path(0, tokens, values, "lookup", ngram=ngram)
 
 
@@ -186,5 +186,15 @@ def add_lookup_after_latent(
         if not tokens or ngram < min_ngram:
             continue
         tokens = cut_at_eos(tokens, eos_ids)
-        rate, base = policy.lookup_rate(ngram).value, tree.nodes[tip].value
-        tree.add_path(tip, tokens, [base * rate ** (j + 1) for j in range(len(tokens))], "lookup", ngram=ngram)
+        base = tree.nodes[tip].value
+        values = [base * v for v in _running_products(policy.lookup_probs(ngram, len(tokens)))]
+        tree.add_path(tip, tokens, values, "lookup", ngram=ngram)
+
+
+def _running_products(probs: list[float]) -> list[float]:
+    """P(the first j + 1 copied tokens all accepted) for each j, from each token's acceptance given its predecessors."""
+    out, survive = [], 1.0
+    for p in probs:
+        survive *= p
+        out.append(survive)
+    return out

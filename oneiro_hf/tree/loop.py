@@ -132,7 +132,10 @@ def _calibrate(tree: TokenTree, verdict: Verdict, kept: int, policy: DraftPolicy
     for parent in [0, *verdict.path[: kept - 1]]:
         for child in tree.children[parent].values():
             node = tree.nodes[child]
-            rate = policy.latent_rate(node.confidence) if node.source == "latent" else policy.lookup_rate(node.ngram)
+            if node.source == "latent":
+                rate = policy.latent_rate(node.confidence)
+            else:
+                rate = policy.lookup_rate(node.ngram, node.copied)
             rate.add(child in path)
 
 

@@ -28,6 +28,7 @@ class TreeNode:
     source: str  # "root", "latent" or "lookup"
     confidence: float = 1.0  # latent: the readout probability of this token (calibration bin)
     ngram: int = 0  # lookup: the matched n-gram length (calibration key)
+    copied: int = 0  # lookup: its position in the copied span, 1 for the first copied token (calibration key)
     rank: int = 0  # 0 for a parent's first child, 1 for its second, ... (insertion order)
 
 
@@ -49,7 +50,8 @@ class TokenTree:
         return len(self.nodes)
 
     def add(
-        self, parent: int, token: int, value: float, source: str, confidence: float = 1.0, ngram: int = 0
+        self, parent: int, token: int, value: float, source: str, confidence: float = 1.0, ngram: int = 0,
+        copied: int = 0,
     ) -> int:
         """The child of `parent` holding `token`, created if missing; a repeated proposal keeps the higher value."""
         token = int(token)
@@ -58,20 +60,22 @@ class TokenTree:
         if existing is not None:
             node = self.nodes[existing]
             if value > node.value:
-                node.value, node.source, node.confidence, node.ngram = value, source, confidence, ngram
+                node.value, node.source, node.confidence, node.ngram, node.copied = value, source, confidence, ngram, copied
             return existing
         index = len(self.nodes)
         rank = len(self.children[parent])
-        self.nodes.append(TreeNode(token, parent, self.nodes[parent].depth + 1, value, source, confidence, ngram, rank))
+        depth = self.nodes[parent].depth + 1
+        self.nodes.append(TreeNode(token, parent, depth, value, source, confidence, ngram, copied, rank))
         self.children.append({})
         self.children[parent][token] = index
         return index
 
     def add_path(self, parent: int, tokens: list[int], values: list[float], source: str, ngram: int = 0) -> list[int]:
-        """Hang a chain of tokens below `parent`; returns the node index of each."""
+        """Hang a chain of tokens below `parent` (a copied span: the j-th is at `copied` position j); returns the node
+        index of each."""
         indices = []
-        for token, value in zip(tokens, values):
-            parent = self.add(parent, token, value, source, ngram=ngram)
+        for position, (token, value) in enumerate(zip(tokens, values), start=1):
+            parent = self.add(parent, token, value, source, ngram=ngram, copied=position)
             indices.append(parent)
         return indices
 
@@ -93,7 +97,8 @@ class TokenTree:
             if old and node.parent not in remap:
                 raise ValueError(f"node {old} kept without its parent {node.parent}")
             parent = remap[node.parent] if old else -1
-            copy = TreeNode(node.token, parent, node.depth, node.value, node.source, node.confidence, node.ngram)
+            copy = TreeNode(node.token, parent, node.depth, node.value, node.source, node.confidence, node.ngram,
+                            node.copied)
             if old:
                 copy.rank = len(tree.children[parent])
                 tree.children[parent][node.token] = len(tree.nodes)
