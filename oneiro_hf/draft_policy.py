@@ -3,7 +3,8 @@
 Two things are learned online and kept on the drafter across generate calls (fixed size, so memory
 stays flat): the target's verification latency t(k) for k new tokens on this hardware (seeded from a
 measured profile when one is given), and calibrated acceptance probabilities (per readout-confidence
-bin for latent drafts, per matched n-gram length and position in the copied span for lookup drafts). A draft of length L is scored by
+bin for latent drafts, per matched n-gram length and position in the copied span for lookup drafts).
+A draft of length L is scored by
 
     E(L) / cost(L),   E(L) = 1 + sum_{j<=L} P(first j drafts accepted),
                       cost(L) = t(L + 1) + (latent steps) * t_draft_step,

@@ -2,7 +2,8 @@
 
 Each node carries `value`, the estimated probability that it ends up on the accepted path: its parent's
 value times the calibrated acceptance of the node itself, as `DraftPolicyState` learns it for chains
-(per readout-confidence bin for latent tokens, per matched n-gram length for lookup tokens).
+(per readout-confidence bin for latent tokens, per matched n-gram length and position in the copied span for
+lookup tokens).
 
 * **Lookup**: the continuations after several earlier occurrences of the current suffix n-gram
   (`NgramIndex.continuations`), hung below the root as chains, each token valued by the acceptance learned for
