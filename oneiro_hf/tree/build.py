@@ -28,6 +28,8 @@ latency profile pays for.
 from __future__ import annotations
 
 import time
+from itertools import accumulate
+from operator import mul
 from typing import NamedTuple
 
 import torch
@@ -163,7 +165,7 @@ def add_lookup_branches(
         if ngram < min_ngram:
             continue
         tokens = cut_at_eos(tokens, eos_ids)
-        values = [v * LOOKUP_RANK_DECAY**rank for v in _running_products(policy.lookup_probs(ngram, len(tokens)))]
+        values = [v * LOOKUP_RANK_DECAY**rank for v in accumulate(policy.lookup_probs(ngram, len(tokens)), mul)]
         tree.add_path(0, tokens, values, "lookup", ngram=ngram)
 
 
@@ -188,14 +190,6 @@ def add_lookup_after_latent(
             continue
         tokens = cut_at_eos(tokens, eos_ids)
         base = tree.nodes[tip].value
-        values = [base * v for v in _running_products(policy.lookup_probs(ngram, len(tokens)))]
+        values = [base * v for v in accumulate(policy.lookup_probs(ngram, len(tokens)), mul)]
         tree.add_path(tip, tokens, values, "lookup", ngram=ngram)
 
-
-def _running_products(probs: list[float]) -> list[float]:
-    """P(the first j + 1 copied tokens all accepted) for each j, from each token's acceptance given its predecessors."""
-    out, survive = [], 1.0
-    for p in probs:
-        survive *= p
-        out.append(survive)
-    return out
