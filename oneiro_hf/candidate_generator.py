@@ -98,6 +98,12 @@ class OneiroCandidateGenerator(CandidateGenerator):
         self._verify_started: float | None = None
 
     # ------------------------------------------------------------------ loop interface
+    @property
+    def num_drafting_tokens(self) -> int:
+        """The most tokens one draft holds: transformers >= 5.25 asks it to size what a cache records between a
+        verification pass and its crop (recurrent layers keep that many past states)."""
+        return self.max_draft
+
     def get_candidates(
         self,
         input_ids: torch.LongTensor,

@@ -185,9 +185,9 @@ class DraftPolicyState:
             self.lookup_by_ngram[key] = Rate(prior * 4, 4.0)
         return self.lookup_by_ngram[key]
 
-    def lookup_probs(self, ngram: int, count: int, first_position: int = 1) -> list[float]:
-        """The acceptance of each of `count` copied tokens, the first at `first_position` of its span."""
-        return [self.lookup_rate(ngram, first_position + j).value for j in range(count)]
+    def lookup_probs(self, ngram: int, count: int) -> list[float]:
+        """The acceptance of each of the first `count` tokens of a span copied after an `ngram` match."""
+        return [self.lookup_rate(ngram, 1 + j).value for j in range(count)]
 
     # -------------------------------------------------------------- choice
     def best_length(self, probs: list[float], latent_steps: list[int], sunk_steps: int = 0) -> int:

@@ -18,19 +18,19 @@ def test_too_old_transformers_is_refused_with_the_fix(version):
     assert f"pip install 'transformers>={compat.MIN_TRANSFORMERS}'" in str(info.value)
 
 
-@pytest.mark.parametrize("version", [str(compat.MIN_TRANSFORMERS), "5.24.0", "5.24.3", "5.24.1.dev0", "5.24.0rc1"])
+@pytest.mark.parametrize("version", [str(compat.MIN_TRANSFORMERS), "5.24.0", "5.25.0", "5.25.3", "5.25.1.dev0", "5.25.0rc1"])
 def test_tested_releases_pass_silently(version):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_transformers_version(version)
 
 
-@pytest.mark.parametrize("version", ["5.25.0", "5.30.2", "6.0.0.dev0"])
+@pytest.mark.parametrize("version", ["5.26.0", "5.30.2", "6.0.0.dev0"])
 def test_newer_untested_release_warns_once(version, monkeypatch):
     monkeypatch.setattr(compat, "_warned", set())
     with pytest.warns(compat.UntestedTransformersVersion, match=version.replace(".", r"\.")) as record:
         check_transformers_version(version)
-    assert "pip install 'transformers<5.25.0'" in str(record[0].message)
+    assert "pip install 'transformers<5.26.0'" in str(record[0].message)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_transformers_version(version)  # said once

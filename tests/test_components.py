@@ -378,7 +378,7 @@ def test_acceptance_rates_are_binned_and_learned():
         later.add(True)
         first.add(False)
     assert policy.lookup_probs(2, 3) == [first.value, policy.lookup_rate(2, 2).value, later.value]
-    assert policy.lookup_probs(2, 2, first_position=3) == [later.value, policy.lookup_rate(2, 4).value]
+    assert policy.lookup_probs(2, 6)[3:] == [policy.lookup_rate(2, LOOKUP_POSITIONS).value] * 3
 
 
 # ------------------------------------------------------------------------------- drafter transition

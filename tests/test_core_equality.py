@@ -170,6 +170,26 @@ def test_lookup_drafts_are_proposed_and_accepted_on_repetitive_prompt(arch):
             assert s.lookup_steps > 0, ctx
 
 
+def test_no_draft_is_longer_than_num_drafting_tokens(monkeypatch):
+    """transformers >= 5.25 reads `num_drafting_tokens` before the loop to size what its caches record between a
+    verification pass and its crop; every draft of a call must fit it (lookup copies long spans here)."""
+    model, ids = target("llama", "per_token")
+    drafter = OneiroDrafter.from_target(model)
+    seen: list[tuple[int, int]] = []
+    propose = OneiroCandidateGenerator._propose
+
+    def recording(self, input_ids, draft, seconds):
+        out = propose(self, input_ids, draft, seconds)
+        seen.append((out[0].shape[1] - input_ids.shape[1], self.num_drafting_tokens))
+        return out
+
+    monkeypatch.setattr(OneiroCandidateGenerator, "_propose", recording)
+    for mode in ("lookup", "hybrid"):
+        greedy(model, ids, 24, assistant_model=drafter, oneiro_mode=mode, oneiro_max_draft_tokens=3)
+    assert seen and max(length for length, _ in seen) == 3, "lookup drafts fill the budget on this prompt"
+    assert all(length <= limit == 3 for length, limit in seen)
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_hybrid_continues_latent_drafts_with_lookup(arch):
     """Hybrid mode appends lookup's continuation of the drafter's own last tokens to a latent draft. On a target
