@@ -74,6 +74,7 @@ class OneiroDrafterConfig(PretrainedConfig):
         tree_topk: int = TREE_SETTING_DEFAULTS["tree_topk"],
         tree_beam: int = TREE_SETTING_DEFAULTS["tree_beam"],
         tree_lookup_branches: int = TREE_SETTING_DEFAULTS["tree_lookup_branches"],
+        tree_lookup_min_ngram: int = TREE_SETTING_DEFAULTS["tree_lookup_min_ngram"],
         oneiro_version: str = str(FORMAT_VERSION),
         format_version: int = FORMAT_VERSION,
         oneiro_hf_version: str | None = None,
@@ -124,6 +125,7 @@ class OneiroDrafterConfig(PretrainedConfig):
         self.tree_topk = tree_topk
         self.tree_beam = tree_beam
         self.tree_lookup_branches = tree_lookup_branches
+        self.tree_lookup_min_ngram = tree_lookup_min_ngram
         # format_version is authoritative; oneiro_version mirrors it for oneiro-hf 0.1.0, which read the format
         # from there; oneiro_hf_version is the package that wrote the file (informational, for error messages)
         self.oneiro_version = oneiro_version

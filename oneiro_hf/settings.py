@@ -43,7 +43,11 @@ class DraftingSettings:
     tree_max_depth: int = 8
     tree_topk: int = 8
     tree_beam: int = 8
-    tree_lookup_branches: int = 4
+    tree_lookup_branches: int = 8
+    # a tree also takes lookup branches from suffix matches this short (a chain: lookup_min_ngram), after the
+    # drafter's turn; each is priced by its n-gram's learned acceptance, so on a flat t(k) a 1-gram branch fills
+    # nodes a pass would leave empty
+    tree_lookup_min_ngram: int = 1
 
     @classmethod
     def from_config(cls, config: Any) -> DraftingSettings:
@@ -75,6 +79,11 @@ class DraftingSettings:
             raise ValueError("max_draft_tokens must be >= 1")
         if not 1 <= int(self.lookup_min_ngram) <= int(self.lookup_max_ngram):
             raise ValueError("need 1 <= lookup_min_ngram <= lookup_max_ngram")
+        if not 1 <= int(self.tree_lookup_min_ngram) <= int(self.lookup_max_ngram):
+            raise ValueError(
+                f"need 1 <= tree_lookup_min_ngram <= lookup_max_ngram (got {self.tree_lookup_min_ngram} and "
+                f"{self.lookup_max_ngram}). Fix: pass oneiro_tree_lookup_min_ngram=1."
+            )
         window = self.context_window
         if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
             raise ValueError(

@@ -155,6 +155,9 @@ def test_unknown_mode_and_settings(hooked):
             oneiro_lookup_min_ngram=5,
             oneiro_lookup_max_ngram=2,
         )
+    with pytest.raises(ValueError, match="tree_lookup_min_ngram") as info:
+        model.generate(ids, assistant_model=drafter, max_new_tokens=3, oneiro_tree=True, oneiro_tree_lookup_min_ngram=0)
+    assert "oneiro_tree_lookup_min_ngram=1" in str(info.value)
     # and nothing was left half-configured: a correct call still works
     assert torch.equal(greedy(model, ids, 5, assistant_model=drafter), greedy(model, ids, 5))
 

@@ -14,7 +14,12 @@ from oneiro_hf.kv_cache import DrafterKVCache
 from oneiro_hf.lookup import NgramIndex
 from oneiro_hf.settings import DraftingSettings
 from oneiro_hf.tree.attention import target_tree_mask
-from oneiro_hf.tree.build import LatentTreeDrafter, add_lookup_after_latent
+from oneiro_hf.tree.build import (
+    LOOKUP_RANK_DECAY,
+    LatentTreeDrafter,
+    add_lookup_after_latent,
+    add_lookup_branches,
+)
 from oneiro_hf.tree.cache import UnsupportedTreeCache, compact_cache, prepare_cache, trim_sliding_layers
 from oneiro_hf.tree.cost import (
     H200_RATIOS,
@@ -395,6 +400,37 @@ def test_a_pass_calibrates_each_tested_node_by_its_own_key() -> None:
     assert (policy.lookup_rate(3, 3).accepted, policy.lookup_rate(3, 3).seen) == (before[3, 3][0], before[3, 3][1] + 1)
     assert (faint_bin.seen, weak_bin.seen) == (faint_seen + 1, weak_seen + 1)  # both tested at the root, rejected
     assert tree.nodes[faint].source == tree.nodes[weak].source == "latent"
+
+
+def test_one_token_matches_become_branches_priced_by_their_own_rate() -> None:
+    """tree_lookup_min_ngram=1: where no 2-gram recurs, what followed earlier occurrences of the last token still
+    becomes branches (most recent first), each priced by the 1-gram rates; at 2 the tree has no lookup branch."""
+    policy = DraftPolicyState()
+    for _ in range(12):
+        policy.lookup_rate(1, 1).add(False)  # learned: a copy after a 1-gram rarely holds
+    index = NgramIndex(1, 3, keep_occurrences=4)
+    index.extend([5, 9, 10, 6, 9, 11, 12, 9])  # 9 recurs, "x 9" never does
+    strict = TokenTree.with_root(9)
+    add_lookup_branches(strict, index, max_depth=2, branches=4, min_ngram=2, policy=policy, eos_ids=set())
+    assert len(strict) == 1
+    tree = TokenTree.with_root(9)
+    add_lookup_branches(tree, index, max_depth=2, branches=4, min_ngram=1, policy=policy, eos_ids=set())
+    paths = [[tree.nodes[i].token for i in tree.path_to(leaf)] for leaf in range(1, len(tree)) if not tree.children[leaf]]
+    assert paths == [[11, 12], [10, 6]]
+    assert {node.ngram for node in tree.nodes[1:]} == {1}
+    assert tree.nodes[1].value == pytest.approx(policy.lookup_rate(1, 1).value)
+    assert policy.lookup_rate(1, 1).value < policy.lookup_rate(2, 1).value
+    # the drafter's turn comes between: matches of 2 or more first, then the shorter ones only (max_ngram), whose
+    # rank counts the longer continuations before them
+    index = NgramIndex(1, 3, keep_occurrences=4)
+    index.extend([4, 9, 10, 6, 4, 9, 11, 7, 9, 12, 3, 4, 9])  # "4 9" -> 11 7, 10 6; "9" alone also -> 12 3
+    longer = TokenTree.with_root(9)
+    add_lookup_branches(longer, index, max_depth=2, branches=4, min_ngram=2, policy=policy, eos_ids=set())
+    assert [n.token for n in longer.nodes[1:]] == [11, 7, 10, 6]
+    add_lookup_branches(longer, index, max_depth=2, branches=4, min_ngram=1, max_ngram=1, policy=policy,
+                        eos_ids=set())
+    assert [(n.token, n.ngram) for n in longer.nodes[5:]] == [(12, 1), (3, 1)]
+    assert longer.nodes[5].value == pytest.approx(policy.lookup_rate(1, 1).value * LOOKUP_RANK_DECAY**2)
 
 
 def test_ngram_index_offers_several_occurrences() -> None:

@@ -114,6 +114,7 @@ def cases(draw: st.DrawFn, arch: str) -> dict[str, Any]:
         "cost_aware": draw(st.booleans()),
         "stop": draw(st.sampled_from(("none", "none", "eos", "criterion"))),
         "stop_at": draw(st.integers(0, new - 1)),
+        "tree_min_ngram": draw(st.sampled_from((1, 1, 2))),
     }
 
 
@@ -142,7 +143,8 @@ def _check(zoo: Zoo, case: dict[str, Any]) -> None:
     out = _greedy(
         model, ids, new, assistant_model=drafter, oneiro_tree=True, oneiro_mode=case["mode"],
         oneiro_cost_aware=case["cost_aware"], oneiro_tree_topk=topk, oneiro_tree_beam=beam,
-        oneiro_tree_max_depth=depth, oneiro_tree_max_nodes=nodes, oneiro_tree_lookup_branches=branches, **extra,
+        oneiro_tree_max_depth=depth, oneiro_tree_max_nodes=nodes, oneiro_tree_lookup_branches=branches,
+        oneiro_tree_lookup_min_ngram=case["tree_min_ngram"], **extra,
     )
     assert torch.equal(out, reference), (case, out.tolist(), reference.tolist())
 

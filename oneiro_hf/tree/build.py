@@ -159,10 +159,12 @@ def add_lookup_branches(
     min_ngram: int,
     policy: DraftPolicyState,
     eos_ids: set[int],
+    max_ngram: int | None = None,
 ) -> None:
-    """Hang up to `branches` different n-gram continuations (matched n >= min_ngram) below the root."""
+    """Hang up to `branches` different n-gram continuations (matched min_ngram <= n <= max_ngram) below the root;
+    a continuation's rank (its value's decay) counts every longer or more recent one before it."""
     for rank, (tokens, ngram) in enumerate(index.continuations(max_depth, branches)):
-        if ngram < min_ngram:
+        if ngram < min_ngram or (max_ngram is not None and ngram > max_ngram):
             continue
         tokens = cut_at_eos(tokens, eos_ids)
         values = [v * LOOKUP_RANK_DECAY**rank for v in accumulate(policy.lookup_probs(ngram, len(tokens)), mul)]
