@@ -411,10 +411,10 @@ def test_one_token_matches_become_branches_priced_by_their_own_rate() -> None:
     index = NgramIndex(1, 3, keep_occurrences=4)
     index.extend([5, 9, 10, 6, 9, 11, 12, 9])  # 9 recurs, "x 9" never does
     strict = TokenTree.with_root(9)
-    add_lookup_branches(strict, index, max_depth=2, branches=4, min_ngram=2, policy=policy, eos_ids=set())
+    add_lookup_branches(strict, index.continuations(2, 4), min_ngram=2, policy=policy, eos_ids=set())
     assert len(strict) == 1
     tree = TokenTree.with_root(9)
-    add_lookup_branches(tree, index, max_depth=2, branches=4, min_ngram=1, policy=policy, eos_ids=set())
+    add_lookup_branches(tree, index.continuations(2, 4), min_ngram=1, policy=policy, eos_ids=set())
     paths = [[tree.nodes[i].token for i in tree.path_to(leaf)] for leaf in range(1, len(tree)) if not tree.children[leaf]]
     assert paths == [[11, 12], [10, 6]]
     assert {node.ngram for node in tree.nodes[1:]} == {1}
@@ -425,9 +425,9 @@ def test_one_token_matches_become_branches_priced_by_their_own_rate() -> None:
     index = NgramIndex(1, 3, keep_occurrences=4)
     index.extend([4, 9, 10, 6, 4, 9, 11, 7, 9, 12, 3, 4, 9])  # "4 9" -> 11 7, 10 6; "9" alone also -> 12 3
     longer = TokenTree.with_root(9)
-    add_lookup_branches(longer, index, max_depth=2, branches=4, min_ngram=2, policy=policy, eos_ids=set())
+    add_lookup_branches(longer, index.continuations(2, 4), min_ngram=2, policy=policy, eos_ids=set())
     assert [n.token for n in longer.nodes[1:]] == [11, 7, 10, 6]
-    add_lookup_branches(longer, index, max_depth=2, branches=4, min_ngram=1, max_ngram=1, policy=policy,
+    add_lookup_branches(longer, index.continuations(2, 4), min_ngram=1, max_ngram=1, policy=policy,
                         eos_ids=set())
     assert [(n.token, n.ngram) for n in longer.nodes[5:]] == [(12, 1), (3, 1)]
     assert longer.nodes[5].value == pytest.approx(policy.lookup_rate(1, 1).value * LOOKUP_RANK_DECAY**2)

@@ -152,18 +152,16 @@ class LatentTreeDrafter:
 
 def add_lookup_branches(
     tree: TokenTree,
-    index: NgramIndex,
+    continuations: list[tuple[list[int], int]],
     *,
-    max_depth: int,
-    branches: int,
     min_ngram: int,
     policy: DraftPolicyState,
     eos_ids: set[int],
     max_ngram: int | None = None,
 ) -> None:
-    """Hang up to `branches` different n-gram continuations (matched min_ngram <= n <= max_ngram) below the root;
-    a continuation's rank (its value's decay) counts every longer or more recent one before it."""
-    for rank, (tokens, ngram) in enumerate(index.continuations(max_depth, branches)):
+    """Hang the `continuations` (`NgramIndex.continuations`: tokens and matched n, longest n first) whose n is in
+    min_ngram..max_ngram below the root; a continuation's rank (its value's decay) is its place in the list."""
+    for rank, (tokens, ngram) in enumerate(continuations):
         if ngram < min_ngram or (max_ngram is not None and ngram > max_ngram):
             continue
         tokens = cut_at_eos(tokens, eos_ids)

@@ -225,9 +225,10 @@ class TreeDecoder:
         depth = min(settings.max_depth, self.generation_config.max_length - input_ids.shape[1] - 1)
         tree = TokenTree.with_root(int(input_ids[0, -1]))
         calls, lead = 0, None
+        copies: list[tuple[list[int], int]] = []  # earlier occurrences' continuations, longest match first
         if depth > 0 and settings.mode in ("lookup", "hybrid"):
-            add_lookup_branches(tree, self.index, max_depth=depth, branches=settings.lookup_branches,
-                                min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
+            copies = self.index.continuations(depth, settings.lookup_branches)
+        add_lookup_branches(tree, copies, min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
         alone = len(tree) == 1
         if depth > 0 and self.latent is not None:
             if self._latent_pays(tree, depth):
@@ -242,12 +243,10 @@ class TreeDecoder:
                                             min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
             else:
                 policy.backoff.steps_since_try += 1
-        if depth > 0 and settings.mode in ("lookup", "hybrid") and settings.filler_min_ngram < settings.lookup_min_ngram:
-            # short matches only fill nodes left over: added before the drafter's turn, they would talk it out of
-            # its call (Gemma-3-270M, session 16: drafter calls 0.90 -> 0.21 per pass, tau 5.74 -> 4.98)
-            add_lookup_branches(tree, self.index, max_depth=depth, branches=settings.lookup_branches,
-                                min_ngram=settings.filler_min_ngram, max_ngram=settings.lookup_min_ngram - 1,
-                                policy=policy, eos_ids=self.eos_ids)
+        # shorter matches only fill nodes left over: added before the drafter's turn, they would talk it out of its
+        # call (Gemma-3-270M, session 16: drafter calls 0.90 -> 0.21 per pass, tau 5.74 -> 4.98)
+        add_lookup_branches(tree, copies, min_ngram=settings.filler_min_ngram, max_ngram=settings.lookup_min_ngram - 1,
+                            policy=policy, eos_ids=self.eos_ids)
         chosen = choose_nodes(tree, policy.verify_time if settings.cost_aware else None, settings.max_nodes)
         return Draft(tree.keep(chosen), calls, time.perf_counter() - started, lead, alone and calls > 0)
 
