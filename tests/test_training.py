@@ -139,6 +139,37 @@ def weights_digest(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
+def _open_caches_in_step(target, root: str, count: int, barrier, failures) -> None:
+    for i in range(count):
+        barrier.wait()  # both processes open the same new directory at the same moment
+        try:
+            feat.FeatureCache(os.path.join(root, f"cache{i}"), target, 64)
+        except Exception as err:  # noqa: BLE001 - any failure is what this test counts
+            failures.put(repr(err))
+
+
+def test_two_processes_opening_one_new_feature_cache_never_collide(target, tmp_path):
+    # DDP ranks (and concurrent runs) construct the cache at once; meta.json used to be written by both
+    # through one temporary name, and the second rename failed (FileNotFoundError) about every other time
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    barrier, failures = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_open_caches_in_step, args=(target, str(tmp_path), 40, barrier, failures))
+             for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    errors = []
+    while not failures.empty():
+        errors.append(failures.get())
+    assert errors == []
+    for i in range(40):
+        assert json.loads((tmp_path / f"cache{i}" / "meta.json").read_text())["max_len"] == 64
+
+
 # ------------------------------------------------------------------------------------------ vocabulary
 def test_vocab_selection_frequency_specials_and_errors():
     recs = [
@@ -565,7 +596,9 @@ def test_two_process_gloo_accelerate_launch(tiny_dir, tmp_path):
     proc = subprocess.run(
         cmd, check=False, capture_output=True, text=True, timeout=150, env=env, cwd=tmp_path
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # the launcher's summary ends stderr; what a crashed rank raised is on its lines naming an error
+    raised = "\n".join(line for line in proc.stderr.splitlines() if "Error" in line)
+    assert proc.returncode == 0, raised[-3000:] + "\n" + proc.stdout[-2000:] + proc.stderr[-2000:]
     summary = json.loads((out / "training_summary.json").read_text())
     assert "2 process(es)" in summary["hardware"] and summary["global_step"] == 4
     assert (out / "model.safetensors").is_file()

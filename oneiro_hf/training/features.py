@@ -309,28 +309,31 @@ class FeatureCache:
             meta.update(format=self.FORMAT_MULTILAYER, input_layers=self.input_layers)
         if self.context_layers:
             meta["context_layers"] = self.context_layers
-        meta_path = self.dir / "meta.json"
-        if meta_path.is_file():
-            old = json.loads(meta_path.read_text())
-            if old != meta:
-                raise FeatureCacheMismatch(
-                    f"feature cache {self.dir} (format {old.get('format')}) was built for another target, max_len, "
-                    f"input_layers or context_layers ({old.get('target', {}).get('model_type')}, max_len="
-                    f"{old.get('max_len')}, input_layers={old.get('input_layers')}, context_layers="
-                    f"{old.get('context_layers')}) than this run ({meta['target']['model_type']}, max_len="
-                    f"{self.max_len}, input_layers={self.input_layers}, context_layers={self.context_layers}). "
-                    "Fix: pass another "
-                    "--feature_cache_dir, or delete that directory."
-                )
-        else:
-            self.dir.mkdir(parents=True, exist_ok=True)
-            tmp = meta_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(meta, indent=1))
-            os.replace(tmp, meta_path)
         self.index: dict[str, tuple[int, int, int, int]] = {}
         self.shard_resid: dict[int, int | None] = {}
         self._shards: dict[int, dict[str, torch.Tensor]] = {}
-        self._read_index()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with self._locked():  # ranks and runs opening a new directory at once: one writes meta.json, all check it
+            self._claim(meta)
+
+    def _claim(self, meta: dict[str, Any]) -> None:
+        """Check ``meta.json`` against this run's ``meta``, or write it into a new directory (under the lock)."""
+        meta_path = self.dir / "meta.json"
+        if not meta_path.is_file():
+            tmp = meta_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(meta, indent=1))
+            os.replace(tmp, meta_path)
+            return
+        old = json.loads(meta_path.read_text())
+        if old != meta:
+            raise FeatureCacheMismatch(
+                f"feature cache {self.dir} (format {old.get('format')}) was built for another target, max_len, "
+                f"input_layers or context_layers ({old.get('target', {}).get('model_type')}, max_len="
+                f"{old.get('max_len')}, input_layers={old.get('input_layers')}, context_layers="
+                f"{old.get('context_layers')}) than this run ({meta['target']['model_type']}, max_len="
+                f"{self.max_len}, input_layers={self.input_layers}, context_layers={self.context_layers}). "
+                "Fix: pass another --feature_cache_dir, or delete that directory."
+            )
 
     def _read_index(self) -> None:
         for js in sorted(self.dir.glob("shard-*.json")):
