@@ -8,6 +8,7 @@ from transformers import AutoConfig, AutoModel
 
 from .compat import UnsupportedTransformersVersion, check_transformers_version
 from .configuration_oneiro import OneiroDrafterConfig
+from .cpu_kernels import Kernels, cpu_kernels
 from .modeling_oneiro import DrafterBusy, OneiroDrafter
 from .stats import DraftStats
 from .targets import DrafterTargetMismatch, UnsupportedTarget
@@ -20,9 +21,11 @@ __all__ = [
     "DraftStats",
     "DrafterBusy",
     "DrafterTargetMismatch",
+    "Kernels",
     "OneiroDrafter",
     "OneiroDrafterConfig",
     "UnsupportedTarget",
     "UnsupportedTransformersVersion",
     "check_transformers_version",
+    "cpu_kernels",
 ]

@@ -12,8 +12,7 @@ import types
 from typing import Any
 
 from .compat import check_transformers_version
-from .grouped_attention import grouped_attention
-from .prepacked_linear import prepacked_linears
+from .cpu_kernels import cpu_kernels
 from .settings import DraftingSettings
 
 _HOOK_MARK = "_oneiro_hooked"
@@ -74,10 +73,9 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
         kwargs["custom_generate"] = tree_generate_function(drafter, tree_settings, kwargs.get("streamer"))
     # The call's session lives on the drafter, which this thread holds: on the target (shared by every thread
     # using it) a concurrent call with another drafter could replace it before our candidate generator reads it.
-    # verification passes read the cache once per key/value head, not once per query head (grouped_attention.py),
-    # and on a CPU run the linears on weights reordered once (prepacked_linear.py)
-    with drafter.drafting_session(settings), grouped_attention(self), \
-            prepacked_linears(self, settings.prepack_cpu_weights):  # session: drafter.current_session
+    # verification passes read the cache once per key/value head, not once per query head, and on a CPU run the
+    # linears on weights reordered once (cpu_kernels.py)
+    with drafter.drafting_session(settings), cpu_kernels(self, settings.prepack_cpu_weights):
         return type(self).generate(self, *args, **kwargs)
 
 

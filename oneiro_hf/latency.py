@@ -16,27 +16,40 @@ import torch
 from transformers import DynamicCache
 
 from .compat import cache_keyword
-from .grouped_attention import grouped_attention
-from .prepacked_linear import applies, prepacked_linears, thresholds
+from .cpu_kernels import STOCK, cpu_kernels
+from .prepacked_linear import applies, thresholds
 from .targets import text_config
 
 
 @torch.no_grad()
 def profile_verification_latency(
-    model, ks: tuple[int, ...] = tuple(range(1, 17)), context_len: int = 200, repeats: int = 7, prepacked: bool = True
+    model, ks: tuple[int, ...] = tuple(range(1, 17)), context_len: int = 200, repeats: int = 7, prepacked: bool = True,
+    stock: bool = False,
 ) -> dict:
     """Median seconds of one cached target forward over k new tokens, after `context_len` cached ones.
 
-    Returns {"t1_s": seconds for k=1, "ratios": {k: t(k)/t(1)}, "device": ..., "dtype": ...}. The ks are
-    interleaved over the repeats, so a noisy machine biases them alike; with prepacked linears on a CPU, also
-    "prepacked_min_rows" (`prepacked_linear.thresholds`, None for never). Measured with the attention and linear
-    layers a drafter's generate call runs (`grouped_attention`; `prepacked_linears` unless `prepacked` is False,
-    for a drafter whose `prepack_cpu_weights` is off).
+    Returns {"t1_s": seconds for k=1, "ratios": {k: t(k)/t(1)}, "device": ..., "dtype": ..., "kernels": ...}. The
+    ks are interleaved over the repeats, so a noisy machine biases them alike. Measured on the kernels a drafter's
+    generate call runs (`cpu_kernels`; prepacked linears unless `prepacked` is False, for a drafter whose
+    `prepack_cpu_weights` is off), with "kernels" naming them and, with prepacked linears on a CPU,
+    "prepacked_min_rows" (`prepacked_linear.thresholds`, None for never). `stock=True` measures transformers'
+    own kernels instead (kernels "stock"): the t(k) of plain generate and transformers' assisted decoding.
     """
-    with grouped_attention(model), prepacked_linears(model, prepacked):
+    if stock:
+        return {**_profile(model, ks, context_len, repeats), "kernels": STOCK}
+    with cpu_kernels(model, prepacked) as kernels:
         profile = _profile(model, ks, context_len, repeats)
+    profile["kernels"] = str(kernels)
     if prepacked and applies(model):  # the rows from which each weight shape ran prepacked (None: never)
         profile["prepacked_min_rows"] = thresholds()
+    return profile
+
+
+def profile_on_kernels(profile: dict, kernels: str) -> dict:
+    """The part of a saved profile measured on `kernels` ("stock", or anything else for oneiro-hf's own): a profile
+    from `oneiro-bench profile` carries the stock one under "stock"; a profile without it answers for both."""
+    if kernels == STOCK and isinstance(profile.get("stock"), dict):
+        return profile["stock"]
     return profile
 
 
@@ -81,4 +94,6 @@ def load_profile(path: str | Path) -> dict:
     if "t1_s" not in data or "ratios" not in data:
         raise ValueError(f"{path} is not a latency profile (needs t1_s and ratios). Fix: re-run the profiler.")
     data["ratios"] = {int(k): float(v) for k, v in data["ratios"].items()}
+    if isinstance(data.get("stock"), dict):
+        data["stock"]["ratios"] = {int(k): float(v) for k, v in data["stock"]["ratios"].items()}
     return data

@@ -1,20 +1,21 @@
-"""Verification passes on a CPU: the target's linear layers run on weights reordered once, not on every call.
+"""Linear layers on a CPU on weights reordered once, not on every call.
 
 torch's float32 `F.linear` on a CPU runs MKL's GEMM, which for multi-row inputs packs the weight matrix again on
-every call. Where that starts depends on the CPU: on session 11's Xeon a 1536x576 layer took the same time at 1-3
-rows, 1.9x at 4 and 2.9x at 8 (SmolLM2's t(4) was 1.61 t(1) against t(3) = 1.13); on session 12's AMD EPYC it took
-1.9x already at 2 rows, and SmolLM2's LM head 2.3x (`scripts/probe_prepacked_linear.py`, docs/benchmarks.md). oneDNN
-reorders a weight once (`torch.ops.mkldnn._reorder_linear_weight`) and then takes any row count on it.
+every call. Where that starts depends on the CPU: on some a layer costs the same at 1-3 rows and twice as much at
+4; on others twice as much already at 2 rows (`scripts/probe_prepacked_linear.py` measures it). oneDNN reorders a
+weight once (`torch.ops.mkldnn._reorder_linear_weight`) and then takes any row count on it.
 
-`prepacked_linears(model)` runs the target's `nn.Linear` layers that way while a generate call with a drafter runs
-(setting `prepack_cpu_weights`, on by default), on float32 targets on a CPU whose torch has oneDNN. Whether a
-layer gains, and from how many rows, is measured on this machine, not assumed: `measured_min_rows` times F.linear
-against the prepacked call at `ROW_GRID` row counts, once per weight shape and thread count in a process, and a
-layer runs prepacked from the row count that makes those timings cheapest (`choose_min_rows`). Shapes that never
-gain keep F.linear everywhere and keep no copy; fewer rows and everything else keep F.linear too.
+`prepacked_linears(model)` runs the target's `nn.Linear` layers that way inside a block: every generate call with
+a drafter (setting `prepack_cpu_weights`, on by default), and `oneiro_hf.cpu_kernels` for any forward or plain
+generate. It applies to float32 targets on a CPU whose torch has oneDNN. Whether a layer gains, and from how many
+rows, is measured on this machine, not assumed: `measured_min_rows` times F.linear against the prepacked call at
+`ROW_GRID` row counts, once per weight shape and thread count in a process, and a layer runs prepacked from the
+row count that makes those timings cheapest (`choose_min_rows`); a threshold of 1 means one-token decoding steps
+run prepacked too. Shapes that never gain keep F.linear everywhere and keep no copy; fewer rows and everything
+else keep F.linear too.
 
-The reordered copies cost as much memory as the weights they copy; they are made when a generate call first swaps
-the layers in, kept for later calls, made again if a weight changes, and go with the layer (weak references).
+The reordered copies cost as much memory as the weights they copy; they are made when a block first swaps the
+layers in, kept for later blocks, made again if a weight changes, and go with the layer (weak references).
 Results differ from F.linear's by float32 rounding only (a different summation order), as a multi-token GEMM's
 already differ from greedy's one-row GEMV.
 """
@@ -41,8 +42,9 @@ NEVER = math.inf  # the threshold of a shape on which the prepacked call never g
 _min_rows: dict[tuple[int, int, bool, int], float] = {}
 # per linear layer: (the weight it was made from: data pointer, version), the reordered weight
 _packed: weakref.WeakKeyDictionary[torch.nn.Linear, tuple[tuple[int, int], torch.Tensor]] = weakref.WeakKeyDictionary()
-# per target: generate calls now running with prepacked linears, and the layers whose forward they replaced
-_users: weakref.WeakKeyDictionary[torch.nn.Module, tuple[int, list]] = weakref.WeakKeyDictionary()
+# per target: blocks now running with prepacked linears, and the layers whose forward they replaced (with the row
+# count from which each runs prepacked)
+_users: weakref.WeakKeyDictionary[torch.nn.Module, tuple[int, dict]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -133,12 +135,16 @@ def _time_rows(layer: torch.nn.Linear, repeats: int = 2, batch_s: float = 5e-4, 
     return times
 
 
-def _swap_in(model: torch.nn.Module) -> list[torch.nn.Linear]:
+def _swap_in(model: torch.nn.Module) -> dict[torch.nn.Linear, float]:
     """Route every nn.Linear of `model` that gains (`measured_min_rows`) through `prepacked_forward`, its weight
-    reordered now; returns the layers to put back. Reordering and timing now, before any pass is timed, keeps their
-    cost out of the t(k) the cost model learns: met in the first 4-token pass, the reorder alone made that pass look
-    4.5x slower than it is. A layer that never gains drops its copy and keeps its own forward."""
-    replaced = []
+    reordered now; returns {layer: its row threshold}, the layers to put back. Reordering and timing happen
+    before any pass is timed, so their cost stays out of the t(k) the cost model learns (met inside the first
+    4-token pass, the reorder alone made that pass look 4.5x slower than it is). A layer that never gains drops
+    its copy and keeps its own forward.
+
+    All or nothing: every timing and reorder (what can fail, e.g. out of memory) runs before the first layer is
+    patched, and a failure while patching unpatches what was done, so an error leaves the model as it was."""
+    chosen: dict[torch.nn.Linear, float] = {}
     for layer in model.modules():
         if type(layer) is torch.nn.Linear and "forward" not in vars(layer):  # plain layers, not already wrapped
             threshold = measured_min_rows(layer)
@@ -146,9 +152,16 @@ def _swap_in(model: torch.nn.Module) -> list[torch.nn.Linear]:
                 _packed.pop(layer, None)
                 continue
             packed_weight(layer)
-            replaced.append(layer)
+            chosen[layer] = threshold
+    patched = []
+    try:
+        for layer, threshold in chosen.items():
             layer.forward = lambda x, layer=layer, threshold=threshold: prepacked_forward(layer, x, threshold)
-    return replaced
+            patched.append(layer)
+    except BaseException:
+        _swap_out(patched)
+        raise
+    return chosen
 
 
 def thresholds() -> dict[str, int | None]:
@@ -158,9 +171,18 @@ def thresholds() -> dict[str, int | None]:
             for (o, i, b, t), r in sorted(_min_rows.items())}
 
 
-def _swap_out(replaced: list[torch.nn.Linear]) -> None:
+def _swap_out(replaced) -> None:
+    """Give each layer of `replaced` (an iterable of layers) its own forward back."""
     for layer in replaced:
         vars(layer).pop("forward", None)
+
+
+def prepacked_layers(model: torch.nn.Module) -> dict[torch.nn.Linear, float]:
+    """The layers of `model` that run prepacked right now (inside `prepacked_linears`), with the row count from
+    which each does; empty outside the block or where prepacking does not apply."""
+    with _lock:
+        entry = _users.get(model)
+    return dict(entry[1]) if entry else {}
 
 
 @contextmanager

@@ -77,15 +77,17 @@ def _fake_result(tokens):
 # ------------------------------------------------------------------------------------------- full run
 def test_full_run_schema_report_and_plots(env, tmp_path, capsys):
     out = tmp_path / "run"
-    methods = "greedy,hf-lookup,hf-early-exit,hf-assistant,oneiro-lookup,oneiro-hybrid"
+    methods = "greedy,hf-lookup,hf-lookup-kernels,hf-early-exit,hf-assistant,oneiro-lookup,oneiro-hybrid"
     rc = bench.main(_args(env, out, "--methods", methods, "--assistant", str(env / "assistant"),
                           "--drafter", str(env / "drafter")))
     assert rc == 0, capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
-    assert list(summary["methods"]) == methods.split(",")
+    # oneiro-greedy, the same-kernel baseline, is added after greedy as soon as a method runs on oneiro kernels
+    assert list(summary["methods"]) == ["greedy", "oneiro-greedy", *methods.split(",")[1:]]
     assert summary["lossless_violations"] == []
-    keys = {"tokens_per_s", "speedup_vs_greedy", "mean_accepted_tokens", "draft_time_share", "identical_to_greedy",
-            "n_prompts", "new_tokens", "rouge_l_vs_greedy", "exact_match_vs_greedy"}
+    keys = {"tokens_per_s", "speedup_vs_greedy", "speedup_vs_oneiro_greedy", "speedup_vs_same_kernel_greedy",
+            "mean_accepted_tokens", "draft_time_share", "identical_to_greedy", "n_prompts", "new_tokens",
+            "rouge_l_vs_greedy", "exact_match_vs_greedy"}
     for method, entry in summary["methods"].items():
         assert keys <= set(entry["overall"]), method
         assert set(entry["categories"]) == {"writing", "math_reasoning"}
@@ -98,6 +100,22 @@ def test_full_run_schema_report_and_plots(env, tmp_path, capsys):
         assert entry["categories"]["math_reasoning"]["task_score"]["metric"] == "answer_accuracy"
         assert "task_score" not in entry["categories"]["writing"]
     assert summary["methods"]["greedy"]["overall"]["speedup_vs_greedy"] == pytest.approx(1.0)
+    assert summary["methods"]["oneiro-greedy"]["overall"]["speedup_vs_oneiro_greedy"] == pytest.approx(1.0)
+    # which kernels each method ran, from the records; speedups against greedy on those kernels
+    oneiro_label = summary["methods"]["oneiro-greedy"]["kernels"]
+    assert oneiro_label.startswith("grouped attention")  # tiny shapes: prepacking never measures a gain
+    for method, entry in summary["methods"].items():
+        on_oneiro = method.startswith("oneiro-") or method.endswith("-kernels")
+        assert entry["kernels"] == (oneiro_label if on_oneiro else "stock"), method
+        overall = entry["overall"]
+        baseline = "oneiro-greedy" if on_oneiro else "greedy"
+        assert overall["same_kernel_baseline"] == baseline
+        key = "speedup_vs_oneiro_greedy" if on_oneiro else "speedup_vs_greedy"
+        assert overall["speedup_vs_same_kernel_greedy"] == overall[key]
+        tau = overall["mean_accepted_tokens"]  # None for plain decoding, which logs no passes
+        assert overall["same_kernel_speedup_per_tau"] == (pytest.approx(overall[key] / tau) if tau else None)
+        for rec in _lines(out / "answers" / f"{method}.jsonl"):
+            assert rec["kernels"] == entry["kernels"]
     assert summary["task_scores"]["skipped"] == {"writing": "no reference answers in the questions file"}
     for method in methods.split(",")[1:]:
         assert summary["methods"][method]["overall"]["mean_accepted_tokens"] >= 1.0
@@ -110,7 +128,8 @@ def test_full_run_schema_report_and_plots(env, tmp_path, capsys):
     assert [r["question_id"] for r in greedy] == [1, 2, 3, 4]
     assert len(greedy[0]["choices"][0]["turns"]) == 2  # the two-turn question
     report = (out / "report.md").read_text()
-    assert "Speedup over greedy by category" in report and "LOSSLESS VIOLATION" not in report
+    assert "Speedup by category" in report and "LOSSLESS VIOLATION" not in report
+    assert "| oneiro-greedy | lossless | grouped attention" in report
     for png in ("speedup_by_category", "accepted_lengths", "acceptance_by_position", "speedup_vs_quality"):
         assert (out / "plots" / f"{png}.png").stat().st_size > 1000
         assert f"plots/{png}.png" in report
@@ -302,7 +321,15 @@ def test_relaxed_methods_map_to_oneiro_verification_kwargs():
         with pytest.raises(bench.BenchInputError):
             bench.parse_method(bad)
     assert [s.name for s in bench.parse_methods("oneiro-hybrid,hf-lookup,oneiro-hybrid")] == [
-        "greedy", "oneiro-hybrid", "hf-lookup"]
+        "greedy", "oneiro-greedy", "oneiro-hybrid", "hf-lookup"]
+    assert [s.name for s in bench.parse_methods("hf-lookup")] == ["greedy", "hf-lookup"]  # all stock: no baseline
+    kernels = bench.parse_method("hf-lookup-kernels")
+    assert kernels.generate_kwargs == bench.parse_method("hf-lookup").generate_kwargs and kernels.kernels == "oneiro"
+    assert not bench.parse_method("oneiro-greedy").uses_drafter and bench.parse_method("oneiro-greedy").lossless
+    assert bench.parse_method("hf-assistant-kernels").uses_assistant
+    for bad in ("oneiro-greedy@x", "greedy-kernels", "oneiro-lookup-kernels"):
+        with pytest.raises(bench.BenchInputError):
+            bench.parse_method(bad)
 
 
 def test_generate_once_passes_relaxed_kwargs():
@@ -456,7 +483,8 @@ def test_extra_drafters_compare_in_one_run(env, tmp_path, capsys, monkeypatch):
                           "--drafter", str(env / "drafter"), "--extra-drafter", f"b={short}"))
     assert rc == 0, capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
-    assert list(summary["methods"]) == ["greedy", "oneiro-hybrid", "oneiro-hybrid@b", "oneiro-latent@b"]
+    assert list(summary["methods"]) == ["greedy", "oneiro-greedy", "oneiro-hybrid", "oneiro-hybrid@b",
+                                        "oneiro-latent@b"]
     for method in ("oneiro-hybrid@b", "oneiro-latent@b"):
         assert summary["methods"][method]["overall"]["identical_to_greedy"] == 1.0
     # drafter b drafted the @b methods: its settings show in their answers, and it was the one generating
@@ -515,35 +543,45 @@ def test_fixed_latent_method_drafts_n_tokens_every_step(env, tmp_path):
 # ----------------------------------------------------------------------------------------- breakdown
 def test_breakdown_splits_time_and_bounds_speedup(env, tmp_path, capsys):
     out = tmp_path / "run"
-    assert bench.main(_args(env, out, "--methods", "greedy,oneiro-lookup,oneiro-latent-fixed-2", "--drafter",
-                            "fresh", "--no-plots", "--max-new-tokens", "16")) == 0
+    assert bench.main(_args(env, out, "--methods", "greedy,hf-lookup,oneiro-lookup,oneiro-latent-fixed-2",
+                            "--drafter", "fresh", "--no-plots", "--max-new-tokens", "16")) == 0
     ratios = {1: 1.0, 2: 1.5, 3: 1.8, 4: 2.0}
+    stock = {1: 1.0, 2: 1.9, 3: 2.4, 4: 2.5}  # the stock kernels' t(k): priced for the stock methods only
     profile = tmp_path / "tk.json"
-    profile.write_text(json.dumps({"t1_s": 0.01, "ratios": ratios}))
+    profile.write_text(json.dumps({"t1_s": 0.01, "ratios": ratios, "stock": {"t1_s": 0.012, "ratios": stock}}))
     stale = out / "answers" / "oneiro-hybrid.jsonl"  # left by an earlier run with other methods: not this run's
     stale.write_text((out / "answers" / "greedy.jsonl").read_text())
     assert bench.main(["breakdown", "--run", str(out), "--latency-profile", str(profile)]) == 0
     result = json.loads((out / "breakdown.json").read_text())
-    assert set(result["methods"]) == {"greedy", "oneiro-lookup", "oneiro-latent-fixed-2"}
-    assert "| oneiro-latent-fixed-2 |" in (out / "breakdown.md").read_text()
-    greedy = result["methods"]["greedy"]["overall"]
-    assert greedy["tau"] == greedy["modelled_speedup"] == greedy["measured_speedup"] == 1.0
-    assert greedy["verify_share"] == pytest.approx(1.0) and greedy["other_share"] == pytest.approx(0.0)
-    greedy_lines = _lines(out / "answers" / "greedy.jsonl")
-    greedy_s_per_token = (sum(sum(c["wall_time"]) for r in greedy_lines for c in r["choices"])
-                          / sum(sum(c["new_tokens"]) for r in greedy_lines for c in r["choices"]))
-    for method in ("oneiro-lookup", "oneiro-latent-fixed-2"):
+    assert set(result["methods"]) == {"greedy", "oneiro-greedy", "hf-lookup", "oneiro-lookup",
+                                      "oneiro-latent-fixed-2"}
+    assert "| oneiro-latent-fixed-2 | oneiro-greedy |" in (out / "breakdown.md").read_text()
+    for baseline in ("greedy", "oneiro-greedy"):  # each baseline against itself
+        row = result["methods"][baseline]["overall"]
+        assert result["methods"][baseline]["baseline"] == baseline
+        assert row["tau"] == row["modelled_speedup"] == row["measured_speedup"] == 1.0
+        assert row["verify_share"] == pytest.approx(1.0) and row["other_share"] == pytest.approx(0.0)
+
+    def seconds_per_token(method):
+        lines = _lines(out / "answers" / f"{method}.jsonl")
+        return (sum(sum(c["wall_time"]) for r in lines for c in r["choices"])
+                / sum(sum(c["new_tokens"]) for r in lines for c in r["choices"]))
+
+    for method, baseline, table in (("oneiro-lookup", "oneiro-greedy", ratios),
+                                    ("oneiro-latent-fixed-2", "oneiro-greedy", ratios),
+                                    ("hf-lookup", "greedy", stock)):
         lines = _lines(out / "answers" / f"{method}.jsonl")
         drafts = [d for r in lines for c in r["choices"] for d in c["draft_lengths"]]
         tokens = sum(sum(c["new_tokens"]) for r in lines for c in r["choices"])
         wall = sum(sum(c["wall_time"]) for r in lines for c in r["choices"])
-        units = sum(ratios[min(d + 1, 4)] for d in drafts)
+        units = sum(table[min(d + 1, 4)] for d in drafts)
+        assert result["methods"][method]["baseline"] == baseline
         row = result["methods"][method]["overall"]
         assert row["tau"] == pytest.approx(tokens / len(drafts))
         assert row["mean_verify_cost"] == pytest.approx(units / len(drafts))
         assert row["modelled_speedup"] == pytest.approx(tokens / units)
-        assert row["measured_speedup"] == pytest.approx(greedy_s_per_token / (wall / tokens))
-        assert row["verify_share"] == pytest.approx(units * greedy_s_per_token / wall)
+        assert row["measured_speedup"] == pytest.approx(seconds_per_token(baseline) / (wall / tokens))
+        assert row["verify_share"] == pytest.approx(units * seconds_per_token(baseline) / wall)
         assert row["verify_share"] + row["draft_share"] + row["other_share"] == pytest.approx(1.0)
     fixed = result["methods"]["oneiro-latent-fixed-2"]["overall"]
     assert fixed["mean_verify_cost"] > 1.5  # it verified 2 drafts (3 tokens) at nearly every pass

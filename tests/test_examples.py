@@ -65,7 +65,7 @@ def test_benchmark_writes_a_summary_and_prints_it(tmp_path):
     out = run_example("benchmark.py", "--max-new-tokens", "8", "--out", str(tmp_path / "bench"))
     summary = json.loads((tmp_path / "bench" / "summary.json").read_text())
     assert {"methods", "lossless_violations", "task_scores", "config"} <= set(summary)
-    assert list(summary["methods"]) == ["greedy", "hf-lookup", "oneiro-lookup", "oneiro-hybrid"]
+    assert list(summary["methods"]) == ["greedy", "oneiro-greedy", "hf-lookup", "oneiro-lookup", "oneiro-hybrid"]
     assert summary["lossless_violations"] == []
     for method, entry in summary["methods"].items():
         overall = entry["overall"]

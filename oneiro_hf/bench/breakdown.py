@@ -1,9 +1,11 @@
 """Where a benchmark run's time went, and what bounds each method's speedup on the measured hardware.
 
 `oneiro-bench breakdown --run DIR` reads a finished run (answers + the t(k) profile it used) and splits each
-method's wall time into target verification (the recorded verification widths priced by t(k), with greedy's
-own measured seconds per token as t(1)), drafting (timed inside the candidate generator) and the rest (the
-assisted loop's bookkeeping, prefills, noise). Two bounds follow from the same numbers:
+method's wall time into target verification (the recorded verification widths priced by t(k), with the measured
+seconds per token of greedy on the same kernels as t(1)), drafting (timed inside the candidate generator) and the
+rest (the assisted loop's bookkeeping, prefills, noise). Each method is priced on the kernels it ran: methods on
+oneiro-hf's kernels against oneiro-greedy and the profile's own t(k), stock ones against greedy and the profile's
+"stock" t(k) (where the profile has it). Two bounds follow from the same numbers:
 
 * `modelled_speedup` = tokens / sum of t(k)/t(1) over verification passes: the speedup if drafting and the
   loop were free, on this hardware's t(k). Measured speedup below it is drafting and overhead.
@@ -22,9 +24,10 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from ..latency import profile_on_kernels
 from ..tree.cost import ratio_at
 from .answers import read_run_answers
-from .report import base_method
+from .report import base_method, kernels_of, same_kernel_baseline
 
 
 def _verify_ratio(ratios: dict[int, float], k: int) -> float:
@@ -61,6 +64,8 @@ def time_breakdown(run_dir: str | Path, profile: dict | None = None) -> dict:
         raise FileNotFoundError(f"{run}/answers/greedy.jsonl not found: a breakdown needs a finished oneiro-bench "
                                 "run with greedy in it. Fix: pass the --out directory of such a run.")
     summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
+    if profile is None and isinstance(summary.get("profile"), dict):  # recorded with the run
+        profile = summary["profile"]
     if profile is None:
         path = (summary.get("config") or {}).get("latency_profile_used")
         if not path or not Path(path).is_file():
@@ -69,24 +74,26 @@ def time_breakdown(run_dir: str | Path, profile: dict | None = None) -> dict:
         from ..latency import load_profile
 
         profile = load_profile(path)
-    ratios = {int(k): float(v) for k, v in profile["ratios"].items()}
     answers = read_run_answers(run, (summary.get("config") or {}).get("methods"))
-    greedy_ids = {r["question_id"] for r in answers["greedy"]}
     call_ratio = profile.get("drafter_step_ratio")  # a drafter forward's cost in t(1), where the profile knows it
-    result: dict[str, dict] = {"t1_ratios": ratios, "methods": {}}
+    result: dict[str, dict] = {"t1_ratios": {int(k): float(v) for k, v in profile["ratios"].items()}, "methods": {}}
     for method, records in answers.items():
+        baseline = same_kernel_baseline(method, answers)
+        ratios = {int(k): float(v) for k, v in profile_on_kernels(profile, kernels_of(method))["ratios"].items()}
         # compare on the questions both finished, so an interrupted run stays fair
-        common = [r for r in records if r["question_id"] in greedy_ids]
+        baseline_ids = {r["question_id"] for r in answers[baseline]}
+        common = [r for r in records if r["question_id"] in baseline_ids]
         ids = {r["question_id"] for r in common}
         groups: dict[str, list[dict]] = defaultdict(list)
         for r in common:
             groups[r["category"]].append(r)
-        greedy_common = [r for r in answers["greedy"] if r["question_id"] in ids]
-        greedy_by_cat: dict[str, list[dict]] = defaultdict(list)
-        for r in greedy_common:
-            greedy_by_cat[r["category"]].append(r)
-        entry = {"overall": _row(_totals(common, ratios), _totals(greedy_common, ratios), call_ratio)}
-        entry["categories"] = {c: _row(_totals(rs, ratios), _totals(greedy_by_cat[c], ratios), call_ratio)
+        baseline_common = [r for r in answers[baseline] if r["question_id"] in ids]
+        baseline_by_cat: dict[str, list[dict]] = defaultdict(list)
+        for r in baseline_common:
+            baseline_by_cat[r["category"]].append(r)
+        entry = {"baseline": baseline,
+                 "overall": _row(_totals(common, ratios), _totals(baseline_common, ratios), call_ratio)}
+        entry["categories"] = {c: _row(_totals(rs, ratios), _totals(baseline_by_cat[c], ratios), call_ratio)
                                for c, rs in sorted(groups.items())}
         result["methods"][method] = entry
     return result
@@ -124,23 +131,23 @@ def tau_needed_for(speedup: float, row: dict[str, float]) -> float:
 def breakdown_markdown(result: dict, targets: tuple[float, ...] = (1.8,)) -> str:
     rows = [e["overall"] for e in result["methods"].values() if e["overall"].get("n_tokens")]
     priced = bool(rows) and all("modelled_with_drafting" in r for r in rows)
-    lines = ["| method | tau | mean t(k)/t(1) | modelled speedup | "
+    lines = ["| method | baseline | tau | mean t(k)/t(1) | modelled speedup | "
              + ("modelled, drafter calls priced | " if priced else "")
              + "measured | verification | drafting | other | "
              + " | ".join(f"tau for {x}x" for x in targets) + " |",
-             "|---" * (8 + priced + len(targets)) + "|"]
+             "|---" * (9 + priced + len(targets)) + "|"]
     for method, entry in result["methods"].items():
         r = entry["overall"]
         if not r.get("n_tokens"):
             continue
         lines.append(
-            f"| {method} | {r['tau']:.2f} | {r['mean_verify_cost']:.2f} | {r['modelled_speedup']:.2f}x | "
+            f"| {method} | {entry.get('baseline', 'greedy')} | {r['tau']:.2f} | {r['mean_verify_cost']:.2f} | {r['modelled_speedup']:.2f}x | "
             + (f"{r['modelled_with_drafting']:.2f}x ({r['drafter_calls_per_pass']:.2f} calls/pass) | " if priced else "")
             + f"{r['measured_speedup']:.2f}x | {r['verify_share']:.0%} | {r['draft_share']:.1%} | "
             f"{r['other_share']:.0%} | " + " | ".join(f"{tau_needed_for(x, r):.2f}" for x in targets) + " |"
         )
     cats = sorted({c for e in result["methods"].values() for c in e["categories"]})
-    shown = [m for m in result["methods"] if base_method(m) != "greedy"]
+    shown = [m for m in result["methods"] if base_method(m) != result["methods"][m].get("baseline", "greedy")]
     if cats and shown:
         lines += ["", "Per category, measured speedup (modelled; tau):", "",
                   "| category | " + " | ".join(shown) + " |", "|---" * (1 + len(shown)) + "|"]

@@ -83,7 +83,7 @@ def _run_parser() -> argparse.ArgumentParser:
                         "`oneiro-bench breakdown --latency-profile h200`")
     p.add_argument("--drafter-call-ratio", type=float, default=None, metavar="RATIO",
                    help="with --pin-profile h200: a drafter call costs RATIO x t(1) in every decision instead of the "
-                        "H200's measured 0.18 (a what-if for a cheaper call; price the run with `oneiro-bench "
+                        "0.18 assumed for the H200 (a what-if for a cheaper call; price the run with `oneiro-bench "
                         "breakdown --latency-profile h200 --drafter-call-ratio RATIO`)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--out", default="runs/bench", help="output directory (default: %(default)s)")
@@ -131,8 +131,10 @@ def profile_main(argv: list[str]) -> int:
         torch.set_num_threads(args.threads)
     profile = measure_profile(target.loader_arg, target.label, out, args.device, args.dtype, args.max_k,
                               args.context_len, args.repeats)
-    print(f"t(1) = {profile['t1_s'] * 1000:.2f} ms; t(k)/t(1): "
-          + ", ".join(f"{k}:{v:.2f}" for k, v in profile["ratios"].items()))
+    for name, part in (("oneiro kernels", profile), ("stock kernels", profile["stock"])):
+        print(f"{name} ({part['kernels']}): t(1) = {part['t1_s'] * 1000:.2f} ms; t(k)/t(1): "
+              + ", ".join(f"{k}:{v:.2f}" for k, v in part["ratios"].items()))
+    print(f"plain decoding on oneiro kernels: stock t(1) / oneiro t(1) = {profile['kernel_speedup_t1']:.3f}")
     print(f"saved {out}")
     return EXIT_OK
 
@@ -145,8 +147,8 @@ def _breakdown_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--run", required=True, help="the --out directory of a finished oneiro-bench run")
     p.add_argument("--latency-profile", default=None,
-                   help="t(k) JSON (default: the one the run used), or `h200` for the profile measured on an H200 "
-                        "(docs/gpu.md): the speedups that GPU's t(k) gives, written to breakdown_h200.{md,json}")
+                   help="t(k) JSON (default: the one the run used), or `h200` for the H200 profile "
+                        "(docs/gpu.md: t(k) measured, drafter call price assumed): the speedups that GPU's t(k) gives, written to breakdown_h200.{md,json}")
     p.add_argument("--drafter-call-ratio", type=float, default=None, metavar="RATIO",
                    help="price a drafter call at RATIO x t(1) instead of the profile's drafter_step_ratio (a what-if; "
                         "written to <name>_call<RATIO>.{md,json})")
@@ -182,7 +184,8 @@ def breakdown_main(argv: list[str]) -> int:
     if ratio is not None:
         text = f"What-if: every drafter call priced at {ratio:g} x t(1) (modelled).\n\n" + text
     if h200:
-        text = "Modelled on the H200 t(k) profile (docs/gpu.md); measured columns are this machine's.\n\n" + text
+        text = ("Modelled on the H200 profile (docs/gpu.md); measured columns are this machine's. The model's "
+                "assumptions:\n" + "".join(f"- {a}\n" for a in profile["assumptions"]) + "\n" + text)
     run = Path(args.run)
     name = ("breakdown_h200" if h200 else "breakdown") + (f"_call{ratio:g}" if ratio is not None else "")
     (run / f"{name}.md").write_text(text)

@@ -70,6 +70,8 @@ def merge_runs(runs: list[str | Path], out: str | Path, plots: bool = True,
     selected = {q["question_id"]: q for q in load_questions(questions_file) if q["question_id"] in owner}
     summary = summarize(records, selected)
     summary["partial"] = any(s.get("partial") for _, _, s in loaded)
+    if first_summary.get("profile") is not None:
+        summary["profile"] = first_summary["profile"]
     summary["config"] = {**(first_summary.get("config") or {}), "categories": None,
                          "n_questions": len(owner), "merged_from": [str(r) for r in runs]}
     out.mkdir(parents=True, exist_ok=True)

@@ -7,11 +7,13 @@ import re
 from dataclasses import dataclass, field
 
 from .answers import BenchInputError
-from .report import is_lossless, is_relaxed
+from .report import KERNELS_SUFFIX, ONEIRO_GREEDY, is_lossless, is_relaxed, kernels_of
 
 BASE_METHODS = (
     "greedy",
+    ONEIRO_GREEDY,
     "hf-lookup",
+    "hf-lookup" + KERNELS_SUFFIX,
     "hf-early-exit",
     "hf-assistant",
     "oneiro-lookup",
@@ -19,7 +21,8 @@ BASE_METHODS = (
     "oneiro-hybrid",
     "oneiro-tree",
 )
-DEFAULT_METHODS = ("greedy", "hf-lookup", "oneiro-lookup", "oneiro-latent", "oneiro-hybrid")
+DEFAULT_METHODS = ("greedy", ONEIRO_GREEDY, "hf-lookup", "oneiro-lookup", "oneiro-latent", "oneiro-hybrid")
+HF_METHODS = ("hf-lookup", "hf-early-exit", "hf-assistant")  # each also runs as <name>-kernels
 RELAXED_PATTERNS = ("oneiro-topk-<K>", "oneiro-threshold-<T>")
 FIXED_LATENT_PATTERN = "oneiro-latent-fixed-<N>"
 TREE_PATTERN = "oneiro-tree-<N>"  # tree verification with at most N candidate nodes per pass
@@ -38,11 +41,17 @@ class MethodSpec:
 
     @property
     def uses_drafter(self) -> bool:
-        return self.name.startswith("oneiro-")
+        return self.name.startswith("oneiro-") and self.name != ONEIRO_GREEDY
 
     @property
     def uses_assistant(self) -> bool:
-        return self.name == "hf-assistant"
+        return self.name.removesuffix(KERNELS_SUFFIX) == "hf-assistant"
+
+    @property
+    def kernels(self) -> str:
+        """"oneiro": the target runs inside `oneiro_hf.cpu_kernels` (every oneiro-* method, and the
+        `-kernels` variants of transformers' methods); "stock": transformers' own kernels."""
+        return kernels_of(self.name)
 
     @property
     def lossless(self) -> bool:
@@ -54,7 +63,8 @@ class MethodSpec:
 
 
 def _method_help() -> str:
-    return (f"Known methods: {', '.join(BASE_METHODS)}, {FIXED_LATENT_PATTERN}, {TREE_PATTERN}, {FIXED_TREE_PATTERN}, and "
+    return (f"Known methods: {', '.join(BASE_METHODS)}, {', '.join(m + KERNELS_SUFFIX for m in HF_METHODS[1:])}, "
+            f"{FIXED_LATENT_PATTERN}, {TREE_PATTERN}, {FIXED_TREE_PATTERN}, and "
             f"{', '.join(RELAXED_PATTERNS)}; any oneiro-* method "
             "may end in @NAME to use the drafter given by --extra-drafter NAME=PATH.")
 
@@ -66,13 +76,16 @@ def parse_method(name: str, early_exit_layer: int = 4) -> MethodSpec:
     """The MethodSpec for a --methods entry; BenchInputError for an unknown or malformed one."""
     if "@" in name:
         base, drafter_name = name.split("@", 1)
-        if not base.startswith("oneiro-") or not DRAFTER_NAME.fullmatch(drafter_name):
+        if not base.startswith("oneiro-") or base == ONEIRO_GREEDY or not DRAFTER_NAME.fullmatch(drafter_name):
             raise BenchInputError(f"method {name!r}: only oneiro-* methods take a drafter suffix, written "
                                   "oneiro-<mode>@NAME with NAME from --extra-drafter NAME=PATH.")
         spec = parse_method(base, early_exit_layer)
         return MethodSpec(name, spec.generate_kwargs, spec.oneiro_settings, drafter_name)
-    if name == "greedy":
+    if name in ("greedy", ONEIRO_GREEDY):
         return MethodSpec(name)
+    if name.endswith(KERNELS_SUFFIX) and name.removesuffix(KERNELS_SUFFIX) in HF_METHODS:
+        spec = parse_method(name.removesuffix(KERNELS_SUFFIX), early_exit_layer)
+        return MethodSpec(name, spec.generate_kwargs)
     if name == "hf-lookup":
         return MethodSpec(name, {"prompt_lookup_num_tokens": HF_LOOKUP_TOKENS})
     if name == "hf-early-exit":
@@ -127,7 +140,8 @@ def parse_method(name: str, early_exit_layer: int = 4) -> MethodSpec:
 
 
 def parse_methods(text: str, early_exit_layer: int = 4) -> list[MethodSpec]:
-    """Comma-separated methods, de-duplicated, greedy first (every ratio is against it)."""
+    """Comma-separated methods, de-duplicated; greedy first (every ratio is against it), then oneiro-greedy
+    whenever any method runs on oneiro-hf's kernels (each speedup is also given against greedy on those)."""
     names = []
     for m in (m.strip() for m in text.split(",")):
         if m and m not in names:
@@ -135,7 +149,7 @@ def parse_methods(text: str, early_exit_layer: int = 4) -> list[MethodSpec]:
     if not names:
         raise BenchInputError(f"--methods is empty. {_method_help()}")
     specs = [parse_method(m, early_exit_layer) for m in names]
-    if specs[0].name != "greedy":
-        specs = [MethodSpec("greedy")] + [s for s in specs if s.name != "greedy"]
-    return specs
-
+    first = [MethodSpec("greedy")]
+    if any(s.kernels != "stock" for s in specs):
+        first.append(MethodSpec(ONEIRO_GREEDY))
+    return first + [s for s in specs if s.name not in ("greedy", ONEIRO_GREEDY)]

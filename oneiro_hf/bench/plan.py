@@ -234,7 +234,7 @@ def plan_run(args) -> Plan:
     check_drafter_call_ratio(ratio)
     if args.latency_profile and args.no_profile:
         raise BenchInputError("--latency-profile and --no-profile contradict each other; pass one.")
-    if (plan.drafter is not None or plan.extra_drafters) and not args.no_profile:
+    if not args.no_profile:  # drafters seed their cost model with it; the report names it with every figure
         from ..latency import load_profile
 
         path = Path(args.latency_profile) if args.latency_profile else default_profile_path(

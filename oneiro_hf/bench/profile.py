@@ -15,7 +15,11 @@ def default_profile_path(target_label: str, device: str, dtype: str) -> Path:
 
 def measure_profile(target: str, target_label: str, out: Path, device: str, dtype: str, max_k: int,
                     context_len: int, repeats: int) -> dict:
-    """Load the target, measure t(k) for k = 1..max_k after context_len cached tokens, save it to `out`."""
+    """Load the target, measure t(k) for k = 1..max_k after context_len cached tokens, save it to `out`.
+
+    Measured twice: on oneiro-hf's kernels (the top-level "t1_s"/"ratios", which the drafters' cost model reads)
+    and on transformers' stock kernels (under "stock"), so that a benchmark prices each method on the kernels it
+    ran; "kernel_speedup_t1" is stock t(1) / oneiro t(1)."""
     import torch
 
     from .. import loading
@@ -23,7 +27,10 @@ def measure_profile(target: str, target_label: str, out: Path, device: str, dtyp
 
     model, _, _ = loading.load_target_and_drafter(target, None, dtype, needs_drafter=False,
                                                   device=device)
-    profile = profile_verification_latency(model, tuple(range(1, max_k + 1)), context_len, repeats)
-    profile.update(target=target_label, threads=torch.get_num_threads())
+    ks = tuple(range(1, max_k + 1))
+    profile = profile_verification_latency(model, ks, context_len, repeats)
+    stock = profile_verification_latency(model, ks, context_len, repeats, stock=True)
+    profile.update(target=target_label, threads=torch.get_num_threads(), stock=stock,
+                   kernel_speedup_t1=stock["t1_s"] / profile["t1_s"])
     save_profile(profile, out)
     return profile

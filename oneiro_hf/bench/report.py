@@ -31,9 +31,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+ONEIRO_GREEDY = "oneiro-greedy"  # plain greedy inside oneiro_hf.cpu_kernels: the same-kernel baseline
+KERNELS_SUFFIX = "-kernels"  # a transformers method (hf-lookup-kernels, ...) run inside oneiro_hf.cpu_kernels
 LOSSLESS = frozenset(
-    {"greedy", "hf-lookup", "hf-early-exit", "hf-assistant", "oneiro-lookup", "oneiro-latent", "oneiro-hybrid"}
+    {"greedy", ONEIRO_GREEDY, "hf-lookup", "hf-early-exit", "hf-assistant", "oneiro-lookup", "oneiro-latent",
+     "oneiro-hybrid"}
 )
+SAME_KERNEL_PASS_SLACK = 1.05  # speedup vs same-kernel greedy over tau above this: a pass costs less than a step
 TASK_METRICS = {
     "math_reasoning": "answer_accuracy",
     "rag": "contains_answer",
@@ -49,7 +53,20 @@ def base_method(method: str) -> str:
 
 
 def is_lossless(method: str) -> bool:
-    return base_method(method) in LOSSLESS or base_method(method).startswith(("oneiro-latent-fixed-", "oneiro-tree"))
+    base = base_method(method).removesuffix(KERNELS_SUFFIX)
+    return base in LOSSLESS or base.startswith(("oneiro-latent-fixed-", "oneiro-tree"))
+
+
+def kernels_of(method: str) -> str:
+    """"oneiro" for a method whose target runs inside `oneiro_hf.cpu_kernels` (oneiro-* and *-kernels), else
+    "stock" (transformers' own kernels)."""
+    return "oneiro" if method.startswith("oneiro-") or base_method(method).endswith(KERNELS_SUFFIX) else "stock"
+
+
+def same_kernel_baseline(method: str, methods) -> str:
+    """The greedy run on the kernels `method` ran: oneiro-greedy for oneiro-kernel methods when it is among
+    `methods`, else greedy."""
+    return ONEIRO_GREEDY if kernels_of(method) == "oneiro" and ONEIRO_GREEDY in methods else "greedy"
 
 
 def is_relaxed(method: str) -> bool:
@@ -177,23 +194,35 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def method_block(rows: list[dict], greedy_by_id: dict, questions: dict | None, category: str | None) -> dict:
-    """The summary numbers of one method over `rows` (all of one category when `category` is set)."""
-    matched_greedy = [greedy_by_id[r["question_id"]] for r in rows if r["question_id"] in greedy_by_id]
+def _tokens_per_s(rows: list[dict]) -> float:
     tokens = sum(sum(_choice(r)["new_tokens"]) for r in rows)
     wall = sum(sum(_choice(r)["wall_time"]) for r in rows)
-    g_tokens = sum(sum(_choice(r)["new_tokens"]) for r in matched_greedy)
-    g_wall = sum(sum(_choice(r)["wall_time"]) for r in matched_greedy)
+    return tokens / wall if wall else 0.0
+
+
+def speedup_over(rows: list[dict], baseline_by_id: dict) -> float | None:
+    """Tokens/s of `rows` over the baseline's on the same questions (those the baseline answered); None without
+    any."""
+    matched = [r for r in rows if r["question_id"] in baseline_by_id]
+    base = _tokens_per_s([baseline_by_id[r["question_id"]] for r in matched])
+    return _tokens_per_s(matched) / base if matched and base else None
+
+
+def method_block(rows: list[dict], greedy_by_id: dict, questions: dict | None, category: str | None,
+                 oneiro_greedy_by_id: dict | None = None) -> dict:
+    """The summary numbers of one method over `rows` (all of one category when `category` is set): speedups
+    against stock greedy and, where the run has it, against oneiro-greedy (greedy on oneiro-hf's kernels)."""
+    tokens = sum(sum(_choice(r)["new_tokens"]) for r in rows)
+    wall = sum(sum(_choice(r)["wall_time"]) for r in rows)
     acc = [a for r in rows for a in _choice(r).get("accept_lengths", [])]
     draft_s = sum(r.get("draft_time_s", 0.0) for r in rows)
     same = [s for s in identical_to_greedy(rows, greedy_by_id) if s is not None]
     rouge, em = fidelity_to_greedy(rows, greedy_by_id)
     drafted, accepted = _steps(rows)
-    tps = tokens / wall if wall else 0.0
-    g_tps = g_tokens / g_wall if g_wall else 0.0
     block: dict[str, Any] = {
-        "tokens_per_s": tps,
-        "speedup_vs_greedy": tps / g_tps if g_tps else None,
+        "tokens_per_s": tokens / wall if wall else 0.0,
+        "speedup_vs_greedy": speedup_over(rows, greedy_by_id),
+        "speedup_vs_oneiro_greedy": speedup_over(rows, oneiro_greedy_by_id) if oneiro_greedy_by_id else None,
         "mean_accepted_tokens": _mean(acc),
         "draft_time_share": draft_s / wall if wall else 0.0,
         "identical_to_greedy": sum(same) / len(same) if same else None,
@@ -215,6 +244,17 @@ def method_block(rows: list[dict], greedy_by_id: dict, questions: dict | None, c
             {"metric": TASK_METRICS[category], "score": _mean(scores), "n": len(scores)} if scores else None
         )
     return block
+
+
+def same_kernel_block(method: str, block: dict, methods) -> dict:
+    """The method's speedup against greedy on the kernels it ran (`same_kernel_baseline`), and that speedup per
+    token of tau: above `SAME_KERNEL_PASS_SLACK` a verification pass cost less than one greedy step on the same
+    kernels, which only a profile with t(k) < t(1) explains."""
+    baseline = same_kernel_baseline(method, methods)
+    key = "speedup_vs_oneiro_greedy" if baseline == ONEIRO_GREEDY else "speedup_vs_greedy"
+    speedup, tau = block.get(key), block.get("mean_accepted_tokens")
+    return {"same_kernel_baseline": baseline, "speedup_vs_same_kernel_greedy": speedup,
+            "same_kernel_speedup_per_tau": speedup / tau if speedup and tau else None}
 
 
 def _oneiro_sources(rows: list[dict]) -> dict | None:
@@ -261,8 +301,15 @@ def task_score_coverage(questions: dict) -> dict:
     return {"scored": scored, "skipped": skipped}
 
 
+def _kernels_label(method: str, rows: list[dict]) -> str:
+    """What the method's records say it ran on (`kernels`, written by the runner), else its kind by name."""
+    labels = {r["kernels"] for r in rows if r.get("kernels")}
+    return labels.pop() if len(labels) == 1 else kernels_of(method)
+
+
 def summarize(records: dict[str, list[dict]], questions: dict | None = None) -> dict:
-    """summary.json: per method, overall and per category, ratios against greedy on the same prompts.
+    """summary.json: per method, overall and per category, ratios against greedy on the same prompts, and
+    against oneiro-greedy (greedy on oneiro-hf's kernels) where the run has it.
 
     `questions` maps question_id -> question (for task scores); records of question ids not in it
     are left out, so a resumed run with a smaller selection summarises only that selection.
@@ -270,10 +317,12 @@ def summarize(records: dict[str, list[dict]], questions: dict | None = None) -> 
     if questions is not None:
         records = {m: [r for r in rows if r["question_id"] in questions] for m, rows in records.items()}
     greedy_by_id = {r["question_id"]: r for r in records.get("greedy", [])}
+    oneiro_greedy_by_id = {r["question_id"]: r for r in records.get(ONEIRO_GREEDY, [])} or None
     summary: dict[str, Any] = {"methods": {}, "lossless_violations": []}
     violations: dict[str, list] = {}
     for method, rows in records.items():
-        overall = method_block(rows, greedy_by_id, questions, None)
+        overall = method_block(rows, greedy_by_id, questions, None, oneiro_greedy_by_id)
+        overall.update(same_kernel_block(method, overall, records))
         drafted, accepted = _steps(rows)
         overall["acceptance_by_position"] = acceptance_by_position(drafted, accepted)
         sources = _oneiro_sources(rows)
@@ -282,12 +331,15 @@ def summarize(records: dict[str, list[dict]], questions: dict | None = None) -> 
         entry: dict[str, Any] = {
             "lossless": is_lossless(method),
             "relaxed": is_relaxed(method),
+            "kernels": _kernels_label(method, rows),
             "overall": overall,
             "categories": {},
         }
         for cat in sorted({r["category"] for r in rows}):
             cat_rows = [r for r in rows if r["category"] == cat]
-            entry["categories"][cat] = method_block(cat_rows, greedy_by_id, questions, cat)
+            block = method_block(cat_rows, greedy_by_id, questions, cat, oneiro_greedy_by_id)
+            block.update(same_kernel_block(method, block, records))
+            entry["categories"][cat] = block
         summary["methods"][method] = entry
         if is_lossless(method) and method != "greedy":
             bad = [r["question_id"] for r, same in zip(rows, identical_to_greedy(rows, greedy_by_id)) if same is False]
@@ -329,8 +381,10 @@ def report_markdown(summary: dict, plots: dict[str, str] | None = None) -> str:
         lines += [f"| {k} | {cfg.get(k)} |" for k in shown if k in cfg]
         lines.append("")
 
-    lines += ["## Speedup over greedy by category", "",
-              "Cell: speedup (tokens/s, tau = new tokens per target pass).", ""]
+    lines += profile_lines(summary.get("profile"))
+    lines += ["## Speedup by category", "",
+              ("Cell: speedup over greedy on the same kernels (over stock greedy; tau = new tokens per target pass). "
+              "Same kernels: oneiro-greedy for methods on oneiro-hf's kernels, greedy for stock ones."), ""]
     lines += ["| category | " + " | ".join(methods) + " |", "|---" * (len(methods) + 1) + "|"]
     for cat in cats + ["overall"]:
         cells = []
@@ -341,25 +395,30 @@ def report_markdown(summary: dict, plots: dict[str, str] | None = None) -> str:
                 cells.append("")
                 continue
             tau = e["mean_accepted_tokens"]
-            cells.append(f"{_fmt(e['speedup_vs_greedy'])}x ({e['tokens_per_s']:.1f} tok/s"
-                         + (f", tau {tau:.2f}" if tau else "") + ")")
+            cells.append(f"{_fmt(e.get('speedup_vs_same_kernel_greedy'))}x ({_fmt(e['speedup_vs_greedy'])}x"
+                         + (f"; tau {tau:.2f}" if tau else "") + ")")
         lines.append(f"| {'**overall**' if cat == 'overall' else cat} | " + " | ".join(cells) + " |")
 
     lines += ["", "## Methods", "",
-              ("| method | kind | speedup | tau | acceptance | draft share of wall time | identical to greedy "
-              "| exact match vs greedy | ROUGE-L vs greedy |"),
-              "|---|---|---|---|---|---|---|---|---|"]
+              ("| method | kind | kernels | vs same-kernel greedy | vs stock greedy | tau | same-kernel speedup / tau "
+               "| acceptance | draft share of wall time | identical to greedy | exact match vs greedy "
+               "| ROUGE-L vs greedy |"),
+              "|---" * 12 + "|"]
     for m in methods:
         entry = summary["methods"][m]
         e = entry["overall"]
         kind = "lossless" if entry["lossless"] else ("relaxed" if entry["relaxed"] else "other")
         flag = " **VIOLATION**" if m in summary.get("lossless_violations", []) else ""
         lines.append(
-            f"| {m} | {kind}{flag} | {_fmt(e['speedup_vs_greedy'])}x | {_fmt(e['mean_accepted_tokens'])} "
+            f"| {m} | {kind}{flag} | {entry.get('kernels', kernels_of(m))} "
+            f"| {_fmt(e.get('speedup_vs_same_kernel_greedy'))}x ({e.get('same_kernel_baseline', 'greedy')}) "
+            f"| {_fmt(e['speedup_vs_greedy'])}x | {_fmt(e['mean_accepted_tokens'])} "
+            f"| {_fmt(e.get('same_kernel_speedup_per_tau'))} "
             f"| {_fmt(e['acceptance_rate'], '.1%')} | {e['draft_time_share']:.1%} "
             f"| {_fmt(e['identical_to_greedy'], '.0%')} | {_fmt(e['exact_match_vs_greedy'], '.0%')} "
             f"| {_fmt(e['rouge_l_vs_greedy'], '.3f')} |"
         )
+    lines += cheap_pass_lines(summary)
 
     coverage = summary.get("task_scores")
     if coverage:
@@ -395,10 +454,54 @@ def report_markdown(summary: dict, plots: dict[str, str] | None = None) -> str:
         lines += ["", "## Plots", ""]
         for title, rel in plots.items():
             lines += [f"### {title}", "", f"![{title}]({rel})", ""]
-    lines += ["", ("Speedup: (new tokens / wall time) of a method over greedy's on the same questions, measured "
-              "in the same run with the methods interleaved per question. tau: new tokens per target "
-              "verification pass. Draft share: time inside the candidate generator over wall time.")]
+    lines += ["", ("Speedup: (new tokens / wall time) of a method over a greedy run's on the same questions, measured "
+              "in the same run with the methods interleaved per question; speculation is judged against greedy on "
+              "the same kernels (oneiro-greedy runs plain greedy inside `oneiro_hf.cpu_kernels`). tau: new tokens "
+              "per target verification pass; a lossless method's same-kernel speedup over its tau is at most about "
+              "1 unless a pass of this machine costs less than a step. Draft share: time inside the candidate "
+              "generator over wall time.")]
     return "\n".join(lines) + "\n"
+
+
+def profile_lines(profile: dict | None) -> list[str]:
+    """The t(k) profile the run used, as report lines: what every speed figure of the run is to be named with."""
+    if not profile:
+        return ["No t(k) profile was recorded for this run (`oneiro-bench profile` measures one).", ""]
+    lines = []
+    parts = [("oneiro-hf kernels", profile)]
+    if isinstance(profile.get("stock"), dict):
+        parts.append(("stock kernels", profile["stock"]))
+    for name, part in parts:
+        ratios = {int(k): v for k, v in part["ratios"].items()}
+        shown = ", ".join(f"{ratios[k]:.2f}" for k in sorted(ratios) if 2 <= k <= 8)
+        lines.append(f"- t(k) profile, {name} ({part.get('kernels', name)}): t(1) = {part['t1_s'] * 1000:.1f} ms, "
+                     f"t(2..8)/t(1) = {shown}")
+    if profile.get("kernel_speedup_t1"):
+        lines.append(f"- one decoding step on oneiro-hf's kernels: {profile['kernel_speedup_t1']:.2f}x faster than "
+                     "on stock kernels (stock t(1) / oneiro t(1))")
+    return lines + [""]
+
+
+def cheap_pass_lines(summary: dict) -> list[str]:
+    """For each lossless method whose same-kernel speedup exceeds its tau by more than `SAME_KERNEL_PASS_SLACK`:
+    the profile's cheapest multi-token pass, which is the only honest way that can happen."""
+    over = [m for m, e in summary["methods"].items()
+            if e["lossless"] and (e["overall"].get("same_kernel_speedup_per_tau") or 0) > SAME_KERNEL_PASS_SLACK]
+    if not over:
+        return []
+    lines = ["", f"Same-kernel speedup above tau x {SAME_KERNEL_PASS_SLACK} for {', '.join(over)}."]
+    profile = summary.get("profile")
+    if profile:
+        ratios = {int(k): v for k, v in profile["ratios"].items() if int(k) > 1}
+        k = min(ratios, key=ratios.get)
+        lines.append(f"The profile explains it only if a pass costs less than a step: its cheapest multi-token pass "
+                     f"is t({k}) = {ratios[k]:.2f} t(1) on the same kernels"
+                     + (" (below one step)." if ratios[k] < 1 else " (not below one step: look for a kernel "
+                        "difference between the method and its baseline)."))
+    else:
+        lines.append("No profile was recorded to explain it: a kernel difference between method and baseline is "
+                     "the likely cause.")
+    return lines
 
 
 # ------------------------------------------------------------------------------------------- plots
@@ -431,14 +534,14 @@ def make_plots(summary: dict, records: dict[str, list[dict]], out_dir: str | Pat
             vals = []
             for c in cats:
                 e = summary["methods"][m]["overall"] if c == "overall" else summary["methods"][m]["categories"].get(c)
-                vals.append((e or {}).get("speedup_vs_greedy") or 0.0)
+                vals.append((e or {}).get("speedup_vs_same_kernel_greedy") or (e or {}).get("speedup_vs_greedy") or 0.0)
             ax.bar([k + (i - (len(methods) - 1) / 2) * width for k in range(len(cats))], vals, width, label=m)
         ax.axhline(1.0, color="black", lw=0.8, ls="--")
         ax.set_xticks(range(len(cats)))
         ax.set_xticklabels(cats, rotation=30, ha="right")
-        ax.set_ylabel("speedup over greedy")
+        ax.set_ylabel("speedup over same-kernel greedy")
         ax.legend(fontsize=8)
-        save(fig, "speedup_by_category.png", "Speedup by category")
+        save(fig, "speedup_by_category.png", "Speedup by category (over greedy on the same kernels)")
 
     # 2. histogram of accepted lengths per oneiro method
     oneiro = [m for m in methods if m.startswith("oneiro-") and any(

@@ -7,6 +7,7 @@ once, so an interrupted run keeps its work.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import sys
@@ -17,6 +18,7 @@ from typing import Any
 
 from ..candidate_generator import OneiroCandidateGenerator
 from ..chat import encode_prompt
+from ..cpu_kernels import STOCK, cpu_kernels
 from .answers import BenchInputError, read_answers, resume_conflicts, write_answers
 from .methods import MethodSpec
 from .plan import Plan
@@ -87,6 +89,7 @@ class BenchContext:
     recorder: StepRecorder
     policy_states: dict[str, Any] = field(default_factory=dict)
     drafters: dict[str, Any] = field(default_factory=dict)  # --extra-drafter NAME -> drafter
+    kernel_labels: dict[str, str] = field(default_factory=lambda: {STOCK: STOCK})  # MethodSpec.kernels -> label
 
     def drafter_for(self, spec: MethodSpec):
         return self.drafters[spec.drafter_name] if spec.drafter_name else self.drafter
@@ -122,12 +125,17 @@ def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int
     cuda = input_ids.device.type == "cuda"
     if cuda:
         torch.cuda.synchronize()
-    start = time.perf_counter()
-    out = model.generate(input_ids, **kwargs)
-    if cuda:
-        torch.cuda.synchronize()
-    elapsed = time.perf_counter() - start
+    # a drafter's generate enters cpu_kernels itself; a drafterless method on oneiro kernels enters it here, and
+    # once around the whole call, as the drafter does (the first entry reorders weights and is warmed up)
+    kernels = cpu_kernels(model) if spec.kernels != STOCK and drafter is None else contextlib.nullcontext()
+    with kernels:
+        start = time.perf_counter()
+        out = model.generate(input_ids, **kwargs)
+        if cuda:
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - start
     result = {
+        "kernels": ctx.kernel_labels.get(spec.kernels, spec.kernels),
         "tokens": out[0, input_ids.shape[1]:].tolist(),
         "wall_time": elapsed,
         "draft_lengths": list(ctx.recorder.draft_lengths),
@@ -175,7 +183,7 @@ def run_question(ctx: BenchContext, method: str, question: dict, max_new_tokens:
     messages: list[dict] = []
     choice: dict[str, list] = {k: [] for k in ("turns", "new_tokens", "wall_time", "decoding_steps",
                                                "accept_lengths", "draft_lengths", "output_ids")}
-    draft_s, oneiro_stats = 0.0, None
+    draft_s, oneiro_stats, kernels = 0.0, None, None
     for turn in question["turns"]:
         messages.append({"role": "user", "content": turn})
         input_ids = _ids(encode_prompt(ctx.tokenizer, messages), ctx.model.device)
@@ -192,6 +200,7 @@ def run_question(ctx: BenchContext, method: str, question: dict, max_new_tokens:
         choice["draft_lengths"].extend(res["draft_lengths"])
         draft_s += res["draft_time_s"]
         oneiro_stats = _add_stats(oneiro_stats, res["oneiro_stats"])
+        kernels = res.get("kernels")
     record = {
         "question_id": question["question_id"],
         "category": question["category"],
@@ -200,6 +209,7 @@ def run_question(ctx: BenchContext, method: str, question: dict, max_new_tokens:
         "choices": [{"index": 0, **choice}],
         "tstamp": time.time(),
         "draft_time_s": draft_s,
+        "kernels": kernels,
     }
     if oneiro_stats is not None:
         record["oneiro_stats"] = oneiro_stats
@@ -307,6 +317,9 @@ def load_models(args, plan: Plan) -> BenchContext:
             pinned = DraftPolicyState()
             pinned.pin_profile(H200_PROFILE["ratios"], H200_PROFILE["t1_s"], call_ratio)
             d.policy_state = pinned
+    if any(s.kernels != STOCK for s in plan.specs):
+        with cpu_kernels(model) as applied:  # what the oneiro-kernel methods run on, for every record and the report
+            ctx.kernel_labels["oneiro"] = str(applied)
     initial = {name: d.policy_state for name, d in drafters.items()}
     ctx.policy_states = {s.name: copy.deepcopy(initial[s.drafter_name]) for s in plan.specs if s.uses_drafter}
     warm = _ids(encode_prompt(tokenizer, "Warm up the caches."), model.device)
@@ -362,6 +375,8 @@ def write_results(args, plan: Plan, records: dict[str, list[dict]], interrupted:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }
+    if plan.profile is not None:  # the t(k) every figure of the run is named with
+        summary["profile"] = plan.profile
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     plots = {} if args.no_plots else make_plots(summary, records, out)
     report = report_markdown(summary, plots)

@@ -1,0 +1,74 @@
+"""The kernels a target runs on while oneiro-hf drives it, for any forward or plain `generate` too.
+
+    with oneiro_hf.cpu_kernels(model) as kernels:
+        out = model.generate(**inputs, max_new_tokens=256)   # identical tokens to stock greedy, sooner on a CPU
+    print(kernels)   # "grouped attention + prepacked linears (211 of 211 layers; 1 from one row)"
+
+Two substitutions, each measured to pay and each restored when the block ends (normally or by an error):
+
+* `grouped_attention` (targets that use "sdpa", any device): a pass of several tokens with a mask reads each
+  key/value head of the cache once, where transformers' sdpa copies the cache to every query head.
+* `prepacked_linears` (float32 targets on a CPU whose torch has oneDNN): each `nn.Linear` runs on its weight
+  reordered once, from the row count measured to pay for its shape on this machine (1 where oneDNN's one-row
+  call beats MKL's; never for shapes that never gain). Costs a second copy of the weights that run prepacked.
+
+A drafter's `generate` always runs the target inside these kernels. Plain greedy inside them is therefore the
+baseline that separates speculation from the kernels: `oneiro-bench` runs it as the method `oneiro-greedy`.
+Results differ from stock kernels' by float32 summation order only; greedy tokens stay identical in practice
+(tested), but as with any kernel change, a near-tie between two logits can break the other way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from .grouped_attention import ATTENTION_NAME, grouped_attention
+from .prepacked_linear import prepacked_layers, prepacked_linears
+
+STOCK = "stock"
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """Which kernels a block ran the target on: `str()` is the label reports print."""
+
+    grouped_attention: bool  # attention ran as `grouped_sdpa_attention`
+    prepacked: int  # nn.Linear layers that ran on prepacked weights (from their measured row count)
+    from_one_row: int  # of those, layers prepacked from a single row: one-token decoding steps use them too
+    linears: int  # nn.Linear layers in the model
+
+    @property
+    def is_stock(self) -> bool:
+        return not self.grouped_attention and self.prepacked == 0
+
+    def __str__(self) -> str:
+        if self.is_stock:
+            return STOCK
+        parts = ["grouped attention"] if self.grouped_attention else []
+        if self.prepacked:
+            parts.append(f"prepacked linears ({self.prepacked} of {self.linears} layers; "
+                         f"{self.from_one_row} from one row)")
+        return " + ".join(parts)
+
+
+@contextmanager
+def cpu_kernels(model: torch.nn.Module, prepack: bool = True) -> Iterator[Kernels]:
+    """Run `model` on oneiro-hf's kernels inside the block (grouped attention; on float32 CPU targets with
+    `prepack`, prepacked linears); yields what was applied. The model is restored on exit and on error; blocks
+    may nest and overlap across threads (the last one to end restores). Anything but a `torch.nn.Module` is a
+    TypeError."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"cpu_kernels takes a torch.nn.Module (a transformers model), got {type(model).__name__}. "
+                        "Fix: pass the model itself, e.g. AutoModelForCausalLM.from_pretrained(...).")
+    with grouped_attention(model), prepacked_linears(model, prepack):
+        layers = prepacked_layers(model)
+        yield Kernels(
+            grouped_attention=getattr(model.config, "_attn_implementation", None) == ATTENTION_NAME,
+            prepacked=len(layers),
+            from_one_row=sum(rows <= 1 for rows in layers.values()),
+            linears=sum(type(m) is torch.nn.Linear for m in model.modules()),
+        )

@@ -1,0 +1,115 @@
+"""`oneiro_hf.cpu_kernels`: plain generate on the kernels a drafter's generate runs the target on (grouped attention,
+prepacked linears), token-identical to stock greedy, and the model restored on exit, on error, and when entering
+fails part-way."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny import ARCHS, greedy, make_model, random_prompt
+
+import oneiro_hf
+from oneiro_hf import cpu_kernels, grouped_attention, prepacked_linear
+from oneiro_hf.grouped_attention import ATTENTION_NAME
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
+
+
+def _linears(model) -> list[torch.nn.Linear]:
+    return [m for m in model.modules() if type(m) is torch.nn.Linear]
+
+
+def _is_stock(model) -> bool:
+    """No layer patched, sdpa attention, no prepacking or grouped-attention block open for the model."""
+    return (all("forward" not in vars(m) for m in model.modules())
+            and model.config._attn_implementation == "sdpa"
+            and model not in prepacked_linear._users and model not in grouped_attention._users)
+
+
+def _spy_packed_rows(monkeypatch) -> list[int]:
+    rows: list[int] = []
+    real = prepacked_linear._linear_on_packed
+    monkeypatch.setattr(prepacked_linear, "_linear_on_packed",
+                        lambda x, packed, bias: rows.append(x.shape[0]) or real(x, packed, bias))
+    return rows
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_plain_greedy_on_one_row_prepacked_kernels_gives_stock_greedys_tokens(arch: str, monkeypatch) -> None:
+    """Forces the one-row path (threshold 1 for every shape, as measured where oneDNN's GEMV beats MKL's), so every
+    decoding step of plain generate runs prepacked: the test cannot pass without running it."""
+    model = make_model(arch)
+    ids = random_prompt(12, seed=3)
+    ref = greedy(model, ids, 40)
+    monkeypatch.setattr(prepacked_linear, "measured_min_rows", lambda layer: 1)
+    rows = _spy_packed_rows(monkeypatch)
+    with cpu_kernels(model) as kernels:
+        out = greedy(model, ids, 40)
+    assert torch.equal(out, ref)
+    # the prefill's 12 rows (its LM head reads the last one only), then 39 one-row steps through every linear layer
+    assert rows.count(1) == 39 * len(_linears(model)) + 1 and rows.count(12) == len(_linears(model)) - 1
+    assert kernels.grouped_attention and kernels.prepacked == kernels.from_one_row == len(_linears(model))
+    assert str(kernels) == (f"grouped attention + prepacked linears ({len(_linears(model))} of "
+                            f"{len(_linears(model))} layers; {len(_linears(model))} from one row)")
+    assert _is_stock(model)
+
+
+def test_measured_thresholds_decide_which_layers_run_prepacked(monkeypatch) -> None:
+    model = make_model("llama")
+    lm_head = model.lm_head
+    monkeypatch.setattr(prepacked_linear, "measured_min_rows", lambda layer: 1 if layer is lm_head else
+                        prepacked_linear.NEVER)
+    rows = _spy_packed_rows(monkeypatch)
+    ids = random_prompt(10, seed=4)
+    with cpu_kernels(model) as kernels:
+        assert [m for m in _linears(model) if "forward" in vars(m)] == [lm_head]
+        out = greedy(model, ids, 16)
+    assert kernels.prepacked == kernels.from_one_row == 1
+    assert len(rows) == 16 and torch.equal(out, greedy(model, ids, 16))  # the prefill and 15 steps, head only
+    with cpu_kernels(model, prepack=False) as kernels:
+        assert str(kernels) == "grouped attention" and not any("forward" in vars(m) for m in _linears(model))
+
+
+def test_restored_on_error_and_nothing_left_patched_when_entering_fails(monkeypatch) -> None:
+    model = make_model("qwen2")
+    monkeypatch.setattr(prepacked_linear, "measured_min_rows", lambda layer: 1)
+    with pytest.raises(RuntimeError, match="generate failed"), cpu_kernels(model):
+        assert model.config._attn_implementation == ATTENTION_NAME
+        raise RuntimeError("generate failed")
+    assert _is_stock(model)
+
+    reorders = {"n": 0}
+    real = prepacked_linear.packed_weight
+
+    def fails_on_the_fifth(layer):
+        reorders["n"] += 1
+        if reorders["n"] == 5:
+            raise MemoryError("no room for the reordered copy")
+        return real(layer)
+
+    monkeypatch.setattr(prepacked_linear, "packed_weight", fails_on_the_fifth)
+    fresh = make_model("qwen2")
+    with pytest.raises(MemoryError), cpu_kernels(fresh):
+        pass
+    assert reorders["n"] == 5 and _is_stock(fresh), "a failure part-way leaves no layer patched"
+
+
+def test_nested_blocks_restore_once_and_bad_input_names_the_fix(monkeypatch) -> None:
+    model = make_model("llama")
+    monkeypatch.setattr(prepacked_linear, "measured_min_rows", lambda layer: 4)
+    with cpu_kernels(model):
+        with cpu_kernels(model) as inner:
+            assert inner.prepacked == len(_linears(model)) and inner.from_one_row == 0
+        assert all("forward" in vars(m) for m in _linears(model)), "the outer block still runs"
+    assert _is_stock(model)
+    with pytest.raises(TypeError, match="Fix: pass the model itself"), cpu_kernels("smollm2"):
+        pass
+    assert oneiro_hf.cpu_kernels is cpu_kernels and "cpu_kernels" in oneiro_hf.__all__
+
+
+def test_a_bfloat16_target_keeps_stock_linears() -> None:
+    model = make_model("llama", dtype=torch.bfloat16)
+    with cpu_kernels(model) as kernels:
+        assert kernels.prepacked == 0 and kernels.grouped_attention
+        assert not any("forward" in vars(m) for m in _linears(model))
+    assert _is_stock(model)
