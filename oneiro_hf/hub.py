@@ -6,7 +6,7 @@
 
 `prepare_upload` writes exactly the folder that would be uploaded (for a dry run or a review). The card itself
 is oneiro_hf.cards' (`build_model_card`, `write_model_card`, re-exported here); publishing builds it before
-anything is written, so a card that does not fit the drafter stops the upload. `PreTrainedModel.push_to_hub`
+anything is written, so a card that does not fit the drafter stops the upload. `OneiroDrafter.push_to_hub`
 calls `publish_drafter`; this module never imports the modeling code.
 """
 
