@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from oneiro_hf import bench
+from oneiro_hf.bench import cli as bench
 
 QUESTIONS = [
     {"question_id": 1, "category": "summarization", "turns": [(

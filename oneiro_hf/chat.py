@@ -21,6 +21,8 @@ continues it, while after "Answer:" it answers::
 
 A system message is a paragraph of its own before the first question. Message contents are stripped of
 surrounding whitespace (a decoded answer starts with the space that followed "Answer:").
+
+`stop_token_ids` is the other side of a turn: the token ids that end the target's answer.
 """
 
 from __future__ import annotations
@@ -34,11 +36,6 @@ PLAIN_LABELS = {"user": "Question:", "assistant": "Answer:"}
 def has_chat_template(tokenizer: Any) -> bool:
     """Whether prompts should be wrapped in the tokenizer's chat template (base models have none)."""
     return bool(getattr(tokenizer, "chat_template", None))
-
-
-def plain_user_prefix() -> str:
-    """The plain document up to where the first user message starts (what a base model sees before it)."""
-    return f"{PLAIN_HEADER}\n\n{PLAIN_LABELS['user']}"
 
 
 def plain_prompt_text(messages: list[dict[str, str]]) -> str:
@@ -68,3 +65,19 @@ def encode_prompt(tokenizer: Any, prompt: str | list[dict[str, str]]) -> list[in
         text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
     return list(tokenizer(plain_prompt_text(messages))["input_ids"])
+
+
+def stop_token_ids(tokenizer: Any, model: Any | None = None) -> list[int]:
+    """Token ids that end a turn: the model's and tokenizer's EOS plus the template's end-of-turn marker."""
+    ids: set[int] = set()
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for value in ([gen_eos] if isinstance(gen_eos, int) else list(gen_eos or [])) + [tokenizer.eos_token_id]:
+        if value is not None:
+            ids.add(int(value))
+    template = getattr(tokenizer, "chat_template", None) or ""
+    for marker in ("<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|end|>", "</s>"):
+        if marker in template:
+            tok_id = tokenizer.convert_tokens_to_ids(marker)
+            if isinstance(tok_id, int) and tok_id != getattr(tokenizer, "unk_token_id", None):
+                ids.add(tok_id)
+    return sorted(ids)

@@ -3,12 +3,19 @@
 transformers has no public hook for custom candidate generators, so binding a drafter sets two
 attributes on that target INSTANCE (never on its class): `generate`, which validates the call and
 reads per-call `oneiro_*` settings, and `_get_candidate_generator`, which builds our generator for a
-OneiroDrafter and delegates to the class's own method for any other assistant.
+OneiroDrafter and delegates to the class's own method for any other assistant. A third, `_oneiro_hooked`,
+marks the instance (configuration_oneiro reads it to tell a hooked target from a never-bound one).
+
+`remove_generate_hook` undoes all three once no drafter is bound to the target any more (several drafters
+may share one target), restoring whatever the instance held before (normally nothing: the class's methods).
+Which drafters have been bound to a target is kept here, weakly, not on the target.
 """
 
 from __future__ import annotations
 
+import threading
 import types
+import weakref
 from typing import Any
 
 from .compat import check_transformers_version
@@ -16,6 +23,20 @@ from .cpu_kernels import cpu_kernels
 from .settings import DraftingSettings
 
 _HOOK_MARK = "_oneiro_hooked"
+_HOOKED_METHODS = ("generate", "_get_candidate_generator")
+_MISSING = object()
+
+
+class _HookRecord:
+    """What hooking one target changed: the drafters bound to it and the instance attributes the hook replaced."""
+
+    def __init__(self, saved: dict[str, Any]) -> None:
+        self.drafters: weakref.WeakSet = weakref.WeakSet()
+        self.saved = saved  # attribute name -> the instance's own value before hooking, or _MISSING
+
+
+_hooked: weakref.WeakKeyDictionary[Any, _HookRecord] = weakref.WeakKeyDictionary()
+_hooked_lock = threading.Lock()  # drafters bound to one target may bind or unbind from different threads
 
 
 def _is_drafter(obj: Any) -> bool:
@@ -95,11 +116,60 @@ def _oneiro_get_candidate_generator(self, generation_config, *args: Any, **kwarg
     )
 
 
-def install_generate_hook(model) -> None:
-    """Install the instance-level hooks once per target instance (idempotent)."""
+_HOOK_FUNCTIONS = {"generate": _oneiro_generate, "_get_candidate_generator": _oneiro_get_candidate_generator}
+
+
+def _is_our_hook(model, name: str) -> bool:
+    value = vars(model).get(name)
+    return getattr(value, "__func__", None) is _HOOK_FUNCTIONS[name] and getattr(value, "__self__", None) is model
+
+
+def install_generate_hook(model, drafter: Any = None) -> None:
+    """Install the instance-level hooks once per target instance (idempotent) and record `drafter` as bound to it."""
     check_transformers_version()
-    if getattr(model, _HOOK_MARK, False):
-        return
-    model.generate = types.MethodType(_oneiro_generate, model)
-    model._get_candidate_generator = types.MethodType(_oneiro_get_candidate_generator, model)
-    setattr(model, _HOOK_MARK, True)
+    with _hooked_lock:
+        record = _hooked.get(model)
+        if record is None or not getattr(model, _HOOK_MARK, False):
+            saved = {name: vars(model).get(name, _MISSING) for name in (*_HOOKED_METHODS, _HOOK_MARK)}
+            for name in _HOOKED_METHODS:
+                if saved[name] is not _MISSING and _is_our_hook(model, name):
+                    saved[name] = _MISSING  # hooked before this record existed: ours, not the instance's own
+            saved[_HOOK_MARK] = _MISSING
+            record = _hooked[model] = _HookRecord(saved)
+            model.generate = types.MethodType(_oneiro_generate, model)
+            model._get_candidate_generator = types.MethodType(_oneiro_get_candidate_generator, model)
+            setattr(model, _HOOK_MARK, True)
+        if drafter is not None:
+            record.drafters.add(drafter)
+
+
+def remove_generate_hook(model, drafter: Any) -> bool:
+    """Forget that `drafter` is bound to `model`; when no other drafter is, restore the instance as it was.
+
+    All or nothing: if the hooked attributes were replaced after binding (another library wrapped
+    `generate`), raises RuntimeError and changes nothing. Returns whether the hooks were removed (False while
+    another drafter is still bound to `model`).
+    """
+    with _hooked_lock:
+        record = _hooked.get(model)
+        if record is None:
+            return False
+        others = [d for d in record.drafters if d is not drafter and getattr(d, "target", None) is model]
+        if others:
+            record.drafters.discard(drafter)
+            return False
+        foreign = [name for name in _HOOKED_METHODS if not _is_our_hook(model, name)]
+        if foreign:
+            raise RuntimeError(
+                f"{type(model).__name__}.{' and '.join(foreign)} on this target instance is no longer the oneiro-hf "
+                "hook installed at binding (something replaced it since), so unbinding cannot restore the target "
+                "as it was; nothing was changed. Fix: undo that replacement (e.g. `del model.generate`) before "
+                "drafter.unbind(), or leave the drafter bound."
+            )
+        for name, value in record.saved.items():
+            if value is _MISSING:
+                vars(model).pop(name, None)
+            else:
+                setattr(model, name, value)
+        del _hooked[model]
+        return True

@@ -435,8 +435,31 @@ class OneiroDrafter(PreTrainedModel):
             BoundTarget(model, model.get_input_embeddings(), base.norm, rotary, takes_layer_type, readout, softcap),
         )
         self.eval()
-        install_generate_hook(model)
+        install_generate_hook(model, self)
         return self
+
+    def unbind(self) -> None:
+        """Release the target: restore its own `generate` and `_get_candidate_generator` and forget its modules.
+
+        The hook leaves the target instance once no drafter is bound to it (others bound to the same target
+        keep it); the instance then holds exactly the attributes it had before binding. All or nothing: if
+        something replaced the target's `generate` after binding, RuntimeError names it and nothing changes.
+        A drafter that is not bound is left as it is. Refused (DrafterBusy) while a generate call runs with this
+        drafter; `bind` binds it again.
+        """
+        if self._lock_owner == threading.get_ident():
+            raise DrafterBusy(
+                "unbind was called from inside one of this drafter's own generate calls (from a streamer, stopping "
+                "criterion or logits processor?): the running call would lose its target. Fix: unbind after "
+                "generate returns."
+            )
+        with self.exclusive_use("unbind"):
+            from .integration import remove_generate_hook
+
+            if self._bound is None:
+                return
+            remove_generate_hook(self._bound.model, self)
+            object.__setattr__(self, "_bound", None)
 
     @property
     def generation_config(self):

@@ -51,7 +51,7 @@ class DrafterTargetMismatch(ValueError):
     """The drafter was made for a different target than the one it is being bound to.
 
     `differences` lists each differing field with the drafter's and the target's value, so callers (and the
-    model card check in oneiro_hf.hub) can report them without parsing the message.
+    model card check in oneiro_hf.cards) can report them without parsing the message.
     """
 
     def __init__(

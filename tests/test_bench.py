@@ -12,6 +12,7 @@ from transformers import PreTrainedTokenizerFast
 
 from oneiro_hf import DraftStats, OneiroDrafter, bench
 from oneiro_hf import loading as bench_loading
+from oneiro_hf.bench import cli as bench_cli
 from oneiro_hf.bench import runner
 from oneiro_hf.bench.report import acceptance_by_position, summarize, task_score, task_score_coverage
 
@@ -78,7 +79,7 @@ def _fake_result(tokens):
 def test_full_run_schema_report_and_plots(env, tmp_path, capsys):
     out = tmp_path / "run"
     methods = "greedy,hf-lookup,hf-lookup-kernels,hf-early-exit,hf-assistant,oneiro-lookup,oneiro-hybrid"
-    rc = bench.main(_args(env, out, "--methods", methods, "--assistant", str(env / "assistant"),
+    rc = bench_cli.main(_args(env, out, "--methods", methods, "--assistant", str(env / "assistant"),
                           "--drafter", str(env / "drafter")))
     assert rc == 0, capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
@@ -142,14 +143,14 @@ def test_resume_runs_only_missing_questions_and_drops_cut_lines(env, tmp_path, m
     q2.write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS[:2]))
     out = tmp_path / "run"
     common = ("--methods", "greedy,hf-lookup", "--no-plots")
-    assert bench.main(_args(env, out, *common, questions=q1)) == 0
+    assert bench_cli.main(_args(env, out, *common, questions=q1)) == 0
     first = {m: _lines(out / "answers" / f"{m}.jsonl") for m in ("greedy", "hf-lookup")}
     assert all(len(v) == 1 for v in first.values())
 
     calls = []
     real = runner.generate_once
     monkeypatch.setattr(runner, "generate_once", lambda ctx, m, ids, n: calls.append(m) or real(ctx, m, ids, n))
-    assert bench.main(_args(env, out, *common, "--resume", questions=q2)) == 0
+    assert bench_cli.main(_args(env, out, *common, "--resume", questions=q2)) == 0
     for m in ("greedy", "hf-lookup"):
         recs = _lines(out / "answers" / f"{m}.jsonl")
         assert [r["question_id"] for r in recs] == [1, 2]
@@ -161,7 +162,7 @@ def test_resume_runs_only_missing_questions_and_drops_cut_lines(env, tmp_path, m
     text = path.read_text()
     path.write_text(text[: len(text) - 40])
     calls.clear()
-    assert bench.main(_args(env, out, *common, "--resume", questions=q2)) == 0
+    assert bench_cli.main(_args(env, out, *common, "--resume", questions=q2)) == 0
     assert calls == ["greedy", "hf-lookup", "hf-lookup"]
     recs = _lines(path)
     assert [r["question_id"] for r in recs] == [1, 2] and recs[0] == first["hf-lookup"][0]
@@ -172,16 +173,16 @@ def test_resume_runs_only_missing_questions_and_drops_cut_lines(env, tmp_path, m
     monkeypatch.setattr("oneiro_hf.loading.load_target_and_drafter", _must_not_load)
     args = _args(env, out, *common, "--resume", questions=q2)
     args[args.index("--max-new-tokens") + 1] = "9"
-    assert bench.main(args) == 2
+    assert bench_cli.main(args) == 2
 
 
 def test_nothing_left_to_run_loads_no_model(env, tmp_path, monkeypatch):
     out = tmp_path / "run"
     q1 = tmp_path / "q1.jsonl"
     q1.write_text(json.dumps(QUESTIONS[2]) + "\n")
-    assert bench.main(_args(env, out, "--methods", "greedy", "--no-plots", questions=q1)) == 0
+    assert bench_cli.main(_args(env, out, "--methods", "greedy", "--no-plots", questions=q1)) == 0
     monkeypatch.setattr("oneiro_hf.loading.load_target_and_drafter", _must_not_load)
-    assert bench.main(_args(env, out, "--methods", "greedy", "--no-plots", "--resume", questions=q1)) == 0
+    assert bench_cli.main(_args(env, out, "--methods", "greedy", "--no-plots", "--resume", questions=q1)) == 0
 
 
 # ------------------------------------------------------------------------------------------- interleaving
@@ -194,7 +195,7 @@ def test_methods_rotate_per_question(env, tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner, "generate_once", fake)
     methods = ["greedy", "hf-lookup", "hf-early-exit"]
-    assert bench.main(_args(env, tmp_path / "run", "--methods", ",".join(methods), "--no-plots")) == 0
+    assert bench_cli.main(_args(env, tmp_path / "run", "--methods", ",".join(methods), "--no-plots")) == 0
     assert calls[:3] == methods  # warm-up
     expected = []
     for i, q in enumerate(QUESTIONS):
@@ -216,8 +217,8 @@ def test_lossy_lossless_method_is_flagged(env, tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(runner, "generate_once", lossy)
     out = tmp_path / "run"
-    rc = bench.main(_args(env, out, "--methods", "greedy,hf-lookup,hf-early-exit", "--no-plots"))
-    assert rc == bench.EXIT_LOSSLESS_VIOLATION != 0
+    rc = bench_cli.main(_args(env, out, "--methods", "greedy,hf-lookup,hf-early-exit", "--no-plots"))
+    assert rc == bench_cli.EXIT_LOSSLESS_VIOLATION != 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["lossless_violations"] == ["hf-lookup"]
     assert summary["lossless_violation_questions"]["hf-lookup"] == [1, 2, 3, 4]
@@ -306,7 +307,7 @@ def test_bad_inputs_fail_before_any_model_loads(env, tmp_path, no_loading, capsy
     elif case == "profile_missing":
         args.remove("--no-profile")
         args += ["--methods", "oneiro-hybrid", "--drafter", "fresh", "--latency-profile", str(tmp_path / "p.json")]
-    assert bench.main(args) == bench.EXIT_BAD_INPUT
+    assert bench_cli.main(args) == bench_cli.EXIT_BAD_INPUT
     assert message in capsys.readouterr().err
 
 
@@ -367,7 +368,7 @@ def test_relaxed_method_runs(env, tmp_path):
     if not _relaxed_supported():
         pytest.skip("this oneiro-hf has no relaxed verification yet")
     out = tmp_path / "run"
-    assert bench.main(_args(env, out, "--methods", "greedy,oneiro-topk-2,oneiro-threshold-0.5", "--drafter",
+    assert bench_cli.main(_args(env, out, "--methods", "greedy,oneiro-topk-2,oneiro-threshold-0.5", "--drafter",
                             "fresh", "--no-plots")) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["methods"]["oneiro-topk-2"]["relaxed"] and summary["lossless_violations"] == []
@@ -384,8 +385,8 @@ def test_relaxed_method_unsupported_fails_clearly(env, tmp_path, monkeypatch, ca
     monkeypatch.setattr(OneiroDrafter, "drafting_settings", without_relaxed)
     calls = []
     monkeypatch.setattr(runner, "generate_once", lambda *a: calls.append(a) or _fake_result([5]))
-    rc = bench.main(_args(env, tmp_path / "run", "--methods", "greedy,oneiro-topk-2", "--drafter", "fresh"))
-    assert rc == bench.EXIT_BAD_INPUT and not calls
+    rc = bench_cli.main(_args(env, tmp_path / "run", "--methods", "greedy,oneiro-topk-2", "--drafter", "fresh"))
+    assert rc == bench_cli.EXIT_BAD_INPUT and not calls
     assert "oneiro-topk-2 needs relaxed verification" in capsys.readouterr().err
 
 
@@ -401,13 +402,13 @@ def test_interrupted_run_keeps_answers_and_resumes(env, tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "generate_once", fake)
     out = tmp_path / "run"
     args = _args(env, out, "--methods", "greedy,hf-lookup", "--no-plots")
-    assert bench.main(args) == bench.EXIT_INTERRUPTED
+    assert bench_cli.main(args) == bench_cli.EXIT_INTERRUPTED
     summary = json.loads((out / "summary.json").read_text())
     assert summary["partial"] and summary["methods"]["greedy"]["overall"]["n_prompts"] == 1
     assert all(len(_lines(out / "answers" / f"{m}.jsonl")) == 1 for m in ("greedy", "hf-lookup"))
     calls.clear()
     monkeypatch.setattr(runner, "generate_once", lambda *a: calls.append(a[1]) or _fake_result([5, 6]))
-    assert bench.main(args + ["--resume"]) == 0
+    assert bench_cli.main(args + ["--resume"]) == 0
     assert len(calls) == 2 + 2 * 3  # warm-up + questions 2..4 (one turn each) for both methods
     assert [r["question_id"] for r in _lines(out / "answers" / "greedy.jsonl")] == [1, 2, 3, 4]
 
@@ -415,7 +416,7 @@ def test_interrupted_run_keeps_answers_and_resumes(env, tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------------------- profile
 def test_profile_subcommand_and_automatic_use(env, tmp_path, monkeypatch):
     monkeypatch.setenv("ONEIRO_HF_CACHE", str(tmp_path / "cache"))
-    assert bench.main(["profile", "--target", str(env / "target"), "--max-k", "3", "--context-len", "8",
+    assert bench_cli.main(["profile", "--target", str(env / "target"), "--max-k", "3", "--context-len", "8",
                        "--repeats", "1", "--threads", "1"]) == 0
     files = list((tmp_path / "cache" / "latency").glob("target-*-cpu-float32.json"))
     assert len(files) == 1
@@ -429,7 +430,7 @@ def test_profile_subcommand_and_automatic_use(env, tmp_path, monkeypatch):
     q1 = tmp_path / "q1.jsonl"
     q1.write_text(json.dumps(QUESTIONS[2]) + "\n")
     args[args.index("--questions") + 1] = str(q1)
-    assert bench.main(args) == 0
+    assert bench_cli.main(args) == 0
     assert len(used) == 1 and used[0]["ratios"] == {1: 1.0, 2: profile["ratios"]["2"], 3: profile["ratios"]["3"]}
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["config"]["latency_profile_used"] == str(files[0])
@@ -479,7 +480,7 @@ def test_extra_drafters_compare_in_one_run(env, tmp_path, capsys, monkeypatch):
     real_load = bench_loading.load_drafter
     monkeypatch.setattr(bench_loading, "load_drafter", lambda *a: loaded.append(real_load(*a)) or loaded[-1])
     out = tmp_path / "run"
-    rc = bench.main(_args(env, out, "--methods", "oneiro-hybrid,oneiro-hybrid@b,oneiro-latent@b", "--no-plots",
+    rc = bench_cli.main(_args(env, out, "--methods", "oneiro-hybrid,oneiro-hybrid@b,oneiro-latent@b", "--no-plots",
                           "--drafter", str(env / "drafter"), "--extra-drafter", f"b={short}"))
     assert rc == 0, capsys.readouterr().err
     summary = json.loads((out / "summary.json").read_text())
@@ -493,9 +494,9 @@ def test_extra_drafters_compare_in_one_run(env, tmp_path, capsys, monkeypatch):
     assert len(loaded) == 1 and loaded[0].config.max_draft_tokens == 1 and loaded[0].last_stats.steps > 0
     assert json.loads((out / "run_config.json").read_text())["extra_drafters"] == {"b": str(short)}
     # resuming with another drafter behind the name is refused
-    rc = bench.main(_args(env, out, "--methods", "oneiro-hybrid@b", "--no-plots", "--resume",
+    rc = bench_cli.main(_args(env, out, "--methods", "oneiro-hybrid@b", "--no-plots", "--resume",
                           "--extra-drafter", "b=fresh"))
-    assert rc == bench.EXIT_BAD_INPUT and "drafter b of oneiro-hybrid@b" in capsys.readouterr().err
+    assert rc == bench_cli.EXIT_BAD_INPUT and "drafter b of oneiro-hybrid@b" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("extra", "message"), [
@@ -506,15 +507,15 @@ def test_extra_drafters_compare_in_one_run(env, tmp_path, capsys, monkeypatch):
 ])
 def test_extra_drafter_bad_input(env, tmp_path, monkeypatch, capsys, extra, message):
     monkeypatch.setattr("oneiro_hf.loading.load_target_and_drafter", _must_not_load)
-    assert bench.main(_args(env, tmp_path / "run", *extra)) == bench.EXIT_BAD_INPUT
+    assert bench_cli.main(_args(env, tmp_path / "run", *extra)) == bench_cli.EXIT_BAD_INPUT
     assert message in capsys.readouterr().err
 
 
 def test_extra_drafter_for_another_target_is_refused(env, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("oneiro_hf.loading.load_target_and_drafter", _must_not_load)
-    rc = bench.main(_args(env, tmp_path / "run", "--methods", "oneiro-latent@o",
+    rc = bench_cli.main(_args(env, tmp_path / "run", "--methods", "oneiro-latent@o",
                           "--extra-drafter", f"o={env / 'other_drafter'}"))
-    assert rc == bench.EXIT_BAD_INPUT
+    assert rc == bench_cli.EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert "--extra-drafter o" in err and "hidden_size: drafter expects 96, target has 64" in err
 
@@ -530,7 +531,7 @@ def test_fixed_latent_method_drafts_n_tokens_every_step(env, tmp_path):
         with pytest.raises(bench.BenchInputError, match="N must be an integer"):
             bench.parse_method(bad)
     out = tmp_path / "run"
-    assert bench.main(_args(env, out, "--methods", "greedy,oneiro-latent,oneiro-latent-fixed-3", "--drafter",
+    assert bench_cli.main(_args(env, out, "--methods", "greedy,oneiro-latent,oneiro-latent-fixed-3", "--drafter",
                             "fresh", "--no-plots", "--max-new-tokens", "24")) == 0
     methods = json.loads((out / "summary.json").read_text())["methods"]
     fixed, adaptive = methods["oneiro-latent-fixed-3"]["overall"], methods["oneiro-latent"]["overall"]
@@ -543,7 +544,7 @@ def test_fixed_latent_method_drafts_n_tokens_every_step(env, tmp_path):
 # ----------------------------------------------------------------------------------------- breakdown
 def test_breakdown_splits_time_and_bounds_speedup(env, tmp_path, capsys):
     out = tmp_path / "run"
-    assert bench.main(_args(env, out, "--methods", "greedy,hf-lookup,oneiro-lookup,oneiro-latent-fixed-2",
+    assert bench_cli.main(_args(env, out, "--methods", "greedy,hf-lookup,oneiro-lookup,oneiro-latent-fixed-2",
                             "--drafter", "fresh", "--no-plots", "--max-new-tokens", "16")) == 0
     ratios = {1: 1.0, 2: 1.5, 3: 1.8, 4: 2.0}
     stock = {1: 1.0, 2: 1.9, 3: 2.4, 4: 2.5}  # the stock kernels' t(k): priced for the stock methods only
@@ -551,7 +552,7 @@ def test_breakdown_splits_time_and_bounds_speedup(env, tmp_path, capsys):
     profile.write_text(json.dumps({"t1_s": 0.01, "ratios": ratios, "stock": {"t1_s": 0.012, "ratios": stock}}))
     stale = out / "answers" / "oneiro-hybrid.jsonl"  # left by an earlier run with other methods: not this run's
     stale.write_text((out / "answers" / "greedy.jsonl").read_text())
-    assert bench.main(["breakdown", "--run", str(out), "--latency-profile", str(profile)]) == 0
+    assert bench_cli.main(["breakdown", "--run", str(out), "--latency-profile", str(profile)]) == 0
     result = json.loads((out / "breakdown.json").read_text())
     assert set(result["methods"]) == {"greedy", "oneiro-greedy", "hf-lookup", "oneiro-lookup",
                                       "oneiro-latent-fixed-2"}
@@ -590,12 +591,12 @@ def test_breakdown_splits_time_and_bounds_speedup(env, tmp_path, capsys):
 
 def test_breakdown_prices_drafter_calls_when_the_profile_has_a_drafter_step_cost(env, tmp_path):
     out = tmp_path / "run"
-    assert bench.main(_args(env, out, "--methods", "greedy,oneiro-lookup,oneiro-latent-fixed-2", "--drafter",
+    assert bench_cli.main(_args(env, out, "--methods", "greedy,oneiro-lookup,oneiro-latent-fixed-2", "--drafter",
                             "fresh", "--no-plots", "--max-new-tokens", "16")) == 0
     ratios = {1: 1.0, 2: 1.5, 3: 1.8, 4: 2.0}
     profile = tmp_path / "tk.json"
     profile.write_text(json.dumps({"t1_s": 0.01, "ratios": ratios, "drafter_step_ratio": 0.25}))
-    assert bench.main(["breakdown", "--run", str(out), "--latency-profile", str(profile)]) == 0
+    assert bench_cli.main(["breakdown", "--run", str(out), "--latency-profile", str(profile)]) == 0
     result = json.loads((out / "breakdown.json").read_text())
     assert "drafter calls priced" in (out / "breakdown.md").read_text()
     lines = _lines(out / "answers" / "oneiro-latent-fixed-2.jsonl")
@@ -614,11 +615,11 @@ def test_breakdown_prices_drafter_calls_when_the_profile_has_a_drafter_step_cost
 
 
 def test_breakdown_refuses_what_it_cannot_read(env, tmp_path, capsys):
-    assert bench.main(["breakdown", "--run", str(tmp_path)]) == bench.EXIT_BAD_INPUT
+    assert bench_cli.main(["breakdown", "--run", str(tmp_path)]) == bench_cli.EXIT_BAD_INPUT
     assert "greedy.jsonl not found" in capsys.readouterr().err
     out = tmp_path / "run"
-    assert bench.main(_args(env, out, "--methods", "greedy", "--no-plots")) == 0
-    assert bench.main(["breakdown", "--run", str(out)]) == bench.EXIT_BAD_INPUT  # ran with --no-profile
+    assert bench_cli.main(_args(env, out, "--methods", "greedy", "--no-plots")) == 0
+    assert bench_cli.main(["breakdown", "--run", str(out)]) == bench_cli.EXIT_BAD_INPUT  # ran with --no-profile
     assert "names no readable latency profile" in capsys.readouterr().err
 
 
@@ -626,9 +627,9 @@ def test_breakdown_refuses_what_it_cannot_read(env, tmp_path, capsys):
 def test_merge_of_category_shards_is_one_run(env, tmp_path, capsys):
     methods = ("--methods", "greedy,oneiro-lookup", "--drafter", "fresh", "--no-plots")
     a, b, merged = tmp_path / "a", tmp_path / "b", tmp_path / "merged"
-    assert bench.main(_args(env, a, *methods, "--categories", "writing")) == 0
-    assert bench.main(_args(env, b, *methods, "--categories", "math_reasoning")) == 0
-    assert bench.main(["merge", str(a), str(b), "--into", str(merged), "--no-plots"]) == 0
+    assert bench_cli.main(_args(env, a, *methods, "--categories", "writing")) == 0
+    assert bench_cli.main(_args(env, b, *methods, "--categories", "math_reasoning")) == 0
+    assert bench_cli.main(["merge", str(a), str(b), "--into", str(merged), "--no-plots"]) == 0
     summary = json.loads((merged / "summary.json").read_text())
     shards = [json.loads((d / "summary.json").read_text()) for d in (a, b)]
     for method in ("greedy", "oneiro-lookup"):
@@ -644,16 +645,16 @@ def test_merge_of_category_shards_is_one_run(env, tmp_path, capsys):
 
     # what does not split one benchmark is refused, naming the difference
     c = tmp_path / "c"
-    assert bench.main(_args(env, c, *methods, "--categories", "writing", "--max-new-tokens", "5")) == 0
-    assert bench.main(["merge", str(a), str(c), "--into", str(tmp_path / "x")]) == bench.EXIT_BAD_INPUT
+    assert bench_cli.main(_args(env, c, *methods, "--categories", "writing", "--max-new-tokens", "5")) == 0
+    assert bench_cli.main(["merge", str(a), str(c), "--into", str(tmp_path / "x")]) == bench_cli.EXIT_BAD_INPUT
     err = capsys.readouterr().err
     assert "max_new_tokens" in err and "question 1 is in both" in err
     d = tmp_path / "d"
-    assert bench.main(_args(env, d, "--methods", "greedy", "--no-plots", "--categories", "math_reasoning")) == 0
-    assert bench.main(["merge", str(a), str(d), "--into", str(tmp_path / "y")]) == bench.EXIT_BAD_INPUT
+    assert bench_cli.main(_args(env, d, "--methods", "greedy", "--no-plots", "--categories", "math_reasoning")) == 0
+    assert bench_cli.main(["merge", str(a), str(d), "--into", str(tmp_path / "y")]) == bench_cli.EXIT_BAD_INPUT
     assert "methods:" in capsys.readouterr().err
-    assert bench.main(["merge", str(a), str(b), "--into", str(a)]) == bench.EXIT_BAD_INPUT
-    assert bench.main(["merge", str(a), str(tmp_path / "nothing"), "--into", str(tmp_path / "z")]) == bench.EXIT_BAD_INPUT
+    assert bench_cli.main(["merge", str(a), str(b), "--into", str(a)]) == bench_cli.EXIT_BAD_INPUT
+    assert bench_cli.main(["merge", str(a), str(tmp_path / "nothing"), "--into", str(tmp_path / "z")]) == bench_cli.EXIT_BAD_INPUT
     assert "not a finished oneiro-bench run" in capsys.readouterr().err
 
 
@@ -668,11 +669,11 @@ def test_questions_come_from_the_flag_or_the_environment_never_the_working_direc
     args = _args(env, tmp_path / "run", "--methods", "greedy", "--no-plots")
     i = args.index("--questions")
     without = args[:i] + args[i + 2:]
-    assert bench.main(without) == bench.EXIT_BAD_INPUT
+    assert bench_cli.main(without) == bench_cli.EXIT_BAD_INPUT
     assert "--questions FILE.jsonl" in capsys.readouterr().err
     monkeypatch.setattr(loading, "load_target_and_drafter", real_load)
     monkeypatch.setenv("ONEIRO_BENCH_QUESTIONS", str(env / "questions.jsonl"))
-    assert bench.main(without) == 0
+    assert bench_cli.main(without) == 0
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["config"]["questions"] == str((env / "questions.jsonl").resolve())
     assert summary["config"]["n_questions"] == len(QUESTIONS)

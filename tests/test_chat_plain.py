@@ -14,7 +14,6 @@ from transformers import PreTrainedTokenizerFast
 
 from oneiro_hf.bench import runner
 from oneiro_hf.chat import PLAIN_HEADER, encode_prompt, plain_prompt_text
-from oneiro_hf.training.prompts import user_turn_prefix
 from oneiro_hf.training.selfdistill import generate_self_distillation_data
 
 
@@ -52,11 +51,6 @@ def test_encode_prompt_without_template_tokenises_the_document_with_one_bos():
 def test_an_unknown_role_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="role 'tool'.*Fix: use the roles"):
         encode_prompt(_base_tokenizer(), [{"role": "tool", "content": "w1"}])
-
-
-def test_magpie_questions_are_sampled_in_the_same_document():
-    prefix = user_turn_prefix(_base_tokenizer())
-    assert plain_prompt_text([{"role": "user", "content": "w5"}]).startswith(prefix + " w5")
 
 
 def test_benchmark_feeds_a_base_target_the_ids_of_its_self_distillation_records(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ from tiny import make_model
 from transformers import TrainingArguments
 
 import oneiro_hf
-from oneiro_hf import DraftStats, OneiroDrafter, OneiroDrafterConfig, bench, prepacked_linear
+from oneiro_hf import DraftStats, OneiroDrafter, OneiroDrafterConfig, prepacked_linear
 from oneiro_hf.latency import load_profile, profile_verification_latency, save_profile
 from oneiro_hf.loading import default_drafter_dir, load_target_and_drafter
 from oneiro_hf.training.cli import DataArguments, ModelArguments
@@ -105,7 +105,7 @@ def _parser_flags(parser) -> list[str]:
 
 
 def test_every_cli_flag_is_documented(api):
-    cli = bench.cli
+    from oneiro_hf.bench import cli
     flags = (_parser_flags(cli._run_parser()) + _parser_flags(cli._profile_parser())
              + _parser_flags(cli._breakdown_parser()) + _parser_flags(cli._merge_parser()))
     inherited = {f.name for f in dataclasses.fields(TrainingArguments)}

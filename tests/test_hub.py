@@ -507,6 +507,17 @@ def test_card_labels_relaxed_verification_lossy():
     assert "oneiro-hybrid *(differs from greedy)*" in card.content and "Lossless violation" in card.content
 
 
+def test_card_and_bench_report_classify_methods_alike():
+    from oneiro_hf.bench.report import is_relaxed
+    from oneiro_hf.cards import _method_is_lossy
+
+    names = ["greedy", "oneiro-hybrid", "oneiro-tree", "oneiro-topk-2", "oneiro-threshold-0.1@refined",
+             "oneiro-latent-fixed-3", "hf-lookup"]
+    for name in names:  # the method name alone: the report's classification
+        assert _method_is_lossy(name, {}) is is_relaxed(name), name
+    assert _method_is_lossy("some-new-method", {"relaxed": True})  # a summary's own flag wins
+
+
 def test_card_training_provenance():
     _, drafter = _drafter(vocab_ids=list(range(3, 67)))
     info = {

@@ -1,5 +1,9 @@
-"""Imports inside oneiro_hf run one way: no module imports (at the top or inside a function) a module that
-imports it back, directly or around a cycle."""
+"""Imports inside oneiro_hf run one way: no module imports (at the top, inside a function, or under
+`if TYPE_CHECKING:`) a module that imports it back, directly or around a cycle.
+
+`from pkg import name` reads pkg's namespace, so it counts as an import of the package pkg (its __init__ must
+have run) and, when pkg.name is a module, of that module too: a package's __init__ that imports one of its
+modules which imports from the package is a cycle."""
 
 from __future__ import annotations
 
@@ -14,26 +18,14 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _runtime_nodes(tree: ast.AST):
-    """Every node, except under `if TYPE_CHECKING:` (imports for annotations only, never run)."""
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        yield node
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and getattr(child.test, "id", getattr(child.test, "attr", None)) == "TYPE_CHECKING":
-                stack.extend(child.orelse)
-                continue
-            stack.append(child)
-
-
-def imported_modules(path: Path, modules: set[str]) -> set[str]:
-    """The oneiro_hf modules `path` imports, anywhere in it; `from pkg import name` counts as pkg.name when
-    that is a module, else as pkg."""
-    own = module_name(path)
-    package = own if path.name == "__init__.py" else own.rpartition(".")[0]
+def imported_modules(path: Path, modules: set[str], package: str | None = None) -> set[str]:
+    """The oneiro_hf modules `path` imports, anywhere in it (TYPE_CHECKING blocks and functions included);
+    `from pkg import name` counts as pkg, and as pkg.name too when that is a module."""
+    own = module_name(path) if package is None else f"{package}.{path.stem}"
+    if package is None:
+        package = own if path.name == "__init__.py" else own.rpartition(".")[0]
     found = set()
-    for node in _runtime_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -43,8 +35,8 @@ def imported_modules(path: Path, modules: set[str]) -> set[str]:
                 source = ".".join(base + ([node.module] if node.module else []))
             else:
                 source = node.module or ""
-            for alias in node.names:
-                found.add(f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source)
+            found.add(source)
+            found.update(f"{source}.{alias.name}" for alias in node.names)
     return {m for m in found if m in modules and m != own}
 
 
@@ -88,13 +80,19 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_the_graph_sees_lazy_and_relative_imports():
+def test_the_graph_sees_lazy_relative_and_type_checking_imports(tmp_path):
     graph = import_graph()
     assert "oneiro_hf.bench.answers" in graph["oneiro_hf.bench.merge"]
     assert "oneiro_hf.latency" in graph["oneiro_hf.bench.breakdown"]  # imported inside a function
+    assert {"oneiro_hf.bench", "oneiro_hf.bench.runner"} <= graph["oneiro_hf.bench.cli"]  # `from . import runner`
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\nelse:\n    import y\n")
-    assert {a.name for n in _runtime_nodes(tree) if isinstance(n, ast.Import) for a in n.names} == {"y"}
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .x import A\n"
+        "def f():\n    from . import y\n"
+    )
+    found = imported_modules(source.resolve(), {"oneiro_hf", "oneiro_hf.x", "oneiro_hf.y"}, package="oneiro_hf")
+    assert found == {"oneiro_hf", "oneiro_hf.x", "oneiro_hf.y"}
 
 
 def test_no_import_cycles_inside_the_package():
@@ -108,5 +106,15 @@ def test_generate_path_imports_run_one_way():
     assert "oneiro_hf.candidate_generator" in graph["oneiro_hf.integration"]
     assert "oneiro_hf.modeling_oneiro" not in graph["oneiro_hf.integration"]  # a drafter is known by a class flag
     assert not {"oneiro_hf.modeling_oneiro", "oneiro_hf.integration"} & graph["oneiro_hf.candidate_generator"]
-    for user in ("oneiro_hf.hub", "oneiro_hf.bench.plan", "oneiro_hf.training.features"):
+    for user in ("oneiro_hf.cards", "oneiro_hf.bench.plan", "oneiro_hf.training.features"):
         assert "oneiro_hf.targets" in graph[user] and "oneiro_hf.modeling_oneiro" not in graph[user], user
+
+
+def test_hub_code_never_imports_the_modeling_code():
+    graph = import_graph()
+    assert "oneiro_hf.hub" in graph["oneiro_hf.modeling_oneiro"]  # push_to_hub publishes through the Hub code
+    assert "oneiro_hf.cards" in graph["oneiro_hf.hub"]
+    for module in ("oneiro_hf.hub", "oneiro_hf.cards"):
+        assert "oneiro_hf.modeling_oneiro" not in graph[module], module
+    assert "oneiro_hf.bench.report" in graph["oneiro_hf.cards"]  # one lossy/lossless classification
+    assert "oneiro_hf.bench.cli" not in graph["oneiro_hf.bench"]

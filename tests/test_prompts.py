@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import json
 from pathlib import Path
@@ -11,7 +10,6 @@ import pytest
 
 from oneiro_hf.training.prompts import (
     SOURCES,
-    debian_prompts,
     iter_prompts,
     load_user_prompts,
     make_prompt,
@@ -51,24 +49,25 @@ def test_synthetic_prompts_cover_many_task_types() -> None:
     assert {"math", "reasoning", "writing", "roleplay", "coding", "extraction", "translation"} <= kinds
 
 
-def test_debian_prompts_read_text_and_gzip_and_skip_binary(tmp_path: Path) -> None:
-    docs = tmp_path / "doc" / "pkg"
-    docs.mkdir(parents=True)
-    para = "The frobnicator reads configuration from /etc/frob.conf and writes reports daily. " * 6
-    (docs / "README").write_text(para + "\n\n" + para.replace("frobnicator", "widget"))
-    with gzip.open(docs / "changelog.Debian.gz", "wt") as fh:
-        fh.write("pkg (1.2-1) unstable; urgency=medium\n\n  * Fixed the frobnicator crash. " + "x " * 200)
-    (docs / "README.bin").write_bytes(b"\x00\x01binary" * 100)
-    recs = list(debian_prompts(seed=0, roots=[tmp_path / "doc", tmp_path / "missing"]))
-    _check_records(recs, "debian")
-    text = "\n".join(r["prompt"] for r in recs)
-    assert "frobnicator" in text and "Fixed the frobnicator crash" in text
-    assert "binary" not in text
-    assert recs == list(debian_prompts(seed=0, roots=[tmp_path / "doc"]))
+def test_the_shipped_drafters_synthetic_prompts_are_regenerated() -> None:
+    """The word lists moved to data/words.json: seed 0 still yields the prompts the shipped data was made from."""
+    from oneiro_hf.training.records import dataset_ids
+
+    root = Path(__file__).resolve().parent.parent / "data" / "selfdistill"
+    prompts = [r["id"] for r in _take(synthetic_prompts(seed=0), 300)]
+    for name in ("smollm2-135m-instruct", "gemma-3-270m"):
+        shipped = dataset_ids(root / name)
+        missing = [i for i in prompts if i not in shipped]
+        assert not missing, f"{name}: {len(missing)} of seed 0's first 300 synthetic prompts changed, e.g. {missing[:2]}"
 
 
-def test_debian_prompts_without_docs_yields_nothing(tmp_path: Path) -> None:
-    assert list(debian_prompts(roots=[tmp_path / "nope"])) == []
+def test_word_lists_are_package_data() -> None:
+    from oneiro_hf.training.prompts import words
+
+    lists = words.load_word_lists()
+    assert words.WORDS_FILE.is_file() and words.WORDS_FILE.suffix == ".json"
+    assert lists["ITEMS"][0] == ("notebook", 3) and "French" in lists["LANGUAGES"]
+    assert all(lists[name] for name in lists), "an empty word list"
 
 
 def test_iter_prompts_mixes_sources_deterministically() -> None:
@@ -79,9 +78,10 @@ def test_iter_prompts_mixes_sources_deterministically() -> None:
     assert recs == list(iter_prompts(["stdlib", "synthetic:2"], limit=50, seed=3))
 
 
-def test_iter_prompts_magpie_needs_the_model() -> None:
-    with pytest.raises(ValueError, match="model"):
-        list(iter_prompts("synthetic,magpie", limit=3))
+@pytest.mark.parametrize("removed", ["debian", "magpie"])
+def test_removed_sources_are_refused_with_the_kept_ones(removed: str) -> None:
+    with pytest.raises(ValueError, match=f"Unknown prompt source '{removed}'.*stdlib, synthetic"):
+        parse_sources(f"synthetic,{removed}")
 
 
 @pytest.mark.parametrize("bad", ["nonsense", "stdlib:zero", "stdlib:-1", ""])
@@ -168,8 +168,8 @@ def test_scan_existing_refuses_corruption_in_the_middle(tmp_path: Path) -> None:
 def test_self_distillation_matches_unbatched_greedy_and_resumes(tmp_path: Path) -> None:
     import torch
 
+    from oneiro_hf.chat import stop_token_ids
     from oneiro_hf.reference_models import load_reference_model
-    from oneiro_hf.training.prompts import stop_token_ids
     from oneiro_hf.training.selfdistill import generate_batch, generate_self_distillation_data
 
     torch.set_num_threads(1)

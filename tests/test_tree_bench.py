@@ -8,6 +8,7 @@ import pytest
 from test_bench import _args, _lines, env  # noqa: F401  (env is the module-scoped tiny target on disk)
 
 from oneiro_hf import bench
+from oneiro_hf.bench import cli as bench_cli
 from oneiro_hf.tree.cost import H200_RATIOS, modelled_speedup
 
 
@@ -29,7 +30,7 @@ def test_tree_run_next_to_the_chain_and_its_h200_breakdown(env, tmp_path):  # no
     methods = "greedy,oneiro-hybrid,oneiro-tree,oneiro-tree-4,oneiro-tree-fixed-6"
     # Pinned to the H200 profile: tree sizes then follow from fixed t(k), not from this machine's timings,
     # so the size variant's non-empty trees below do not depend on how busy the machine is.
-    assert bench.main(_args(env, out, "--methods", methods, "--drafter", "fresh", "--no-plots",
+    assert bench_cli.main(_args(env, out, "--methods", methods, "--drafter", "fresh", "--no-plots",
                             "--max-new-tokens", "16", "--pin-profile", "h200")) == 0
     summary = json.loads((out / "summary.json").read_text())["methods"]
     for method in ("oneiro-tree", "oneiro-tree-4", "oneiro-tree-fixed-6"):
@@ -49,7 +50,7 @@ def test_tree_run_next_to_the_chain_and_its_h200_breakdown(env, tmp_path):  # no
         turns = len(choice["new_tokens"])  # each turn's prefill is logged as a pass without drafts
         assert len(record["oneiro_stats"]["tree_branch_ranks"]) == len(choice["draft_lengths"]) - turns
 
-    assert bench.main(["breakdown", "--run", str(out), "--latency-profile", "h200"]) == 0
+    assert bench_cli.main(["breakdown", "--run", str(out), "--latency-profile", "h200"]) == 0
     assert "Modelled on the H200" in (out / "breakdown_h200.md").read_text()
     row = json.loads((out / "breakdown_h200.json").read_text())["methods"]["oneiro-tree"]["overall"]
     tokens = sum(sum(c["new_tokens"]) for r in lines for c in r["choices"])
@@ -71,33 +72,33 @@ def test_pinned_profile_decides_as_on_the_h200_and_never_relearns(env, tmp_path)
     assert DraftPolicyState().drafting_cost(measured_s=9.0, drafter_calls=3) == 9.0  # unpinned: as measured
 
     out = tmp_path / "run"
-    assert bench.main(_args(env, out, "--methods", "greedy,oneiro-hybrid,oneiro-tree", "--drafter", "fresh",
+    assert bench_cli.main(_args(env, out, "--methods", "greedy,oneiro-hybrid,oneiro-tree", "--drafter", "fresh",
                             "--no-plots", "--max-new-tokens", "12", "--pin-profile", "h200")) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["config"]["pin_profile"] == "h200"
     assert summary["methods"]["oneiro-tree"]["overall"]["identical_to_greedy"] == 1.0
-    assert bench.main(_args(env, tmp_path / "bad", "--pin-profile", "a100")) == bench.EXIT_BAD_INPUT
+    assert bench_cli.main(_args(env, tmp_path / "bad", "--pin-profile", "a100")) == bench_cli.EXIT_BAD_INPUT
 
 
 def test_a_cheaper_drafter_call_is_a_pinned_what_if(env, tmp_path):  # noqa: F811
     out = tmp_path / "run"
     common = ("--methods", "greedy,oneiro-hybrid", "--drafter", "fresh", "--no-plots", "--max-new-tokens", "12")
-    assert bench.main(_args(env, out, *common, "--pin-profile", "h200", "--drafter-call-ratio", "0")) == 0
+    assert bench_cli.main(_args(env, out, *common, "--pin-profile", "h200", "--drafter-call-ratio", "0")) == 0
     assert json.loads((out / "summary.json").read_text())["config"]["drafter_call_ratio"] == 0.0
     assert json.loads((out / "run_config.json").read_text())["drafter_call_ratio"] == 0.0
     # resuming with another call cost would mix two what-ifs in one run
-    assert bench.main(_args(env, out, *common, "--pin-profile", "h200", "--resume")) == bench.EXIT_BAD_INPUT
+    assert bench_cli.main(_args(env, out, *common, "--pin-profile", "h200", "--resume")) == bench_cli.EXIT_BAD_INPUT
 
-    assert bench.main(["breakdown", "--run", str(out), "--latency-profile", "h200", "--drafter-call-ratio", "0"]) == 0
+    assert bench_cli.main(["breakdown", "--run", str(out), "--latency-profile", "h200", "--drafter-call-ratio", "0"]) == 0
     free = json.loads((out / "breakdown_h200_call0.json").read_text())["methods"]["oneiro-hybrid"]["overall"]
     assert "What-if" in (out / "breakdown_h200_call0.md").read_text()
     assert free["drafter_calls_per_pass"] > 0  # free calls: the drafter drafted
     assert free["modelled_with_drafting"] == pytest.approx(free["modelled_speedup"])
-    assert bench.main(["breakdown", "--run", str(out), "--latency-profile", "h200", "--drafter-call-ratio", "1"]) == 0
+    assert bench_cli.main(["breakdown", "--run", str(out), "--latency-profile", "h200", "--drafter-call-ratio", "1"]) == 0
     dear = json.loads((out / "breakdown_h200_call1.json").read_text())["methods"]["oneiro-hybrid"]["overall"]
     assert dear["modelled_with_drafting"] < free["modelled_with_drafting"]
 
-    assert bench.main(_args(env, tmp_path / "a", *common, "--drafter-call-ratio", "0.05")) == bench.EXIT_BAD_INPUT
-    assert bench.main(_args(env, tmp_path / "b", *common, "--pin-profile", "h200",
-                            "--drafter-call-ratio", "-1")) == bench.EXIT_BAD_INPUT
-    assert bench.main(["breakdown", "--run", str(out), "--drafter-call-ratio", "-1"]) != 0
+    assert bench_cli.main(_args(env, tmp_path / "a", *common, "--drafter-call-ratio", "0.05")) == bench_cli.EXIT_BAD_INPUT
+    assert bench_cli.main(_args(env, tmp_path / "b", *common, "--pin-profile", "h200",
+                            "--drafter-call-ratio", "-1")) == bench_cli.EXIT_BAD_INPUT
+    assert bench_cli.main(["breakdown", "--run", str(out), "--drafter-call-ratio", "-1"]) != 0

@@ -11,23 +11,18 @@
     profile    the target's verification latency t(k) (`oneiro-bench profile`)
 
 Imports run downwards: cli -> plan/runner -> methods -> answers/report; breakdown and merge read files
-through answers, never through the runner.
+through answers, never through the runner. The package itself does not import `cli` (which imports from the
+package): the command is `oneiro_hf.bench.cli.main(argv)`, and `python -m oneiro_hf.bench` runs it.
 """
 
 from .answers import BenchInputError, load_questions, read_answers
-from .cli import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_LOSSLESS_VIOLATION, EXIT_OK, main
 from .methods import MethodSpec, parse_method, parse_methods
 
 __all__ = [
-           "EXIT_BAD_INPUT",
-           "EXIT_INTERRUPTED",
-           "EXIT_LOSSLESS_VIOLATION",
-           "EXIT_OK",
-           "BenchInputError",
-           "MethodSpec",
-           "load_questions",
-           "main",
-           "parse_method",
-           "parse_methods",
-           "read_answers",
+    "BenchInputError",
+    "MethodSpec",
+    "load_questions",
+    "parse_method",
+    "parse_methods",
+    "read_answers",
 ]

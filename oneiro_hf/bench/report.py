@@ -87,14 +87,14 @@ def _task_reference(category: str, reference: Any) -> Any:
 
 def task_scores(category: str, answers: list[list[str]], references: list[Any]) -> list[float | None]:
     """Per answer (its turns), the category's task score against its Spec-Bench reference, or None."""
-    from .. import metrics
+    from ..metrics import load as load_metric
 
     if category not in TASK_METRICS:
         return [None] * len(answers)
     usable = [i for i, (a, r) in enumerate(zip(answers, references)) if a and _task_reference(category, r)]
     scores: list[float | None] = [None] * len(answers)
     if usable:
-        result = metrics.load("spec_task_score", category).compute(
+        result = load_metric("spec_task_score", category).compute(
             predictions=[answers[i][0] for i in usable],
             references=[_task_reference(category, references[i]) for i in usable],
             per_example=True,
@@ -121,7 +121,7 @@ def _turn_ids(rec: dict) -> list | None:
 def identical_to_greedy(rows: list[dict], greedy_by_id: dict) -> list[bool | None]:
     """Per row: its token ids equal greedy's in every turn (``token_identity``); text-exact for records without
     ids; None without a greedy answer."""
-    from .. import metrics
+    from ..metrics import load as load_metric
 
     result: list[bool | None] = [None] * len(rows)
     preds, refs, owner = [], [], []
@@ -138,7 +138,7 @@ def identical_to_greedy(rows: list[dict], greedy_by_id: dict) -> list[bool | Non
         refs += b
         owner += [i] * len(a)
     if preds:
-        same = metrics.load("token_identity").compute(predictions=preds, references=refs, per_example=True)
+        same = load_metric("token_identity").compute(predictions=preds, references=refs, per_example=True)
         for i, ok in zip(owner, same["identical_per_example"]):
             result[i] = result[i] and ok
     return result
@@ -146,7 +146,7 @@ def identical_to_greedy(rows: list[dict], greedy_by_id: dict) -> list[bool | Non
 
 def fidelity_to_greedy(rows: list[dict], greedy_by_id: dict) -> tuple[list[float], list[float]]:
     """ROUGE-L F1 per question (mean over its turns) and exact match per turn against greedy (``spec_fidelity``)."""
-    from .. import metrics
+    from ..metrics import load as load_metric
 
     preds, refs, owner = [], [], []
     for i, rec in enumerate(rows):
@@ -159,7 +159,7 @@ def fidelity_to_greedy(rows: list[dict], greedy_by_id: dict) -> tuple[list[float
         owner += [i] * len(pairs)
     if not preds:
         return [], []
-    result = metrics.load("spec_fidelity").compute(predictions=preds, references=refs, per_example=True)
+    result = load_metric("spec_fidelity").compute(predictions=preds, references=refs, per_example=True)
     per_question: dict[int, list[float]] = {}
     for i, score in zip(owner, result["rouge_l_per_example"]):
         per_question.setdefault(i, []).append(score)

@@ -58,8 +58,6 @@ UINT16_VOCAB_LIMIT = 1 << 16
 BUILTIN_SOURCE_NOTES: dict[str, tuple[str, str]] = {
     "stdlib": ("tasks built from the Python standard library's source and docstrings", "PSF-2.0 (Python)"),
     "synthetic": ("template-built requests with random slots (oneiro-hf)", "the project's own templates"),
-    "debian": ("passages of the system's /usr/share/doc files", "each package's own licence"),
-    "magpie": ("user questions written by the target itself", "the target's licence"),
 }
 
 

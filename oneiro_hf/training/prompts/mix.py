@@ -7,10 +7,7 @@ import math
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
-from .debian import debian_prompts
-from .magpie import magpie_prompts
 from .public import public_prompts
 from .records import Prompt
 from .stdlib import stdlib_prompts
@@ -19,12 +16,10 @@ from .user import load_user_prompts
 
 logger = logging.getLogger(__name__)
 
-SOURCES: tuple[str, ...] = ("stdlib", "synthetic", "debian", "magpie", "sharegpt", "arena_hard", "ifeval")
+SOURCES: tuple[str, ...] = ("stdlib", "synthetic", "sharegpt", "arena_hard", "ifeval")
 DEFAULT_WEIGHTS: dict[str, float] = {
     "stdlib": 3.0,
     "synthetic": 4.0,
-    "debian": 1.0,
-    "magpie": 2.0,
     "sharegpt": 8.0,
     "arena_hard": 1.0,
     "ifeval": 1.0,
@@ -32,7 +27,7 @@ DEFAULT_WEIGHTS: dict[str, float] = {
 
 
 def parse_sources(sources: str | Iterable[str]) -> list[tuple[str, float]]:
-    """Parse ``"stdlib,synthetic:2,magpie"`` (or a list of such items) into (name, weight) pairs.
+    """Parse ``"stdlib,synthetic:2,sharegpt"`` (or a list of such items) into (name, weight) pairs.
 
     ``all`` expands to every built-in source; an item that is not a source name but an existing path is a
     file of user prompts. Unknown names raise with the list of valid ones.
@@ -66,7 +61,7 @@ def parse_sources(sources: str | Iterable[str]) -> list[tuple[str, float]]:
                 "a JSONL file of user prompts."
             )
     if not out:
-        raise ValueError("No prompt sources given; use e.g. --sources stdlib,synthetic,debian,magpie.")
+        raise ValueError("No prompt sources given; use e.g. --sources stdlib,synthetic.")
     return out
 
 
@@ -74,26 +69,19 @@ def iter_prompts(
     sources: str | Sequence[str],
     limit: int,
     seed: int = 0,
-    tokenizer: Any = None,
-    model: Any = None,
     exclude: Sequence[str] = (),
 ) -> Iterator[Prompt]:
     """Mix prompt sources by weight into at most ``limit`` unique prompts (deterministic for a given seed).
 
-    Sources are drawn lazily, so expensive ones (magpie generates with the target) only do the work needed.
-    A source that runs dry is dropped and the others fill the remaining quota. ``exclude``: evaluation
+    Sources are drawn lazily, so a source only does the work its share of the prompts needs. A source that runs dry is dropped and the others fill the remaining quota. ``exclude``: evaluation
     question files whose prompts the public sources (sharegpt, arena_hard, ifeval) must leave out.
     """
     if limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}.")
     parsed = parse_sources(sources)
-    if any(name == "magpie" for name, _ in parsed) and (model is None or tokenizer is None):
-        raise ValueError("The magpie source needs the target: pass model= and tokenizer= (or drop 'magpie').")
     factories: dict[str, Callable[[], Iterator[Prompt]]] = {
         "stdlib": lambda: stdlib_prompts(seed),
         "synthetic": lambda: synthetic_prompts(seed),
-        "debian": lambda: debian_prompts(seed),
-        "magpie": lambda: magpie_prompts(model, tokenizer, seed=seed),
         **{
             name: (lambda name=name: public_prompts(name, seed=seed, exclude=exclude))
             for name in ("sharegpt", "arena_hard", "ifeval")

@@ -1,461 +1,69 @@
-"""Word lists that fill the template sources' slots (languages, names, topics, tasks, ...): data only."""
+"""The word lists that fill the template sources' slots, read from data/words.json (package data).
+
+The lists live in a data file, not in code; this module loads them once and gives them names:
+
+    LANGUAGES            target languages of translation requests (`pick_language` weights the first seven)
+    CODE_LANGUAGES       programming languages to port code to
+    AUDIENCES            who an explanation is for
+    NAMES                people in word problems and stories
+    ITEMS                (item, price) pairs for shopping word problems
+    WRITING_FORMS, WRITING_TOPICS, WRITING_CONSTRAINTS   creative-writing requests ("" = no constraint)
+    ROLES, ROLE_REQUESTS                                 roleplay requests
+    STEM_CONCEPTS, HUMANITIES_TOPICS                     explanation requests
+    CODING_TASKS, CODING_QUESTIONS                       coding requests ({lang} is filled in)
+    ADVICE_TOPICS                                        advice requests
+    SENTENCES, FOREIGN_PHRASES                           text to translate, into and out of English
+
+The order of each list is part of the data: the seeded sources (`stdlib`, `synthetic`) pick by position, so the
+same seed yields the same prompts only while the file is unchanged (the shipped drafters were trained on prompts
+from these lists).
+"""
 
 from __future__ import annotations
 
+import json
 import random
+from functools import cache
+from pathlib import Path
+from typing import Any
 
-LANGUAGES = [
-    "French",
-    "Spanish",
-    "German",
-    "Italian",
-    "Portuguese",
-    "Dutch",
-    "Chinese",
-    "Japanese",
-    "Russian",
-    "Korean",
-    "Polish",
-    "Turkish",
-    "Swedish",
-    "Hindi",
-    "Arabic",
-]
-CODE_LANGUAGES = ["JavaScript", "TypeScript", "Rust", "Go", "C++", "Java", "C#", "Kotlin", "Ruby", "Swift"]
-AUDIENCES = [
-    "a ten-year-old",
-    "a high-school student",
-    "a first-year university student",
-    "a busy manager",
-    "a retired teacher",
-    "a software engineer",
-    "a complete beginner",
-    "an expert in the field",
-    "a curious grandparent",
-    "a journalist",
-]
-NAMES = [
-    "Alice",
-    "Bob",
-    "Carmen",
-    "David",
-    "Elena",
-    "Farid",
-    "Grace",
-    "Hiro",
-    "Ingrid",
-    "Jamal",
-    "Kofi",
-    "Lena",
-    "Mateo",
-    "Nadia",
-    "Oscar",
-    "Priya",
-    "Quinn",
-    "Rosa",
-    "Samir",
-    "Tara",
-    "Umar",
-    "Vera",
-    "Wei",
-    "Ximena",
-    "Yusuf",
-    "Zoe",
-]
-ITEMS = [
-    ("notebook", 3),
-    ("pencil", 1),
-    ("apple", 1),
-    ("sandwich", 6),
-    ("book", 12),
-    ("ticket", 15),
-    ("mug", 8),
-    ("plant", 9),
-    ("T-shirt", 14),
-    ("bottle of juice", 3),
-    ("box of cookies", 5),
-    ("pair of socks", 4),
-    ("USB cable", 7),
-    ("candle", 6),
-    ("loaf of bread", 3),
-]
-WRITING_FORMS = [
-    "a short poem",
-    "a haiku",
-    "a limerick",
-    "a persuasive essay",
-    "a blog post",
-    "a product description",
-    "a formal email",
-    "a cover letter",
-    "a short story",
-    "a news article",
-    "a speech",
-    "a motivational message",
-    "a dialogue between two friends",
-    "a recipe",
-    "a travel itinerary",
-    "the chorus of a song",
-    "a social media post",
-    "a radio advertisement",
-    "a thank-you note",
-    "a book review",
-    "a movie plot summary",
-    "a diary entry",
-    "a letter of complaint",
-    "a job posting",
-    "a wedding toast",
-    "a press release",
-    "an op-ed",
-    "a fairy tale",
-    "a sonnet",
-    "a bedtime story",
-    "a eulogy for a houseplant",
-    "a podcast intro",
-    "a museum exhibit label",
-    "a scene from a play",
-    "a riddle",
-]
-WRITING_TOPICS = [
-    "the first day of spring",
-    "a robot learning to cook",
-    "working from home",
-    "climate change",
-    "the importance of sleep",
-    "a lost dog finding its way home",
-    "electric cars",
-    "a small-town bakery",
-    "learning a new language",
-    "a journey to Mars",
-    "friendship",
-    "a rainy afternoon in a big city",
-    "the invention of the printing press",
-    "a new smartphone",
-    "a school science fair",
-    "recycling",
-    "a mysterious letter",
-    "the ocean at night",
-    "a grandmother's secret recipe",
-    "moving to a new country",
-    "artificial intelligence",
-    "a marathon",
-    "a haunted lighthouse",
-    "the joy of reading",
-    "a community garden",
-    "a failed experiment",
-    "time travel",
-    "a dragon who is afraid of fire",
-    "coffee",
-    "the last day of school",
-    "a volunteer firefighter",
-    "city traffic",
-    "a chess tournament",
-    "a forgotten birthday",
-    "an old bicycle",
-    "a power outage",
-    "a talking cat",
-    "a new public library",
-    "mountain hiking",
-    "a jazz concert",
-    "a startup's first customer",
-    "a winter storm",
-    "healthy eating",
-    "a video game tournament",
-    "the history of tea",
-    "an unexpected inheritance",
-    "a lighthouse keeper",
-    "a neighborhood cleanup day",
-    "the smell of rain",
-    "a first job interview",
-]
-WRITING_CONSTRAINTS = [
-    "",
-    "",
-    "",
-    " Keep it under 150 words.",
-    " Use a humorous tone.",
-    " Write it for children.",
-    " Make it sound formal.",
-    " Include a surprising twist at the end.",
-    " Use exactly three paragraphs.",
-    " Write it in the second person.",
-    " Make it upbeat and encouraging.",
-    " Avoid using the letter 'z'.",
-    " Include at least one metaphor.",
-    " End with a question for the reader.",
-]
-ROLES = [
-    "a pirate captain",
-    "a medieval knight",
-    "a tour guide in Rome",
-    "a hard-boiled detective",
-    "a customer support agent for an internet provider",
-    "Socrates",
-    "a nervous job candidate",
-    "a personal trainer",
-    "a French chef",
-    "the onboard computer of a spaceship",
-    "a school librarian",
-    "a family doctor",
-    "a kindergarten teacher",
-    "a sports commentator",
-    "a time traveler from 1850",
-    "a barista in a busy cafe",
-    "a wise old wizard",
-    "a real-estate agent",
-    "a museum curator",
-    "a park ranger",
-    "a stand-up comedian",
-    "a Shakespearean actor",
-    "a startup founder pitching investors",
-    "a car mechanic",
-    "a travel agent",
-    "a poet laureate",
-    "an astronaut on the space station",
-    "a grumpy cat",
-    "a news anchor",
-    "a math tutor",
-    "an interviewer for a tech job",
-]
-ROLE_REQUESTS = [
-    "Introduce yourself and describe your typical day.",
-    "Give me advice about {topic}.",
-    "Describe the biggest challenge you have ever faced.",
-    "A customer says they are unhappy. How do you respond?",
-    "Tell me a short story from your life.",
-    "What do you think about {topic}?",
-    "Convince me to try something new.",
-    "Explain your job to a child.",
-    "I just met you. Greet me and ask me three questions.",
-    "Describe your favorite place in vivid detail.",
-    "What would you do if you won the lottery?",
-    "Teach me one useful skill in five steps.",
-]
-STEM_CONCEPTS = [
-    "photosynthesis",
-    "Newton's three laws of motion",
-    "entropy",
-    "DNA replication",
-    "the Pythagorean theorem",
-    "black holes",
-    "how vaccines work",
-    "plate tectonics",
-    "binary search",
-    "recursion",
-    "neural networks",
-    "the water cycle",
-    "supply voltage and current",
-    "Ohm's law",
-    "the greenhouse effect",
-    "natural selection",
-    "the periodic table",
-    "chemical bonds",
-    "the speed of light",
-    "prime numbers",
-    "derivatives in calculus",
-    "integrals",
-    "probability",
-    "standard deviation",
-    "the immune system",
-    "cell division",
-    "quantum entanglement",
-    "relativity",
-    "hash tables",
-    "public-key cryptography",
-    "the TCP/IP model",
-    "compilers",
-    "operating system schedulers",
-    "sorting algorithms",
-    "big-O notation",
-    "machine learning",
-    "the human heart",
-    "enzymes",
-    "acids and bases",
-    "electromagnetic induction",
-    "tides",
-    "the Doppler effect",
-    "climate versus weather",
-    "renewable energy",
-    "nuclear fission",
-    "antibiotic resistance",
-    "the mitochondria",
-    "matrices",
-    "logarithms",
-    "graph theory",
-    "version control with Git",
-    "databases and indexes",
-    "the central limit theorem",
-    "friction",
-    "sound waves",
-    "semiconductors",
-    "the Fibonacci sequence",
-    "volcanoes",
-    "the carbon cycle",
-    "gravity on the Moon",
-]
-HUMANITIES_TOPICS = [
-    "the French Revolution",
-    "the Renaissance",
-    "Stoicism",
-    "utilitarianism",
-    "the Industrial Revolution",
-    "the Silk Road",
-    "Impressionism",
-    "Shakespeare's Hamlet",
-    "supply and demand",
-    "democracy in ancient Athens",
-    "the Cold War",
-    "existentialism",
-    "the printing press",
-    "the fall of the Roman Empire",
-    "the Magna Carta",
-    "the civil rights movement",
-    "the Enlightenment",
-    "inflation",
-    "globalization",
-    "the Great Depression",
-    "Greek mythology",
-    "the Age of Exploration",
-    "Confucianism",
-    "the Harlem Renaissance",
-    "the Reformation",
-    "opportunity cost",
-    "the social contract",
-    "Don Quixote",
-    "Romanticism in poetry",
-    "the Meiji Restoration",
-    "the Ottoman Empire",
-    "the invention of writing",
-    "Baroque music",
-    "game theory",
-    "behavioral economics",
-    "the history of the Olympic Games",
-    "Kant's categorical imperative",
-    "the Bauhaus movement",
-    "the abolition of slavery",
-    "the Marshall Plan",
-]
-CODING_TASKS = [
-    "reverses a singly linked list",
-    "checks whether a string is a palindrome",
-    "prints the numbers 1 to 100 with FizzBuzz rules",
-    "merges two sorted lists into one sorted list",
-    "computes the n-th Fibonacci number iteratively",
-    "finds the longest common prefix of a list of strings",
-    "counts word frequencies in a text",
-    "removes duplicates from a list while keeping order",
-    "validates an email address with a regular expression",
-    "flattens a nested list",
-    "finds the two numbers in a list that add up to a target",
-    "rotates a matrix by 90 degrees",
-    "implements binary search on a sorted array",
-    "checks whether parentheses are balanced",
-    "converts a Roman numeral to an integer",
-    "computes the greatest common divisor of two numbers",
-    "groups anagrams together",
-    "finds the maximum subarray sum",
-    "implements a stack with a minimum operation in O(1)",
-    "parses a date string and returns the day of the week",
-    "reads a CSV file and returns the average of one column",
-    "implements an LRU cache",
-    "generates all permutations of a string",
-    "computes the edit distance between two strings",
-    "checks whether a number is prime",
-    "sorts a list of dictionaries by a key",
-    "implements a simple rate limiter",
-    "converts a number to its binary representation",
-    "finds the first non-repeating character in a string",
-    "chunks a list into pieces of size n",
-    "computes a moving average over a list",
-    "implements breadth-first search on a graph",
-    "serializes a binary tree to a string and back",
-    "returns the k most common elements",
-    "validates a Sudoku board",
-    "implements quicksort",
-    "retries a function call with exponential backoff",
-    "capitalizes the first letter of every word",
-    "computes the median of a stream of numbers",
-    "detects a cycle in a linked list",
-]
-CODING_QUESTIONS = [
-    "How do I read a file line by line in {lang}?",
-    "What is the difference between a list and a tuple in Python?",
-    "How do I handle exceptions in {lang}?",
-    "How can I make an HTTP request in {lang}?",
-    "Explain closures in {lang} with an example.",
-    "What are generics in {lang} and why are they useful?",
-    "How do I sort a dictionary by value in Python?",
-    "Write a SQL query that returns the top 5 customers by total order amount.",
-    "Write a SQL query to find duplicate email addresses in a users table.",
-    "Write a bash one-liner that counts the lines of all .py files in a directory.",
-    "What is the difference between a process and a thread?",
-    "Explain async/await in {lang}.",
-    "How do I write a unit test in {lang}?",
-    "What does 'immutable' mean in programming?",
-    "Explain the difference between == and is in Python.",
-    "How do I reverse a string in {lang}?",
-    "Write a regular expression that matches a US phone number and explain it.",
-    "What is dependency injection? Give a short example in {lang}.",
-    "Explain what a race condition is and how to avoid it.",
-]
-ADVICE_TOPICS = [
-    "improve my public speaking",
-    "save money on groceries",
-    "prepare for a job interview",
-    "start running as a beginner",
-    "learn to play the guitar",
-    "sleep better",
-    "manage stress at work",
-    "keep houseplants alive",
-    "study for an exam",
-    "make friends in a new city",
-    "plan a budget-friendly vacation",
-    "write a good resume",
-    "learn to code",
-    "organize my closet",
-    "reduce screen time",
-    "become a better listener",
-    "negotiate a higher salary",
-    "cook healthy meals quickly",
-    "stay motivated while learning",
-    "take better photos with my phone",
-]
-SENTENCES = [
-    "The train to the airport leaves every twenty minutes.",
-    "Could you please open the window?",
-    "I have been learning to play the piano for three years.",
-    "The museum is closed on Mondays.",
-    "My sister lives in a small village near the sea.",
-    "We should leave early to avoid the traffic.",
-    "This soup needs a little more salt.",
-    "The meeting has been moved to Thursday afternoon.",
-    "Where is the nearest pharmacy?",
-    "He forgot his umbrella, so he got soaked.",
-    "Reading before bed helps me relax.",
-    "The children built a snowman in the garden.",
-    "Please send me the report by Friday.",
-    "The library has thousands of old maps.",
-    "I would like a table for four, please.",
-    "The new bridge will open next spring.",
-    "She won the chess tournament after a long final game.",
-    "It is going to rain all weekend.",
-    "Turn left at the second traffic light.",
-    "Our flight was delayed by two hours.",
-]
-FOREIGN_PHRASES = [
-    "Bonjour, comment allez-vous ?",
-    "¿Dónde está la estación de tren?",
-    "Ich habe Hunger.",
-    "Il fait très beau aujourd'hui.",
-    "Me gustaría aprender a cocinar.",
-    "Wie spät ist es?",
-    "Dove si trova il museo?",
-    "Obrigado pela ajuda!",
-    "Je ne comprends pas la question.",
-    "Vamos a la playa mañana.",
-    "Das Wetter ist heute schlecht.",
-    "Ho bisogno di un medico.",
-]
+WORDS_FILE = Path(__file__).resolve().parent / "data" / "words.json"
+
+
+@cache
+def load_word_lists(path: str | Path = WORDS_FILE) -> dict[str, list[Any]]:
+    """Every list in the words file by name; ITEMS entries as (item, price) tuples."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError as err:
+        raise FileNotFoundError(
+            f"the prompt word lists {path} are missing. Fix: reinstall oneiro-hf (the file ships as package data "
+            "in oneiro_hf/training/prompts/data/)."
+        ) from err
+    lists = data.get("lists") if isinstance(data, dict) else None
+    if not isinstance(lists, dict):
+        raise ValueError(f"{path} holds no 'lists' object (a damaged file?). Fix: reinstall oneiro-hf.")  # noqa: TRY004
+    return {name: [tuple(x) if isinstance(x, list) else x for x in values] for name, values in lists.items()}
+
+
+_lists = load_word_lists()
+LANGUAGES: list[str] = _lists["LANGUAGES"]
+CODE_LANGUAGES: list[str] = _lists["CODE_LANGUAGES"]
+AUDIENCES: list[str] = _lists["AUDIENCES"]
+NAMES: list[str] = _lists["NAMES"]
+ITEMS: list[tuple[str, int]] = _lists["ITEMS"]
+WRITING_FORMS: list[str] = _lists["WRITING_FORMS"]
+WRITING_TOPICS: list[str] = _lists["WRITING_TOPICS"]
+WRITING_CONSTRAINTS: list[str] = _lists["WRITING_CONSTRAINTS"]
+ROLES: list[str] = _lists["ROLES"]
+ROLE_REQUESTS: list[str] = _lists["ROLE_REQUESTS"]
+STEM_CONCEPTS: list[str] = _lists["STEM_CONCEPTS"]
+HUMANITIES_TOPICS: list[str] = _lists["HUMANITIES_TOPICS"]
+CODING_TASKS: list[str] = _lists["CODING_TASKS"]
+CODING_QUESTIONS: list[str] = _lists["CODING_QUESTIONS"]
+ADVICE_TOPICS: list[str] = _lists["ADVICE_TOPICS"]
+SENTENCES: list[str] = _lists["SENTENCES"]
+FOREIGN_PHRASES: list[str] = _lists["FOREIGN_PHRASES"]
 
 
 def pick_language(rng: random.Random) -> str:
