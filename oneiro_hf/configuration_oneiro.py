@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import sys
 from typing import Any
 
 from transformers import PretrainedConfig
@@ -95,20 +94,6 @@ class OneiroDrafterConfig(PretrainedConfig):
         self.format_version = format_version
         self.oneiro_hf_version = oneiro_hf_version
         super().__init__(**kwargs)
-
-    def get_text_config(self, *args: Any, **kwargs: Any):
-        """This config (it has no sub-configs); refuses transformers' assistant check for a target not bound to it.
-
-        A model that never had a drafter bound runs transformers' own `generate`, whose first look at an
-        assistant is this call from `_validate_generation_mode`; without this check a drafter made for another
-        vocabulary would get transformers' "different tokenizers" message instead of the real problem.
-        """
-        caller = sys._getframe(1)
-        if caller.f_code.co_name == "_validate_generation_mode" and not getattr(
-            caller.f_locals.get("self"), "_oneiro_hooked", False
-        ):
-            raise DrafterNotBound(not_bound_message(self.base_model_name_or_path))
-        return super().get_text_config(*args, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
         """Stamp what this package writes: its checkpoint format and version, as transformers does for itself."""
