@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import sys
+import dataclasses
+import inspect
 from typing import Any
 
 from transformers import PretrainedConfig
 
-from .settings import DEFAULTS, DRAFT_MODES, TREE_SETTING_DEFAULTS  # noqa: F401 - DRAFT_MODES re-exported
+from .settings import DRAFT_MODES, DraftingSettings, config_defaults, config_name  # noqa: F401 - DRAFT_MODES re-exported
 
 # Checkpoint format (docs/hub.md, "Compatibility"): bumped only when a change would make an older oneiro-hf
 # misread a checkpoint. A reader loads every format up to its own and refuses newer ones by name.
@@ -55,26 +56,7 @@ class OneiroDrafterConfig(PretrainedConfig):
         input_layers: tuple[int, ...] | list[int] | None = None,
         verified_context: str = "own",
         draft_vocab_size: int | None = None,
-        draft_mode: str = DEFAULTS.mode,  # the drafting defaults are DraftingSettings' (oneiro_hf/settings.py)
-        max_draft_tokens: int = DEFAULTS.max_draft_tokens,
-        min_draft_confidence: float = DEFAULTS.min_draft_confidence,
-        lookup_min_ngram: int = DEFAULTS.lookup_min_ngram,
-        lookup_max_ngram: int = DEFAULTS.lookup_max_ngram,
-        lookup_after_latent: bool = DEFAULTS.lookup_after_latent,
-        cost_aware: bool = DEFAULTS.cost_aware,
-        prepack_cpu_weights: bool = DEFAULTS.prepack_cpu_weights,
-        context_window: int | None = DEFAULTS.context_window,
-        verification: str = DEFAULTS.verification,
-        verification_topk: int = DEFAULTS.verification_topk,
-        verification_threshold: float = DEFAULTS.verification_threshold,
-        verification_min_entropy: float = DEFAULTS.verification_min_entropy,
-        tree: bool = TREE_SETTING_DEFAULTS["tree"],
-        tree_max_nodes: int = TREE_SETTING_DEFAULTS["tree_max_nodes"],
-        tree_max_depth: int = TREE_SETTING_DEFAULTS["tree_max_depth"],
-        tree_topk: int = TREE_SETTING_DEFAULTS["tree_topk"],
-        tree_beam: int = TREE_SETTING_DEFAULTS["tree_beam"],
-        tree_lookup_branches: int = TREE_SETTING_DEFAULTS["tree_lookup_branches"],
-        tree_lookup_min_ngram: int = TREE_SETTING_DEFAULTS["tree_lookup_min_ngram"],
+        *,
         oneiro_version: str = str(FORMAT_VERSION),
         format_version: int = FORMAT_VERSION,
         oneiro_hf_version: str | None = None,
@@ -103,49 +85,15 @@ class OneiroDrafterConfig(PretrainedConfig):
             )
         self.verified_context = verified_context
         self.draft_vocab_size = draft_vocab_size
-        self.draft_mode = draft_mode
-        self.max_draft_tokens = max_draft_tokens
-        self.min_draft_confidence = min_draft_confidence
-        self.lookup_min_ngram = lookup_min_ngram
-        self.lookup_max_ngram = lookup_max_ngram
-        self.lookup_after_latent = lookup_after_latent
-        self.cost_aware = cost_aware
-        self.prepack_cpu_weights = prepack_cpu_weights
-        # the drafter's first catch-up feeds at most this many latest verified positions (None: the whole prompt)
-        self.context_window = context_window
-        # how drafts are judged (oneiro_hf.verification): "strict" is lossless, "topk"/"threshold" are lossy
-        self.verification = verification
-        self.verification_topk = verification_topk
-        self.verification_threshold = verification_threshold
-        self.verification_min_entropy = verification_min_entropy
-        # tree verification (oneiro_hf.tree): off by default; size limits, the cost model picks within them
-        self.tree = tree
-        self.tree_max_nodes = tree_max_nodes
-        self.tree_max_depth = tree_max_depth
-        self.tree_topk = tree_topk
-        self.tree_beam = tree_beam
-        self.tree_lookup_branches = tree_lookup_branches
-        self.tree_lookup_min_ngram = tree_lookup_min_ngram
+        # the drafting settings' defaults: every DraftingSettings field, under its config name (settings.py)
+        for name, default in config_defaults().items():
+            setattr(self, name, kwargs.pop(name, default))
         # format_version is authoritative; oneiro_version mirrors it for oneiro-hf 0.1.0, which read the format
         # from there; oneiro_hf_version is the package that wrote the file (informational, for error messages)
         self.oneiro_version = oneiro_version
         self.format_version = format_version
         self.oneiro_hf_version = oneiro_hf_version
         super().__init__(**kwargs)
-
-    def get_text_config(self, *args: Any, **kwargs: Any):
-        """This config (it has no sub-configs); refuses transformers' assistant check for a target not bound to it.
-
-        A model that never had a drafter bound runs transformers' own `generate`, whose first look at an
-        assistant is this call from `_validate_generation_mode`; without this check a drafter made for another
-        vocabulary would get transformers' "different tokenizers" message instead of the real problem.
-        """
-        caller = sys._getframe(1)
-        if caller.f_code.co_name == "_validate_generation_mode" and not getattr(
-            caller.f_locals.get("self"), "_oneiro_hooked", False
-        ):
-            raise DrafterNotBound(not_bound_message(self.base_model_name_or_path))
-        return super().get_text_config(*args, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
         """Stamp what this package writes: its checkpoint format and version, as transformers does for itself."""
@@ -156,3 +104,21 @@ class OneiroDrafterConfig(PretrainedConfig):
         data["oneiro_version"] = str(FORMAT_VERSION)
         data["oneiro_hf_version"] = __version__
         return data
+
+
+def _signature_with_settings(init: Any) -> inspect.Signature:
+    """`init`'s signature with one keyword-only parameter per drafting setting (its config name and declared
+    default) before `**kwargs`: what `help()`, `from_target`'s check of its keyword arguments and docs/api.md's
+    test read, though `__init__` takes the settings through `**kwargs` (settings.py declares them)."""
+    signature = inspect.signature(init)
+    params = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    first_keyword_only = next(i for i, p in enumerate(params) if p.kind is inspect.Parameter.KEYWORD_ONLY)
+    settings = [
+        inspect.Parameter(config_name(f.name), inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+        for f in dataclasses.fields(DraftingSettings)
+    ]
+    params[first_keyword_only:first_keyword_only] = settings
+    return signature.replace(parameters=[*params, signature.parameters["kwargs"]])
+
+
+OneiroDrafterConfig.__init__.__signature__ = _signature_with_settings(OneiroDrafterConfig.__init__)

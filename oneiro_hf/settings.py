@@ -1,59 +1,215 @@
-"""Drafting settings of one generate call: one frozen dataclass, the one place their defaults live.
+"""Drafting settings of one generate call: each declared once, as a field of `DraftingSettings`.
 
-A drafter's config stores its own defaults (`OneiroDrafterConfig.draft_mode`, `max_draft_tokens`, ...; the
-config's defaults are these); a call overrides any of them with `oneiro_<name>=` kwargs. `validate()` raises
-a clear error for a bad value.
+A field's declaration (`setting(default, doc=..., check=...)`) is everything oneiro-hf knows about that
+setting; the rest is derived from it, so adding a setting is one new field:
+
+* the drafter's config takes it as a keyword argument, stores it (saved in config.json; a config written before
+  the setting existed loads with its default) and reads it back as the call's default
+  (`OneiroDrafterConfig`, `DraftingSettings.from_config`), under `config_name` (`draft_mode` for `mode`);
+* a generate call overrides it with `oneiro_<name>=` (integration.py strips the prefix, `for_call` validates);
+* `validate()` runs its `check`, whose message names the problem and the fix;
+* the tree loop reads it through `TreeSettings`, a view over these fields (oneiro_hf/tree/loop.py);
+* docs/api.md and README.md show the table `settings_table()` renders from the declarations (tests/test_docs.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .verification import VERIFICATION_CRITERIA
+
 DRAFT_MODES = ("latent", "lookup", "hybrid")
+KWARG_PREFIX = "oneiro_"
+
+# A check gets the setting's name, its value and all of the call's settings (for rules between settings); it
+# returns None for a usable value, else the message of the ValueError: the problem, then "Fix: ...".
+Check = Callable[[str, Any, "DraftingSettings"], "str | None"]
+
+
+def setting(default: Any, *, doc: str, check: Check | None = None, config_name: str | None = None) -> Any:
+    """Declare one drafting setting: its default, what it does (the docs table's text), the check of its value,
+    and the config field it is stored under when that is not its own name."""
+    return dataclasses.field(default=default, metadata={"doc": doc, "check": check, "config_name": config_name})
+
+
+def _is_whole(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _fix(name: str) -> str:
+    """`Fix: pass oneiro_<name>=<its default>.`: the fix every range check offers."""
+    return f"Fix: pass {KWARG_PREFIX}{name}={_FIELDS[name].default!r}."
+
+
+def _at_least_one(name: str, value: Any, settings: DraftingSettings) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or int(value) < 1:
+        return f"{name} must be >= 1 (got {value!r}). {_fix(name)}"
+    return None
+
+
+def _mode_check(name: str, value: Any, settings: DraftingSettings) -> str | None:
+    if value not in DRAFT_MODES:
+        return f"unknown draft mode '{value}'. Choose one of {', '.join(DRAFT_MODES)}. {_fix(name)}"
+    return None
+
+
+def _lookup_ngrams_check(name: str, value: Any, settings: DraftingSettings) -> str | None:
+    if not 1 <= int(settings.lookup_min_ngram) <= int(settings.lookup_max_ngram):
+        return (
+            f"need 1 <= lookup_min_ngram <= lookup_max_ngram (got {settings.lookup_min_ngram} and "
+            f"{settings.lookup_max_ngram}). Fix: pass e.g. oneiro_lookup_min_ngram=2, oneiro_lookup_max_ngram=4."
+        )
+    return None
+
+
+def _tree_lookup_min_ngram_check(name: str, value: Any, settings: DraftingSettings) -> str | None:
+    if not 1 <= int(value) <= int(settings.lookup_max_ngram):
+        return (
+            f"need 1 <= tree_lookup_min_ngram <= lookup_max_ngram (got {value} and {settings.lookup_max_ngram}). "
+            "Fix: pass oneiro_tree_lookup_min_ngram=1."
+        )
+    return None
+
+
+def _context_window_check(name: str, value: Any, settings: DraftingSettings) -> str | None:
+    if value is not None and (not _is_whole(value) or value < 1):
+        return (
+            f"context_window must be a whole number of positions >= 1, or None for no bound (got {value!r}). "
+            "Fix: pass oneiro_context_window=1024 (the training length), or None to feed the whole prompt."
+        )
+    return None
+
+
+def _verification_check(name: str, value: Any, settings: DraftingSettings) -> str | None:
+    if value not in VERIFICATION_CRITERIA:
+        return (
+            f"unknown verification criterion {value!r}. Fix: choose one of {', '.join(VERIFICATION_CRITERIA)} "
+            "(e.g. oneiro_verification='topk')."
+        )
+    return None
+
+
+def _verification_topk_check(name: str, value: Any, settings: DraftingSettings) -> str | None:
+    if not _is_whole(value) or int(value) < 1:
+        return f"verification_topk must be an integer >= 1 (got {value!r}). Fix: pass e.g. oneiro_verification_topk=3."
+    return None
+
+
+def _verification_threshold_check(name: str, value: Any, settings: DraftingSettings) -> str | None:
+    if not _is_real(value) or not math.isfinite(float(value)) or not 0.0 < float(value) <= 1.0:
+        return (
+            f"verification_threshold must be a number in (0, 1] (got {value!r}): a drafted token is kept when "
+            "p(draft) >= threshold * p(target's top token). Fix: pass e.g. oneiro_verification_threshold=0.3."
+        )
+    return None
+
+
+def _verification_min_entropy_check(name: str, value: Any, settings: DraftingSettings) -> str | None:
+    if not _is_real(value) or not math.isfinite(float(value)) or float(value) < 0.0:
+        return (
+            f"verification_min_entropy must be a finite number >= 0 in nats (got {value!r}); 0 applies the relaxed "
+            "rule at every position. Fix: pass e.g. oneiro_verification_min_entropy=0.0."
+        )
+    return None
+
+
+def _tree_check(name: str, value: Any, settings: DraftingSettings) -> str | None:
+    if value and settings.verification != "strict":
+        return (
+            f"tree verification is lossless only; verification={settings.verification!r} is a lossy chain "
+            "criterion. Fix: drop oneiro_verification (strict), or use oneiro_tree=False for relaxed chains."
+        )
+    return None
 
 
 @dataclass(frozen=True)
 class DraftingSettings:
     """How one generate call drafts: `DraftingSession.settings` (`drafter.drafting_settings(**overrides)` returns
-    them as a dict)."""
+    them as a dict). Each field is the one declaration of a setting (see the module docstring)."""
 
-    mode: str = "hybrid"  # config field draft_mode
-    max_draft_tokens: int = 8
-    min_draft_confidence: float = 0.05
-    lookup_min_ngram: int = 2
-    lookup_max_ngram: int = 4
-    # hybrid: continue a latent draft with lookup's continuation of the drafter's own last tokens
-    lookup_after_latent: bool = True
-    cost_aware: bool = True
-    # CPU float32 targets: multi-token verification passes run the target's linears on weights reordered once for
-    # oneDNN, per layer shape from the row count measured to pay here (prepacked_linear.py; a second copy of those
-    # weights, kept with the target)
-    prepack_cpu_weights: bool = True
-    # the drafter's first catch-up feeds at most this many of the latest verified positions (None: all of them);
-    # default: the sequence length drafters are trained on (oneiro-train --max_seq_len)
-    context_window: int | None = 1024
-    verification: str = "strict"
-    verification_topk: int = 3
-    verification_threshold: float = 0.3
-    verification_min_entropy: float = 0.0
-    tree: bool = False
-    tree_max_nodes: int = 32
-    tree_max_depth: int = 8
-    tree_topk: int = 8
-    tree_beam: int = 8
-    tree_lookup_branches: int = 8
-    # a tree also takes lookup branches from suffix matches this short (a chain: lookup_min_ngram), after the
-    # drafter's turn; each is priced by its n-gram's learned acceptance, so on a flat t(k) a 1-gram branch fills
-    # nodes a pass would leave empty
-    tree_lookup_min_ngram: int = 1
+    mode: str = setting(
+        "hybrid", config_name="draft_mode", check=_mode_check,
+        doc='`"hybrid"` (lookup when an n-gram matches, else latent), `"latent"`, `"lookup"`',
+    )
+    max_draft_tokens: int = setting(8, check=_at_least_one, doc="longest draft per verification, >= 1")
+    min_draft_confidence: float = setting(0.05, doc="stop a latent draft below this readout probability")
+    lookup_min_ngram: int = setting(
+        2, check=_lookup_ngrams_check, doc="shortest n-gram a lookup draft must match, >= 1"
+    )
+    lookup_max_ngram: int = setting(4, doc="longest n-gram tried, >= `lookup_min_ngram`")
+    lookup_after_latent: bool = setting(
+        True,
+        doc="hybrid: `True` continues a latent draft with lookup's continuation of the drafter's own last tokens "
+        "(the cost model keeps what pays); `False`: latent drafts stay the drafter's alone",
+    )
+    cost_aware: bool = setting(
+        True, doc="`True`: draft length by expected tokens per second; `False`: always draft up to the limit"
+    )
+    prepack_cpu_weights: bool = setting(
+        True,
+        doc="float32 targets on a CPU: `True` runs verification passes of 4+ tokens on linear weights reordered "
+        "once for oneDNN, per layer shape from the row count measured to pay on this machine (a second copy of "
+        "those weights, kept with the target; docs/design.md#how-it-is-judged); `False`: torch's own "
+        "`F.linear`",
+    )
+    context_window: int | None = setting(
+        1024, check=_context_window_check,
+        doc="the drafter's first catch-up feeds only this many latest verified positions (at their absolute "
+        "positions), >= 1; default: the sequence length drafters are trained on (`oneiro-train --max_seq_len`); "
+        "`None`: the whole prompt",
+    )
+    verification: str = setting(
+        "strict", check=_verification_check,
+        doc='`"strict"` (lossless), `"topk"`, `"threshold"` (both lossy, greedy only)',
+    )
+    verification_topk: int = setting(
+        3, check=_verification_topk_check, doc="`topk`: keep a draft among the target's top k, integer >= 1"
+    )
+    verification_threshold: float = setting(
+        0.3, check=_verification_threshold_check, doc="`threshold`: keep when p(draft) >= t x p(top), t in (0, 1]"
+    )
+    verification_min_entropy: float = setting(
+        0.0, check=_verification_min_entropy_check,
+        doc="relax only where the target's entropy (nats) is at least this; 0: everywhere",
+    )
+    tree: bool = setting(
+        False, check=_tree_check,
+        doc="`True`: verify a token tree per target pass (lossless, greedy or sampling, strict verification "
+        "only; see below)",
+    )
+    tree_max_nodes: int = setting(
+        32, check=_at_least_one, doc="candidate nodes per tree pass at most (the cost model picks within), >= 1"
+    )
+    tree_max_depth: int = setting(8, check=_at_least_one, doc="tokens per branch at most, >= 1")
+    tree_topk: int = setting(
+        8, check=_at_least_one, doc="latent branches: the drafter's top k below each expanded node, >= 1"
+    )
+    tree_beam: int = setting(
+        8, check=_at_least_one,
+        doc="latent branches: nodes expanded per level (EAGLE-2 style, likeliest first), >= 1",
+    )
+    tree_lookup_branches: int = setting(
+        8, check=_at_least_one, doc="lookup branches: continuations of different earlier occurrences, >= 1"
+    )
+    tree_lookup_min_ngram: int = setting(
+        1, check=_tree_lookup_min_ngram_check,
+        doc="lookup branches: shorter suffix matches, down to this, fill nodes after the drafter's turn, each "
+        "priced by its n-gram's learned acceptance (chains: `lookup_min_ngram`), 1..`lookup_max_ngram`",
+    )
 
     @classmethod
     def from_config(cls, config: Any) -> DraftingSettings:
         """The defaults a drafter's config records (a config written before a setting existed: its default)."""
-        values = {f.name: getattr(config, _config_name(f.name), f.default) for f in dataclasses.fields(cls)}
-        return cls(**values)
+        return cls(**{f.name: getattr(config, config_name(f.name), f.default) for f in dataclasses.fields(cls)})
 
     @classmethod
     def for_call(cls, config: Any, **overrides: Any) -> DraftingSettings:
@@ -63,44 +219,50 @@ class DraftingSettings:
 
     def replace(self, **overrides: Any) -> DraftingSettings:
         """These settings with `overrides` (names without the `oneiro_` prefix); TypeError for an unknown name."""
-        known = {f.name for f in dataclasses.fields(self)}
         for key in overrides:
-            if key not in known:
-                raise TypeError(f"unknown oneiro setting '{key}'. Known: {', '.join(sorted(known))}")
+            if key not in _FIELDS:
+                raise TypeError(f"unknown oneiro setting '{key}'. Known: {', '.join(sorted(_FIELDS))}")
         return dataclasses.replace(self, **overrides)
 
     def validate(self) -> DraftingSettings:
-        """Self, if every value is usable; else a ValueError naming the setting and the fix."""
-        from .verification import validate_verification_settings
+        """Self, if every value passes its declared check; else a ValueError naming the setting and the fix.
 
-        if self.mode not in DRAFT_MODES:
-            raise ValueError(f"unknown draft mode '{self.mode}'. Choose one of {', '.join(DRAFT_MODES)}.")
-        if int(self.max_draft_tokens) < 1:
-            raise ValueError("max_draft_tokens must be >= 1")
-        if not 1 <= int(self.lookup_min_ngram) <= int(self.lookup_max_ngram):
-            raise ValueError("need 1 <= lookup_min_ngram <= lookup_max_ngram")
-        if not 1 <= int(self.tree_lookup_min_ngram) <= int(self.lookup_max_ngram):
-            raise ValueError(
-                f"need 1 <= tree_lookup_min_ngram <= lookup_max_ngram (got {self.tree_lookup_min_ngram} and "
-                f"{self.lookup_max_ngram}). Fix: pass oneiro_tree_lookup_min_ngram=1."
-            )
-        window = self.context_window
-        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
-            raise ValueError(
-                f"context_window must be a whole number of positions >= 1, or None for no bound (got {window!r}). "
-                "Fix: pass oneiro_context_window=1024 (the training length), or None to feed the whole prompt."
-            )
-        validate_verification_settings(self.as_dict())
+        Checks run in declaration order, so the first bad setting is the one reported."""
+        for field in dataclasses.fields(self):
+            check = field.metadata["check"]
+            problem = check(field.name, getattr(self, field.name), self) if check is not None else None
+            if problem is not None:
+                raise ValueError(problem)
         return self
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
-def _config_name(field_name: str) -> str:
-    return "draft_mode" if field_name == "mode" else field_name
-
-
+_FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(DraftingSettings)}
 DEFAULTS = DraftingSettings()
-TREE_SETTING_DEFAULTS = {f.name: getattr(DEFAULTS, f.name) for f in dataclasses.fields(DraftingSettings)
-                         if f.name.startswith("tree")}
+
+
+def config_name(name: str) -> str:
+    """The config field a setting is stored under: its own name unless its declaration says otherwise."""
+    return _FIELDS[name].metadata["config_name"] or name
+
+
+def config_defaults() -> dict[str, Any]:
+    """Config field name -> default, for every setting: the drafting keyword arguments of the config."""
+    return {config_name(f.name): f.default for f in dataclasses.fields(DraftingSettings)}
+
+
+def settings_table() -> str:
+    """The markdown table of every setting (per-call keyword, config field, default, what it does) that
+    docs/api.md and README.md show; tests/test_docs.py checks both against it."""
+    rows = [
+        "| per-call keyword | config field | default | values |",
+        "|---|---|---|---|",
+    ]
+    for field in dataclasses.fields(DraftingSettings):
+        rows.append(
+            f"| `{KWARG_PREFIX}{field.name}` | `{config_name(field.name)}` | `{field.default!r}` | "
+            f"{field.metadata['doc']} |"
+        )
+    return "\n".join(rows) + "\n"

@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import logging
 import math
-import numbers
-from typing import Any
 
 import torch
 from transformers.generation.logits_process import LogitsProcessor
@@ -38,37 +36,6 @@ VERIFICATION_CRITERIA = ("strict", "topk", "threshold")
 RELAXED_CRITERIA = ("topk", "threshold")
 
 _warned_lossy: set[str] = set()
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def validate_verification_settings(settings: dict[str, Any]) -> None:
-    """Raise a ValueError naming the bad verification setting and how to fix it."""
-    criterion = settings["verification"]
-    if criterion not in VERIFICATION_CRITERIA:
-        raise ValueError(
-            f"unknown verification criterion {criterion!r}. Fix: choose one of {', '.join(VERIFICATION_CRITERIA)} "
-            "(e.g. oneiro_verification='topk')."
-        )
-    k = settings["verification_topk"]
-    if not isinstance(k, numbers.Integral) or isinstance(k, bool) or int(k) < 1:
-        raise ValueError(
-            f"verification_topk must be an integer >= 1 (got {k!r}). Fix: pass e.g. oneiro_verification_topk=3."
-        )
-    t = settings["verification_threshold"]
-    if not _is_real(t) or not math.isfinite(float(t)) or not 0.0 < float(t) <= 1.0:
-        raise ValueError(
-            f"verification_threshold must be a number in (0, 1] (got {t!r}): a drafted token is kept when "
-            "p(draft) >= threshold * p(target's top token). Fix: pass e.g. oneiro_verification_threshold=0.3."
-        )
-    h = settings["verification_min_entropy"]
-    if not _is_real(h) or not math.isfinite(float(h)) or float(h) < 0.0:
-        raise ValueError(
-            f"verification_min_entropy must be a finite number >= 0 in nats (got {h!r}); 0 applies the relaxed "
-            "rule at every position. Fix: pass e.g. oneiro_verification_min_entropy=0.0."
-        )
 
 
 def check_relaxed_supported(criterion: str, do_sample: bool) -> None:

@@ -1,5 +1,6 @@
 """docs/api.md must keep up with the code: every public name, per-call kwarg, config field, stats field, CLI
-flag and documented signature is checked against the package itself, so the reference cannot silently rot."""
+flag and documented signature is checked against the package itself, so the reference cannot silently rot. The
+settings table is rendered from the settings' declarations and must appear verbatim in api.md and README.md."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ import oneiro_hf
 from oneiro_hf import DraftStats, OneiroDrafter, OneiroDrafterConfig, prepacked_linear
 from oneiro_hf.latency import load_profile, profile_verification_latency, save_profile
 from oneiro_hf.loading import default_drafter_dir, load_target_and_drafter
+from oneiro_hf.settings import settings_table
 from oneiro_hf.training.cli import DataArguments, ModelArguments
 from oneiro_hf.training.trainer import OneiroTrainingArguments
 
 API = Path(__file__).resolve().parent.parent / "docs" / "api.md"
+README = Path(__file__).resolve().parent.parent / "README.md"
 
 # name as written in the docs -> the callable whose signature it shows
 SIGNATURES: dict[str, Any] = {
@@ -83,6 +86,15 @@ def test_every_oneiro_generate_kwarg_is_documented(api):
     assert len(keys) >= 10
     missing = [f"oneiro_{key}" for key in keys if f"| `oneiro_{key}` |" not in api]
     assert not missing, f"docs/api.md has no table row for {missing}"
+
+
+@pytest.mark.parametrize("page", [API, README], ids=["api.md", "README.md"])
+def test_the_settings_table_is_the_one_rendered_from_the_declarations(page):
+    expected = settings_table()
+    assert expected in page.read_text(encoding="utf-8"), (
+        f"{page.name}'s settings table differs from the settings' declarations (oneiro_hf/settings.py); replace "
+        f"it with the output of oneiro_hf.settings.settings_table():\n{expected}"
+    )
 
 
 def test_every_config_field_is_documented_with_its_default(api):

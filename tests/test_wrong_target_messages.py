@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 from tiny import greedy, make_model, random_prompt
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config, GPT2LMHeadModel, PretrainedConfig
+from transformers.generation.utils import GenerationMixin
 
-from oneiro_hf import OneiroDrafter, UnsupportedTarget
+from oneiro_hf import OneiroDrafter, OneiroDrafterConfig, UnsupportedTarget, assistant_guard
 from oneiro_hf.configuration_oneiro import DrafterNotBound
 
 
@@ -28,6 +29,27 @@ def test_the_same_drafter_still_serves_its_own_target_and_saves():
     ids = random_prompt(6, seed=2)
     assert torch.equal(greedy(model, ids, 8, assistant_model=drafter), greedy(model, ids, 8))
     assert drafter.config.get_text_config() is drafter.config  # outside transformers' assistant check: itself
+
+
+def test_a_drafter_of_the_same_vocabulary_in_an_unhooked_generate_is_refused_before_transformers_checks():
+    drafter = OneiroDrafter.from_target(make_model("llama", name="org/base-a"))
+    stranger = make_model("llama")  # same sizes, never bound
+    with pytest.raises(DrafterNotBound, match="'org/base-a'"):
+        greedy(stranger, random_prompt(6, seed=1), 4, assistant_model=drafter)
+
+
+def test_the_guard_reads_the_assistant_argument_and_leaves_the_config_plain():
+    """The refusal comes from the guard around transformers' assistant check, which reads its arguments: the
+    drafter's config keeps transformers' own get_text_config, and other assistants pass through unchanged."""
+    assert "get_text_config" not in vars(OneiroDrafterConfig)
+    assert OneiroDrafterConfig.get_text_config is PretrainedConfig.get_text_config
+    guarded = GenerationMixin._validate_generation_mode
+    assistant_guard.install()  # idempotent: one wrapper however often it is installed
+    assert GenerationMixin._validate_generation_mode is guarded
+    model = make_model("llama", strength="prefix")
+    assistant = make_model("llama", seed=3)  # a plain assistant model: transformers' own assisted decoding
+    ids = random_prompt(6, seed=2)
+    assert torch.equal(greedy(model, ids, 6, assistant_model=assistant), greedy(model, ids, 6))
 
 
 def _gpt2():

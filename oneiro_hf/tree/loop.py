@@ -41,48 +41,81 @@ _KNOWN_MODEL_KWARGS = {"attention_mask", "position_ids", "use_cache", "logits_to
 
 @dataclass(frozen=True)
 class TreeSettings:
-    """Per-call tree settings, read from the drafter's drafting settings (config defaults + oneiro_* kwargs)."""
+    """A tree call's view of its `DraftingSettings` (config defaults + oneiro_* kwargs), under the names the tree
+    code reads. It declares nothing: every value is a DraftingSettings field, whose declaration holds its default
+    and check (settings.py), or derived from them (`filler_min_ngram`)."""
 
-    mode: str  # "hybrid", "latent" or "lookup": which sources grow branches
-    max_nodes: int  # candidate nodes per pass at most (the root not counted)
-    max_depth: int  # tokens per branch at most
-    topk: int  # latent: children per expanded node
-    beam: int  # latent: nodes expanded per level
-    lookup_branches: int  # lookup: continuations (occurrences) at most
-    lookup_min_ngram: int  # matches this long are branches before the drafter is asked (as a chain's lookup)
-    filler_min_ngram: int  # shorter matches down to this one are added after it (tree_lookup_min_ngram)
-    lookup_max_ngram: int
-    lookup_after_latent: bool  # hybrid: continue the likeliest latent leaves by lookup from their own path
-    min_value: float  # latent: stop expanding below this estimated path probability
-    cost_aware: bool  # choose the node count from t(k); off: always max_nodes
-    context_window: int | None  # latest verified positions the drafter's first catch-up feeds (None: all)
+    drafting: DraftingSettings
 
     @classmethod
     def from_drafting_settings(cls, settings: DraftingSettings) -> TreeSettings:
-        if settings.verification != "strict":
-            raise ValueError(
-                f"tree verification is lossless only; verification={settings.verification!r} is a lossy chain "
-                "criterion. Fix: drop oneiro_verification (strict), or use oneiro_tree=False for relaxed chains."
-            )
-        made = cls(
-            mode=settings.mode,
-            max_nodes=int(settings.tree_max_nodes),
-            max_depth=int(settings.tree_max_depth),
-            topk=int(settings.tree_topk),
-            beam=int(settings.tree_beam),
-            lookup_branches=int(settings.tree_lookup_branches),
-            lookup_min_ngram=int(settings.lookup_min_ngram),
-            filler_min_ngram=min(int(settings.tree_lookup_min_ngram), int(settings.lookup_min_ngram)),
-            lookup_max_ngram=int(settings.lookup_max_ngram),
-            lookup_after_latent=bool(settings.lookup_after_latent),
-            min_value=float(settings.min_draft_confidence),
-            cost_aware=bool(settings.cost_aware),
-            context_window=settings.context_window,
-        )
-        for name in ("max_nodes", "max_depth", "topk", "beam", "lookup_branches"):
-            if getattr(made, name) < 1:
-                raise ValueError(f"tree_{name} must be >= 1 (got {getattr(made, name)}). Fix: pass oneiro_tree_{name}=4.")
-        return made
+        """The view of validated settings (`DraftingSettings.validate` refuses tree sizes < 1 and a lossy
+        verification with `tree`)."""
+        return cls(settings.validate())
+
+    @property
+    def mode(self) -> str:
+        """"hybrid", "latent" or "lookup": which sources grow branches."""
+        return self.drafting.mode
+
+    @property
+    def max_nodes(self) -> int:
+        """Candidate nodes per pass at most (the root not counted): tree_max_nodes."""
+        return int(self.drafting.tree_max_nodes)
+
+    @property
+    def max_depth(self) -> int:
+        """Tokens per branch at most: tree_max_depth."""
+        return int(self.drafting.tree_max_depth)
+
+    @property
+    def topk(self) -> int:
+        """Latent: children per expanded node (tree_topk)."""
+        return int(self.drafting.tree_topk)
+
+    @property
+    def beam(self) -> int:
+        """Latent: nodes expanded per level (tree_beam)."""
+        return int(self.drafting.tree_beam)
+
+    @property
+    def lookup_branches(self) -> int:
+        """Lookup: continuations (occurrences) at most (tree_lookup_branches)."""
+        return int(self.drafting.tree_lookup_branches)
+
+    @property
+    def lookup_min_ngram(self) -> int:
+        """Matches this long are branches before the drafter is asked (as a chain's lookup)."""
+        return int(self.drafting.lookup_min_ngram)
+
+    @property
+    def filler_min_ngram(self) -> int:
+        """Shorter matches down to this one are added after the drafter's turn (tree_lookup_min_ngram)."""
+        return min(int(self.drafting.tree_lookup_min_ngram), self.lookup_min_ngram)
+
+    @property
+    def lookup_max_ngram(self) -> int:
+        return int(self.drafting.lookup_max_ngram)
+
+    @property
+    def lookup_after_latent(self) -> bool:
+        """Hybrid: continue the likeliest latent leaves by lookup from their own path."""
+        return bool(self.drafting.lookup_after_latent)
+
+    @property
+    def min_value(self) -> float:
+        """Latent: stop expanding below this estimated path probability (min_draft_confidence)."""
+        return float(self.drafting.min_draft_confidence)
+
+    @property
+    def cost_aware(self) -> bool:
+        """Choose the node count from t(k); off: always max_nodes."""
+        return bool(self.drafting.cost_aware)
+
+    @property
+    def context_window(self) -> int | None:
+        """Latest verified positions the drafter's first catch-up feeds (None: all)."""
+        return self.drafting.context_window
 
 
 def tree_generate_function(drafter, settings: TreeSettings, streamer=None) -> Callable:
