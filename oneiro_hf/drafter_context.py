@@ -18,10 +18,14 @@ drafter's approximation of them. The catch-up then writes exact entries for posi
 run them) and runs the full transition only at T-1, the bonus token the target has not run yet; that one entry
 is the drafter's own, and the next catch-up replaces it with the exact one (`exact_len` counts the exact ones).
 
-The chain generator (`OneiroCandidateGenerator`) and the tree builder (`LatentTreeDrafter`) both hold one.
+A latent rollout starts with `catch_up` (the state at the last accepted token) and goes on with `step` (the
+drafter's own predictions fed back as speculative entries). The chain generator (`OneiroCandidateGenerator`) and
+the tree builder (`LatentTreeDrafter`) both hold one and roll out only through these two calls.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -72,10 +76,6 @@ class DrafterContext:
         """How many cache entries are teacher-forced (the first ones)."""
         return self.true_len - self.offset
 
-    def next_position(self) -> int:
-        """The absolute position of the next entry appended to the cache."""
-        return self.offset + self.cache.seq_length + 1
-
     def key_positions(self) -> torch.Tensor:
         """(teacher_forced,) absolute positions of the teacher-forced cache entries."""
         return torch.arange(self.offset + 1, self.true_len + 1)
@@ -102,6 +102,26 @@ class DrafterContext:
         out = self.drafter.transition(states, input_ids[:, start:end], positions, self.cache)
         self.true_len = end - 1
         return out[:, -1:]
+
+    def step(
+        self,
+        predicted: torch.Tensor,
+        tokens: torch.LongTensor,
+        positions: torch.LongTensor | None = None,
+        mask_fn: Callable[[int | None], torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """One step of the latent rollout: predicted (1, n, H) the drafter's final-normed states at the positions
+        before `tokens` (1, n) -> (1, n, H) its predicted states at the tokens, appended as speculative entries.
+
+        positions (1, n): the tokens' absolute positions; by default the n positions after the cache's last entry
+        (a chain, one token after the other). mask_fn: each layer's mask over the cache and the new entries
+        (`OneiroDrafter.transition`; a tree's siblings side by side), None for causal. The predicted states fill
+        every input slot (`OneiroDrafter.recurrent_inputs`), as in training's rollout."""
+        if positions is None:
+            first = self.offset + self.cache.seq_length + 1
+            positions = torch.arange(first, first + tokens.shape[1], device=tokens.device).unsqueeze(0)
+        inputs = self.drafter.recurrent_inputs(predicted)
+        return self.drafter.transition(inputs, tokens, positions, self.cache, mask_fn=mask_fn)
 
     def _catch_up_exact(self, states: torch.Tensor, inputs: torch.Tensor, first_input: int,
                         input_ids: torch.LongTensor) -> torch.Tensor:

@@ -79,12 +79,3 @@ class NgramIndex:
                     if len(found) == max_count:
                         return found
         return found
-
-
-def cut_at_eos(tokens: list[int], eos_ids: set[int]) -> list[int]:
-    """`tokens` up to and including the first end-of-sequence token (a copied continuation ends where the
-    answer would)."""
-    for i, token in enumerate(tokens):
-        if token in eos_ids:
-            return tokens[: i + 1]
-    return tokens

@@ -751,6 +751,11 @@ class OneiroDrafter(PreTrainedModel):
         """The DraftingSession of the generate call running now, or None."""
         return self._session
 
+    def session_for_call(self) -> DraftingSession:
+        """The session whatever drafts for a generate call works in: the call's own (`current_session`), or a
+        fresh one with this drafter's defaults when generate was reached past the hook (no session was opened)."""
+        return self._session or self.new_session()
+
     # ------------------------------------------------------------------ settings
     def drafting_settings(self, **overrides: Any) -> dict[str, Any]:
         """The drafting settings for one generate call: config defaults, then per-call overrides (validated;

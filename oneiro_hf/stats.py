@@ -6,6 +6,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only
+    from .draft import Draft
 
 
 @dataclass
@@ -70,15 +74,52 @@ class DraftStats:
         return self.draft_time_s / total if total else 0.0
 
     @contextmanager
-    def time(self, phase: str) -> Iterator[PhaseTimer]:
+    def time(self, phase: str, record: bool = True) -> Iterator[PhaseTimer]:
         """Add the seconds spent inside the block to `<phase>_time_s` ("draft" or "verify"); the yielded timer
-        holds them afterwards (`timer.seconds`)."""
+        holds them afterwards (`timer.seconds`). `record=False` only measures (taking in the prompt is no drafting)."""
         timer = PhaseTimer()
         try:
             yield timer
         finally:
             timer.seconds = time.perf_counter() - timer.started
-            setattr(self, f"{phase}_time_s", getattr(self, f"{phase}_time_s") + timer.seconds)
+            if record:
+                self.add_time(phase, timer.seconds)
+
+    def add_time(self, phase: str, seconds: float) -> None:
+        """Add `seconds` to `<phase>_time_s` ("draft" or "verify"), for a phase timed elsewhere (a chain's
+        verification pass ends when the loop next asks for a draft)."""
+        setattr(self, f"{phase}_time_s", getattr(self, f"{phase}_time_s") + seconds)
+
+    def record_round(self, draft: Draft, accepted: list[int]) -> None:
+        """Count one verified round, chain or tree: `draft` as proposed and `accepted`, its drafted nodes the target
+        accepted (`Draft` numbering: a chain's first n tokens are nodes 1..n, a tree's are its path), the token
+        the target adds after them not included. Timing is recorded where it is measured (`time`)."""
+        size = draft.size
+        self.steps += 1
+        self.accept_lengths.append(len(accepted) + 1)
+        self.drafter_calls += draft.calls
+        self.empty_steps += size == 0
+        if draft.tree is None:
+            self.draft_lengths.append(size)
+        else:
+            self.tree_nodes.append(size)
+            self.tree_drafter_calls.append(draft.calls)
+            self.tree_branch_ranks.append(max((draft.tree.sibling_rank(i) for i in accepted), default=-1))
+        if size == 0:
+            return
+        if self.rounds is not None and draft.tree is None:  # the drafter's tokens: what on-policy training judges
+            drafted = draft.round_tokens()
+            self.rounds.append(DraftRound(draft.start, drafted, min(len(accepted), len(drafted)), draft.source))
+        self.drafted_tokens += size
+        self.accepted_tokens += len(accepted)
+        for node in range(1, size + 1):
+            self.drafted_by_source[draft.source_of(node)] += 1
+        for node in accepted:
+            self.accepted_by_source[draft.source_of(node)] += 1
+        sources = draft.step_sources()
+        self.latent_steps += "latent" in sources
+        self.lookup_steps += "lookup" in sources
+        self.extended_steps += draft.extended()
 
     def as_dict(self) -> dict:
         data = asdict(self)

@@ -457,7 +457,7 @@ def test_the_back_off_learns_only_from_passes_where_the_drafter_drafted_alone() 
 
     def run(tree: TokenTree, alone: bool) -> None:
         verdict = Verdict([1, 2], [6, 7, 9], [torch.zeros(1, 64)] * 3)  # two drafted tokens accepted, one bonus
-        decoder.learn(Draft(tree, 1, 0.1, 6, alone), Pass(verdict, 3, torch.zeros(len(tree), 64), 1.0))
+        decoder.learn(Draft(tree=tree, calls=1, seconds=0.1, lead_token=6, drafted_alone=alone), Pass(verdict, 3, torch.zeros(len(tree), 64), 1.0))
 
     both = TokenTree.with_root(5)
     both.add_path(0, [6, 7], [0.9, 0.8], "lookup", ngram=3)

@@ -34,9 +34,10 @@ from typing import NamedTuple
 
 import torch
 
+from ..draft import cut_at_eos
 from ..draft_policy import DraftPolicyState
 from ..drafter_context import DrafterContext
-from ..lookup import NgramIndex, cut_at_eos
+from ..lookup import NgramIndex
 from .cost import drafting_pays, latent_levels_below
 from .tree import TokenTree, window_mask
 
@@ -118,12 +119,11 @@ class LatentTreeDrafter:
                 if not drafting_pays(values, levels, policy.verify_time, policy.draft_step_time(), calls, max_nodes):
                     break
             parent_rows = [frontier.index(tree.nodes[i].parent) for i in nxt]
-            states = drafter.recurrent_inputs(frontier_states[parent_rows].unsqueeze(0))
             tokens = torch.tensor([[tree.nodes[i].token for i in nxt]], dtype=torch.long, device=device)
             positions = torch.tensor([[root_position + tree.nodes[i].depth for i in nxt]], device=device)
             mask_fn = self._mask_fn(tree, spec_nodes, nxt, root_position, device)
             started = time.perf_counter()
-            out = drafter.transition(states, tokens, positions, self.context.cache, mask_fn=mask_fn)
+            out = self.context.step(frontier_states[parent_rows].unsqueeze(0), tokens, positions, mask_fn=mask_fn)
             policy.observe_draft_step(time.perf_counter() - started)
             calls += 1
             spec_nodes.extend(nxt)

@@ -16,7 +16,6 @@ and the user's criteria cut exactly where plain decoding would stop. Batch size 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
+from ..draft import Draft, eos_token_ids
 from ..draft_policy import DraftPolicyState
 from ..lookup import NgramIndex
 from ..settings import DraftingSettings
@@ -174,26 +174,6 @@ def _calibrate(tree: TokenTree, verdict: Verdict, kept: int, policy: DraftPolicy
             rate.add(child in path)
 
 
-def _sibling_rank(tree: TokenTree, node: int) -> int:
-    """0 for the parent's likeliest child (by value, ties by node order), 1 for the next, ..."""
-    me = tree.nodes[node]
-    return sum(
-        1 for other in tree.children[me.parent].values()
-        if (tree.nodes[other].value, -other) > (me.value, -node)
-    )
-
-
-@dataclass
-class Draft:
-    """One step's tree as it goes to verification."""
-
-    tree: TokenTree
-    drafter_calls: int  # drafter forwards spent on it (0: no latent branch drafted)
-    seconds: float
-    lead_token: int | None = None  # the drafter's likeliest token below the root (None: drafter not called)
-    drafted_alone: bool = False  # the drafter was called where lookup hung no branch: the pass measures it alone
-
-
 @dataclass
 class Pass:
     """One verification pass: the verdict, how many of its tokens were kept, and the target's outputs."""
@@ -212,10 +192,9 @@ class TreeDecoder:
         self.model, self.drafter, self.settings = model, drafter, settings
         self.logits_processor, self.stopping_criteria = logits_processor, stopping_criteria
         self.generation_config, self.streamer, self.cache = generation_config, streamer, cache
-        eos = getattr(generation_config, "_eos_token_tensor", None)
-        self.eos_ids: set[int] = set(eos.flatten().tolist()) if eos is not None else set()
+        self.eos_ids = eos_token_ids(generation_config)
         self.walk = sampling_walk if generation_config.do_sample else greedy_walk
-        session = drafter.current_session or drafter.new_session()  # None: called past the generate hook
+        session = drafter.session_for_call()
         self.policy, self.stats = session.policy, session.stats  # the drafter's policy; stats -> last_stats
         # the drafter holds the accepted positions plus at most one level of `beam` speculative nodes per depth
         capacity = generation_config.max_length + settings.beam * settings.max_depth
@@ -251,37 +230,44 @@ class TreeDecoder:
         return ids, finished
 
     def draft(self, input_ids: torch.LongTensor) -> Draft:
-        """A tree below the last token: lookup and latent branches, cut to the size the cost model pays for."""
-        started = time.perf_counter()
+        """A tree below the last token of input_ids (1, T): lookup and latent branches, cut to the size the cost
+        model pays for."""
         settings, policy = self.settings, self.policy
-        self.index.extend(input_ids[0, len(self.index.tokens):].tolist())
-        depth = min(settings.max_depth, self.generation_config.max_length - input_ids.shape[1] - 1)
-        tree = TokenTree.with_root(int(input_ids[0, -1]))
-        calls, lead = 0, None
-        copies: list[tuple[list[int], int]] = []  # earlier occurrences' continuations, longest match first
-        if depth > 0 and settings.mode in ("lookup", "hybrid"):
-            copies = self.index.continuations(depth, settings.lookup_branches)
-        add_lookup_branches(tree, copies, min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
-        alone = len(tree) == 1
-        if depth > 0 and self.latent is not None:
-            if self._latent_pays(tree, depth):
-                policy.backoff.steps_since_try = 0
-                calls, lead = self.latent.expand(
-                    tree, input_ids, max_depth=depth, topk=settings.topk, beam=settings.beam,
-                    min_value=settings.min_value, policy=policy, eos_ids=self.eos_ids, max_nodes=settings.max_nodes,
-                    cost_aware=settings.cost_aware,
-                )
-                if settings.mode == "hybrid" and settings.lookup_after_latent:
-                    add_lookup_after_latent(tree, self.index, max_depth=depth, leaves=settings.beam,
-                                            min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
-            else:
-                policy.backoff.steps_since_try += 1
-        # shorter matches only fill nodes left over: added before the drafter's turn, they would talk it out of its
-        # call (Gemma-3-270M, session 16: drafter calls 0.90 -> 0.21 per pass, tau 5.74 -> 4.98)
-        add_lookup_branches(tree, copies, min_ngram=settings.filler_min_ngram, max_ngram=settings.lookup_min_ngram - 1,
-                            policy=policy, eos_ids=self.eos_ids)
-        chosen = choose_nodes(tree, policy.verify_time if settings.cost_aware else None, settings.max_nodes)
-        return Draft(tree.keep(chosen), calls, time.perf_counter() - started, lead, alone and calls > 0)
+        with self.stats.time("draft") as timer:
+            self.index.extend(input_ids[0, len(self.index.tokens):].tolist())
+            depth = min(settings.max_depth, self.generation_config.max_length - input_ids.shape[1] - 1)
+            tree = TokenTree.with_root(int(input_ids[0, -1]))
+            copies: list[tuple[list[int], int]] = []  # earlier occurrences' continuations, longest match first
+            if depth > 0 and settings.mode in ("lookup", "hybrid"):
+                copies = self.index.continuations(depth, settings.lookup_branches)
+            add_lookup_branches(tree, copies, min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
+            alone = len(tree) == 1
+            calls, lead = self._draft_latent(tree, input_ids, depth)
+            # shorter matches only fill nodes left over: added before the drafter's turn, they would talk it out of
+            # its call (Gemma-3-270M, session 16: drafter calls 0.90 -> 0.21 per pass, tau 5.74 -> 4.98)
+            add_lookup_branches(tree, copies, min_ngram=settings.filler_min_ngram,
+                                max_ngram=settings.lookup_min_ngram - 1, policy=policy, eos_ids=self.eos_ids)
+            tree = tree.keep(choose_nodes(tree, policy.verify_time if settings.cost_aware else None, settings.max_nodes))
+        return Draft(tree=tree, calls=calls, seconds=timer.seconds, lead_token=lead, drafted_alone=alone and calls > 0)
+
+    def _draft_latent(self, tree: TokenTree, input_ids: torch.LongTensor, depth: int) -> tuple[int, int | None]:
+        """Grow the drafter's branches (and, hybrid, lookup after them) in `tree` when it pays; returns the drafter
+        calls made and the drafter's likeliest first token (None when it was not called)."""
+        settings, policy = self.settings, self.policy
+        if depth <= 0 or self.latent is None:
+            return 0, None
+        if not self._latent_pays(tree, depth):
+            policy.backoff.steps_since_try += 1
+            return 0, None
+        policy.backoff.steps_since_try = 0
+        calls, lead = self.latent.expand(
+            tree, input_ids, max_depth=depth, topk=settings.topk, beam=settings.beam, min_value=settings.min_value,
+            policy=policy, eos_ids=self.eos_ids, max_nodes=settings.max_nodes, cost_aware=settings.cost_aware,
+        )
+        if settings.mode == "hybrid" and settings.lookup_after_latent:
+            add_lookup_after_latent(tree, self.index, max_depth=depth, leaves=settings.beam,
+                                    min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
+        return calls, lead
 
     def _latent_pays(self, tree: TokenTree, depth: int) -> bool:
         """Whether to call the drafter this step, given the lookup branches already in `tree`.
@@ -305,72 +291,57 @@ class TreeDecoder:
         return drafting_pays(values, levels, policy.verify_time, policy.draft_step_time(), 0, self.settings.max_nodes)
 
     def verify(self, input_ids: torch.LongTensor, tree: TokenTree) -> tuple[torch.LongTensor, Pass, bool]:
-        """One target pass over the flattened tree, the walk, the tokens appended, the cache compacted."""
-        started = time.perf_counter()
-        device = input_ids.device
-        positions = tree.position_ids(input_ids.shape[1] - 1, device)
-        mask = target_tree_mask(self.model, self.cache, tree.ancestors(device), positions[0])
-        out = self.model(input_ids=tree.tokens(device), position_ids=positions, attention_mask=mask, cache=self.cache,
-                         use_cache=True, output_hidden_states=self.hidden_flag, logits_to_keep=0)
-        logits = out.logits[0].float()  # (nodes, V)
+        """One target pass over the flattened tree, the walk, the tokens appended, the cache compacted.
 
-        def scores(node: int) -> torch.Tensor:  # the user's processors, on the prefix that ends at `node`
-            path = [tree.nodes[i].token for i in tree.path_to(node)]
-            prefix = torch.cat([input_ids, torch.tensor([path], dtype=input_ids.dtype, device=device)], dim=-1)
-            return self.logits_processor(prefix, logits[node : node + 1].clone())
+        input_ids (1, T) -> (input_ids with the kept tokens (1, T + kept), the pass, whether to stop)."""
+        with self.stats.time("verify") as timer:
+            device = input_ids.device
+            positions = tree.position_ids(input_ids.shape[1] - 1, device)
+            mask = target_tree_mask(self.model, self.cache, tree.ancestors(device), positions[0])
+            out = self.model(input_ids=tree.tokens(device), position_ids=positions, attention_mask=mask,
+                             cache=self.cache, use_cache=True, output_hidden_states=self.hidden_flag, logits_to_keep=0)
+            logits = out.logits[0].float()  # (nodes, V)
 
-        verdict = self.walk(tree, scores)
-        kept, finished = 0, False
-        for token, row in zip(verdict.tokens, verdict.scores):
-            input_ids, finished = self._append(input_ids, token, row)
-            kept += 1
-            if finished:
-                break
-        keep = [0, *verdict.path[: kept - 1]]  # the root and the accepted nodes whose successor was appended
-        compact_cache(self.cache, torch.tensor(keep, device=device), len(tree))
-        if self.latent is not None:
-            self.latent.observe(out.hidden_states, keep)
-        if self.streamer is not None:
-            self.streamer.put(input_ids[:, -kept:].cpu())
-        return input_ids, Pass(verdict, kept, logits, time.perf_counter() - started), finished
+            def scores(node: int) -> torch.Tensor:  # the user's processors, on the prefix that ends at `node`
+                path = [tree.nodes[i].token for i in tree.path_to(node)]
+                prefix = torch.cat([input_ids, torch.tensor([path], dtype=input_ids.dtype, device=device)], dim=-1)
+                return self.logits_processor(prefix, logits[node : node + 1].clone())
+
+            verdict = self.walk(tree, scores)
+            kept, finished = 0, False
+            for token, row in zip(verdict.tokens, verdict.scores):
+                input_ids, finished = self._append(input_ids, token, row)
+                kept += 1
+                if finished:
+                    break
+            keep = [0, *verdict.path[: kept - 1]]  # the root and the accepted nodes whose successor was appended
+            compact_cache(self.cache, torch.tensor(keep, device=device), len(tree))
+            if self.latent is not None:
+                self.latent.observe(out.hidden_states, keep)
+            if self.streamer is not None:
+                self.streamer.put(input_ids[:, -kept:].cpu())
+        return input_ids, Pass(verdict, kept, logits, timer.seconds), finished
 
     def learn(self, draft: Draft, done: Pass) -> None:
-        """Latency, calibration, the back-off and statistics from one step.
+        """Latency, calibration, the back-off and statistics from one step (its times are recorded where they are
+        measured: `draft` and `verify`).
 
         The back-off learns only from passes where the drafter drafted alone: beside lookup branches most of a
         pass's gain is lookup's. Calls made there are priced before they are made, or are the periodic retries
         that keep `latent_lead` measured (`_latent_pays`)."""
-        tree, verdict, kept, policy, stats = draft.tree, done.verdict, done.kept, self.policy, self.stats
+        tree, verdict, kept, policy = draft.tree, done.verdict, done.kept, self.policy
         size = len(tree)
         policy.observe_verify(size, done.seconds)
         _calibrate(tree, verdict, kept, policy)
         if draft.lead_token is not None:
             policy.latent_lead.add(verdict.tokens[0] == draft.lead_token)
         if draft.drafted_alone and self.settings.cost_aware:
-            spent = policy.verify_time(size) + policy.drafting_cost(draft.seconds, draft.drafter_calls)
+            spent = policy.verify_time(size) + policy.drafting_cost(draft.seconds, draft.calls)
             policy.backoff.observe(kept * policy.verify_time(1) - spent)
         self.scores.extend(verdict.scores[:kept])
         self.raw_logits.extend(done.logits[i : i + 1] for i in [0, *verdict.path][:kept])
-        accepted = verdict.path[: kept - 1]  # as in chains: the last token a pass yields counts as the target's own
-        stats.steps += 1
-        stats.accept_lengths.append(kept)
-        stats.draft_time_s += draft.seconds
-        stats.verify_time_s += done.seconds
-        stats.tree_nodes.append(size - 1)
-        stats.tree_drafter_calls.append(draft.drafter_calls)
-        stats.drafter_calls += draft.drafter_calls
-        stats.tree_branch_ranks.append(max((_sibling_rank(tree, i) for i in accepted), default=-1))
-        stats.empty_steps += size == 1
-        stats.drafted_tokens += size - 1
-        stats.accepted_tokens += len(accepted)
-        for node in tree.nodes[1:]:
-            stats.drafted_by_source[node.source] += 1
-        for i in accepted:
-            stats.accepted_by_source[tree.nodes[i].source] += 1
-        stats.latent_steps += any(n.source == "latent" for n in tree.nodes)
-        stats.lookup_steps += any(n.source == "lookup" for n in tree.nodes)
-        stats.extended_steps += any(n.source == "lookup" and tree.nodes[n.parent].source == "latent"
-                                    for n in tree.nodes[1:])
+        # as in chains: the last token a pass yields counts as the target's own
+        self.stats.record_round(draft, verdict.path[: kept - 1])
 
 
 @torch.no_grad()

@@ -87,6 +87,15 @@ class TokenTree:
             index = self.nodes[index].parent
         return path[::-1]
 
+    def sibling_rank(self, index: int) -> int:
+        """0 for its parent's likeliest child (by value, ties by node order), 1 for the next, ... (statistics: how
+        far down its siblings an accepted node was)."""
+        me = self.nodes[index]
+        return sum(
+            1 for other in self.children[me.parent].values()
+            if (self.nodes[other].value, -other) > (me.value, -index)
+        )
+
     def keep(self, indices: list[int]) -> TokenTree:
         """The subtree made of the root and `indices` (each node's ancestors must be among them), in node order."""
         chosen = sorted(set(indices) | {0})
