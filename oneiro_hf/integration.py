@@ -106,12 +106,10 @@ def _oneiro_get_candidate_generator(self, generation_config, *args: Any, **kwarg
         return type(self)._get_candidate_generator(self, generation_config, *args, **kwargs)
     from .candidate_generator import OneiroCandidateGenerator
 
-    session = assistant.current_session or assistant.new_session()  # None: generate called past our hook
-    return OneiroCandidateGenerator(
+    return OneiroCandidateGenerator(  # it finds the call's session itself (drafter.session_for_call)
         assistant,
         generation_config,
         kwargs["logits_processor"],
-        session,
         user_wants_hidden_states=bool(generation_config.output_hidden_states),
     )
 
