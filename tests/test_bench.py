@@ -422,6 +422,21 @@ def test_profile_subcommand_and_automatic_use(env, tmp_path, monkeypatch):
     assert len(files) == 1
     profile = json.loads(files[0].read_text())
     assert set(profile["ratios"]) == {"1", "2", "3"} and profile["t1_s"] > 0
+    # both kernel sets: the stock one under "stock", and how much faster one step runs on oneiro-hf's
+    assert profile["stock"]["kernels"] == "stock" and profile["kernels"].startswith("grouped attention")
+    assert set(profile["stock"]["ratios"]) == {"1", "2", "3"}
+    assert profile["kernel_speedup_t1"] == pytest.approx(profile["stock"]["t1_s"] / profile["t1_s"])
+    assert "drafter_step_ratio" not in profile  # no --drafter: no drafter call timed
+
+    with_drafter = tmp_path / "with_drafter.json"
+    assert bench_cli.main(["profile", "--target", str(env / "target"), "--max-k", "2", "--context-len", "8",
+                           "--repeats", "1", "--threads", "1", "--drafter", "fresh", "--out", str(with_drafter)]) == 0
+    timed = json.loads(with_drafter.read_text())
+    assert timed["drafter"].startswith("fresh") and timed["drafter_step_s"] > 0 and timed["drafter_step_ratio"] > 0
+    drafter = OneiroDrafter.from_target(make_model())
+    drafter.use_latency_profile({"t1_s": 0.02, "ratios": {1: 1.0, 2: 1.3}, "drafter_step_ratio": 0.25})
+    assert drafter.policy_state.draft_step_time() == pytest.approx(0.005)  # priced from the first call
+    assert bench_cli.main(["profile", "--target", str(env / "target"), "--drafter", str(tmp_path)]) == 2
 
     used = []
     monkeypatch.setattr(OneiroDrafter, "use_latency_profile", lambda self, p: used.append(p))

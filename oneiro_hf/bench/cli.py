@@ -45,7 +45,7 @@ from pathlib import Path
 
 from .answers import QUESTIONS_ENV, BenchInputError
 from .methods import DEFAULT_METHODS
-from .plan import DTYPES, check_common, check_drafter_call_ratio, plan_run, resolve_model
+from .plan import DTYPES, check_common, check_drafter, check_drafter_call_ratio, plan_run, resolve_model
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_LOSSLESS_VIOLATION, EXIT_INTERRUPTED = 0, 2, 3, 130
 
@@ -105,6 +105,9 @@ def _profile_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-k", type=int, default=16)
     p.add_argument("--context-len", type=int, default=200)
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--drafter", default=None,
+                   help="also time one call of this drafter (a directory, 'fresh', or 'shipped') as a share of t(1): "
+                        "saved as drafter_step_ratio, the cost model's price of a drafter call from the first call on")
     return p
 
 
@@ -120,6 +123,10 @@ def profile_main(argv: list[str]) -> int:
         if args.max_k < 1 or args.context_len < 1 or args.repeats < 1:
             raise BenchInputError("--max-k, --context-len and --repeats must be >= 1.")
         target = resolve_model(args.target, "--target")
+        drafter = desc = None
+        if args.drafter is not None:
+            drafter, desc = check_drafter(None if args.drafter == "shipped" else args.drafter, target,
+                                          target.config())
     except BenchInputError as err:
         return _fail(err)
     from .profile import default_profile_path, measure_profile
@@ -130,11 +137,14 @@ def profile_main(argv: list[str]) -> int:
 
         torch.set_num_threads(args.threads)
     profile = measure_profile(target.loader_arg, target.label, out, args.device, args.dtype, args.max_k,
-                              args.context_len, args.repeats)
+                              args.context_len, args.repeats, drafter, desc)
     for name, part in (("oneiro kernels", profile), ("stock kernels", profile["stock"])):
         print(f"{name} ({part['kernels']}): t(1) = {part['t1_s'] * 1000:.2f} ms; t(k)/t(1): "
               + ", ".join(f"{k}:{v:.2f}" for k, v in part["ratios"].items()))
     print(f"plain decoding on oneiro kernels: stock t(1) / oneiro t(1) = {profile['kernel_speedup_t1']:.3f}")
+    if "drafter_step_ratio" in profile:
+        print(f"drafter call ({profile['drafter']}): {profile['drafter_step_s'] * 1000:.2f} ms = "
+              f"{profile['drafter_step_ratio']:.3f} t(1)")
     print(f"saved {out}")
     return EXIT_OK
 

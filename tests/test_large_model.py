@@ -1,0 +1,72 @@
+"""The real-size reference target, Qwen2.5-Coder-1.5B-Instruct (7 GB in float32): loads in float32 and bfloat16, and
+every drafting mode gives plain greedy's tokens on it.
+
+Too big for CI's budget (a 1.1 GB fetch, 7 GB of float32 weights, minutes per test on two cores): marked
+`large_model`, deselected by `make test` and `make test-fast`, run by `make test-large`.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from oneiro_hf import OneiroDrafter, cpu_kernels
+from oneiro_hf.chat import encode_prompt
+from oneiro_hf.reference_models import load_reference_model
+
+pytestmark = [pytest.mark.large_model, pytest.mark.real_model, pytest.mark.slow]
+
+NAME = "qwen2.5-coder-1.5b-instruct"
+PROMPTS = [
+    "Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring.",
+    "Rename the variable `count` to `total` in this code and return the whole code:\n"
+    "def tally(items):\n    count = 0\n    for item in items:\n        count += item\n    return count\n",
+]
+
+
+def _ids(tokenizer, prompt: str) -> torch.Tensor:
+    return torch.tensor([encode_prompt(tokenizer, prompt)])
+
+
+@pytest.fixture(scope="module")
+def qwen15():
+    torch.set_num_threads(2)
+    model, tokenizer = load_reference_model(NAME)
+    return model, tokenizer
+
+
+def test_loads_in_float32_with_its_stored_parameters(qwen15):
+    model, _ = qwen15
+    config = model.config
+    assert (config.num_hidden_layers, config.hidden_size, config.vocab_size) == (28, 1536, 151936)
+    stored = sum(p.numel() for p in model.parameters())
+    assert 1.7e9 < stored < 1.85e9  # untied LM head: 1.78B stored parameters, 7.1 GB in float32
+    assert next(model.parameters()).dtype == torch.float32
+
+
+def test_every_mode_and_cpu_kernels_give_greedys_tokens(qwen15):
+    model, tokenizer = qwen15
+    drafter = OneiroDrafter.from_target(model, draft_vocab_ids=torch.arange(32768))  # a cheap readout for the test
+    accepted = 0
+    for prompt in PROMPTS:
+        ids = _ids(tokenizer, prompt)
+        ref = model.generate(ids, max_new_tokens=32, do_sample=False)
+        with cpu_kernels(model):
+            assert torch.equal(model.generate(ids, max_new_tokens=32, do_sample=False), ref)
+        for kwargs in ({"oneiro_mode": "lookup"}, {"oneiro_mode": "latent", "oneiro_cost_aware": False},
+                       {"oneiro_mode": "hybrid"}, {"oneiro_tree": True}):
+            out = model.generate(ids, max_new_tokens=32, do_sample=False, assistant_model=drafter, **kwargs)
+            assert torch.equal(out, ref), f"{kwargs} differs from greedy on {prompt!r}"
+            accepted += drafter.last_stats.accepted_tokens
+    assert accepted > 0  # the rewrite prompt copies its input: drafts are accepted, not only made
+
+
+def test_bfloat16_target_and_drafter_follow_its_dtype():
+    model, tokenizer = load_reference_model(NAME, dtype=torch.bfloat16)
+    assert next(model.parameters()).dtype == torch.bfloat16
+    drafter = OneiroDrafter.from_target(model, draft_vocab_ids=torch.arange(32768))
+    ids = _ids(tokenizer, PROMPTS[1])
+    ref = model.generate(ids, max_new_tokens=12, do_sample=False)
+    out = model.generate(ids, max_new_tokens=12, do_sample=False, assistant_model=drafter, oneiro_mode="hybrid")
+    assert torch.equal(out, ref)
+    assert next(drafter.parameters()).dtype == torch.bfloat16
