@@ -19,8 +19,8 @@ pytestmark = [pytest.mark.large_model, pytest.mark.real_model, pytest.mark.slow]
 NAME = "qwen2.5-coder-1.5b-instruct"
 PROMPTS = [
     "Write a Python function that returns the n-th Fibonacci number iteratively, with a docstring.",
-    "Rename the variable `count` to `total` in this code and return the whole code:\n"
-    "def tally(items):\n    count = 0\n    for item in items:\n        count += item\n    return count\n",
+    ("Rename the variable `count` to `total` in this code and return the whole code:\n"
+    "def tally(items):\n    count = 0\n    for item in items:\n        count += item\n    return count\n"),
 ]
 
 
