@@ -156,10 +156,9 @@ class DraftingSettings:
     )
     prepack_cpu_weights: bool = setting(
         True,
-        doc="float32 targets on a CPU: `True` runs verification passes of 4+ tokens on linear weights reordered "
-        "once for oneDNN, per layer shape from the row count measured to pay on this machine (a second copy of "
-        "those weights, kept with the target; docs/design.md#how-it-is-judged); `False`: torch's own "
-        "`F.linear`",
+        doc="float32 targets on a CPU: `True` runs the target's linear layers on weights reordered once for "
+        "oneDNN, per layer shape from the row count measured to pay on this machine (a second copy of those "
+        "weights, kept with the target; `oneiro_hf.cpu_kernels`); `False`: torch's own `F.linear`",
     )
     context_window: int | None = setting(
         1024, check=_context_window_check,

@@ -28,8 +28,8 @@ PUBLISH_FLAGS = {
     "gemma-3-270m": [
         "--repo-id", "your-org/gemma-3-270m-oneiro-drafter", "--base-model", "google/gemma-3-270m",
         "--license", "gemma",
-        "--bench-summary", str(ROOT / "docs/benchmarks/gemma_s6/summary.json"),
-        "--hardware", "2-core AMD EPYC CPU, one thread per lane",
+        "--bench-summary", str(ROOT / "docs/benchmarks/current/gemma-3-270m/summary.json"),
+        "--hardware", "2-core Intel Xeon CPU, one thread per lane",
     ],
 }
 
