@@ -3,7 +3,7 @@
     # the shipped SmolLM2 drafter, card filled from its training summary and a benchmark run
     python examples/publish.py --repo-id your-org/smollm2-135m-oneiro-drafter \\
         --base-model HuggingFaceTB/SmolLM2-135M-Instruct --license apache-2.0 \\
-        --bench-summary docs/benchmarks/smollm2_all256_s6/summary_shipped_drafter.json --hardware "2-core x86_64 CPU"
+        --bench-summary docs/benchmarks/current/smollm2-135m-instruct/summary.json --hardware "2-core x86_64 CPU"
 
     # offline: write the folder that would be uploaded (README.md included) and stop
     python examples/publish.py --repo-id your-org/smollm2-135m-oneiro-drafter \\

@@ -22,8 +22,8 @@ PUBLISH_FLAGS = {
     "smollm2-135m-instruct": [
         "--repo-id", "your-org/smollm2-135m-oneiro-drafter", "--base-model", "HuggingFaceTB/SmolLM2-135M-Instruct",
         "--license", "apache-2.0",
-        "--bench-summary", str(ROOT / "docs/benchmarks/smollm2_all256_s6/summary_shipped_drafter.json"),
-        "--hardware", "2-core AMD EPYC CPU, one thread per lane",
+        "--bench-summary", str(ROOT / "docs/benchmarks/current/smollm2-135m-instruct/summary.json"),
+        "--hardware", "2-core Intel Xeon CPU, one thread per lane",
     ],
     "gemma-3-270m": [
         "--repo-id", "your-org/gemma-3-270m-oneiro-drafter", "--base-model", "google/gemma-3-270m",
