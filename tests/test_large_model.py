@@ -28,6 +28,19 @@ def _ids(tokenizer, prompt: str) -> torch.Tensor:
     return torch.tensor([encode_prompt(tokenizer, prompt)])
 
 
+def test_bfloat16_target_and_drafter_follow_its_dtype():
+    """Runs first, before the float32 fixture loads: the two copies together would need about 24 GB."""
+    torch.set_num_threads(2)
+    model, tokenizer = load_reference_model(NAME, dtype=torch.bfloat16)
+    assert next(model.parameters()).dtype == torch.bfloat16
+    drafter = OneiroDrafter.from_target(model, draft_vocab_ids=torch.arange(32768))
+    ids = _ids(tokenizer, PROMPTS[1])
+    ref = model.generate(ids, max_new_tokens=12, do_sample=False)
+    out = model.generate(ids, max_new_tokens=12, do_sample=False, assistant_model=drafter, oneiro_mode="hybrid")
+    assert torch.equal(out, ref)
+    assert next(drafter.parameters()).dtype == torch.bfloat16
+
+
 @pytest.fixture(scope="module")
 def qwen15():
     torch.set_num_threads(2)
@@ -59,14 +72,3 @@ def test_every_mode_and_cpu_kernels_give_greedys_tokens(qwen15):
             assert torch.equal(out, ref), f"{kwargs} differs from greedy on {prompt!r}"
             accepted += drafter.last_stats.accepted_tokens
     assert accepted > 0  # the rewrite prompt copies its input: drafts are accepted, not only made
-
-
-def test_bfloat16_target_and_drafter_follow_its_dtype():
-    model, tokenizer = load_reference_model(NAME, dtype=torch.bfloat16)
-    assert next(model.parameters()).dtype == torch.bfloat16
-    drafter = OneiroDrafter.from_target(model, draft_vocab_ids=torch.arange(32768))
-    ids = _ids(tokenizer, PROMPTS[1])
-    ref = model.generate(ids, max_new_tokens=12, do_sample=False)
-    out = model.generate(ids, max_new_tokens=12, do_sample=False, assistant_model=drafter, oneiro_mode="hybrid")
-    assert torch.equal(out, ref)
-    assert next(drafter.parameters()).dtype == torch.bfloat16
