@@ -10,7 +10,8 @@ Two substitutions, each measured to pay and each restored when the block ends (n
   key/value head of the cache once, where transformers' sdpa copies the cache to every query head.
 * `prepacked_linears` (float32 targets on a CPU whose torch has oneDNN): each `nn.Linear` runs on its weight
   reordered once, from the row count measured to pay for its shape on this machine (1 where oneDNN's one-row
-  call beats MKL's; never for shapes that never gain). Costs a second copy of the weights that run prepacked.
+  call beats MKL's; never for shapes that never gain). Costs a second copy of the weights that run prepacked
+  (`max_memory` caps it: `cpu_kernels(model, max_memory=0.45)` keeps a float32 target within 1.5x its weights).
 
 A drafter's `generate` always runs the target inside these kernels. Plain greedy inside them is therefore the
 baseline that separates speculation from the kernels: `oneiro-bench` runs it as the method `oneiro-greedy`.
@@ -56,15 +57,16 @@ class Kernels:
 
 
 @contextmanager
-def cpu_kernels(model: torch.nn.Module, prepack: bool = True) -> Iterator[Kernels]:
+def cpu_kernels(model: torch.nn.Module, prepack: bool = True, max_memory: float | None = None) -> Iterator[Kernels]:
     """Run `model` on oneiro-hf's kernels inside the block (grouped attention; on float32 CPU targets with
-    `prepack`, prepacked linears); yields what was applied. The model is restored on exit and on error; blocks
+    `prepack`, prepacked linears, their copies capped at `max_memory` times the model's own bytes when given);
+    yields what was applied. The model is restored on exit and on error; blocks
     may nest and overlap across threads (the last one to end restores). Anything but a `torch.nn.Module` is a
     TypeError."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"cpu_kernels takes a torch.nn.Module (a transformers model), got {type(model).__name__}. "
                         "Fix: pass the model itself, e.g. AutoModelForCausalLM.from_pretrained(...).")
-    with grouped_attention(model), prepacked_linears(model, prepack):
+    with grouped_attention(model), prepacked_linears(model, prepack, max_memory):
         layers = prepacked_layers(model)
         yield Kernels(
             grouped_attention=getattr(model.config, "_attn_implementation", None) == ATTENTION_NAME,

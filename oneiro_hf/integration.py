@@ -96,7 +96,8 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
     # using it) a concurrent call with another drafter could replace it before our candidate generator reads it.
     # verification passes read the cache once per key/value head, not once per query head, and on a CPU run the
     # linears on weights reordered once (cpu_kernels.py)
-    with drafter.drafting_session(settings), cpu_kernels(self, settings.prepack_cpu_weights):
+    with drafter.drafting_session(settings), cpu_kernels(self, settings.prepack_cpu_weights,
+                                                                 settings.prepack_max_memory):
         return type(self).generate(self, *args, **kwargs)
 
 

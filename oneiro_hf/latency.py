@@ -24,7 +24,7 @@ from .targets import text_config
 @torch.no_grad()
 def profile_verification_latency(
     model, ks: tuple[int, ...] = tuple(range(1, 17)), context_len: int = 200, repeats: int = 7, prepacked: bool = True,
-    stock: bool = False,
+    stock: bool = False, max_memory: float | None = None,
 ) -> dict:
     """Median seconds of one cached target forward over k new tokens, after `context_len` cached ones.
 
@@ -34,12 +34,15 @@ def profile_verification_latency(
     `prepack_cpu_weights` is off), with "kernels" naming them and, with prepacked linears on a CPU,
     "prepacked_min_rows" (`prepacked_linear.thresholds`, None for never). `stock=True` measures transformers'
     own kernels instead (kernels "stock"): the t(k) of plain generate and transformers' assisted decoding.
+    `max_memory` caps the prepacked copies as the setting `prepack_max_memory` does (saved as "prepack_max_memory").
     """
     if stock:
         return {**_profile(model, ks, context_len, repeats), "kernels": STOCK}
-    with cpu_kernels(model, prepacked) as kernels:
+    with cpu_kernels(model, prepacked, max_memory) as kernels:
         profile = _profile(model, ks, context_len, repeats)
     profile["kernels"] = str(kernels)
+    if max_memory is not None:
+        profile["prepack_max_memory"] = max_memory
     if prepacked and applies(model):  # the rows from which each weight shape ran prepacked (None: never)
         profile["prepacked_min_rows"] = thresholds()
     return profile

@@ -16,6 +16,9 @@ else keep F.linear too.
 
 The reordered copies cost as much memory as the weights they copy; they are made when a block first swaps the
 layers in, kept for later blocks, made again if a weight changes, and go with the layer (weak references).
+`max_copy_bytes` caps them: the layers that save the most time per byte (measured, `measured_saving`) get a copy
+until the cap is reached, the others keep F.linear (a Qwen2.5-Coder-1.5B target in float32 holds 7.1 GB of
+weights, 6.2 GB of them in linear layers: copies of all of them double its memory).
 Results differ from F.linear's by float32 rounding only (a different summation order), as a multi-token GEMM's
 already differ from greedy's one-row GEMV.
 """
@@ -38,8 +41,9 @@ logger = logging.getLogger(__name__)
 ROW_GRID = (1, 2, 3, 4, 6, 8, 16)  # row counts timed per weight shape (verification passes and small trees)
 MIN_GAIN = 0.05  # summed over the row counts it would take, the prepacked call must save this much (ties: F.linear)
 NEVER = math.inf  # the threshold of a shape on which the prepacked call never gained
-# per (out_features, in_features, has bias, torch threads): rows from which that shape runs prepacked
-_min_rows: dict[tuple[int, int, bool, int], float] = {}
+# per (out_features, in_features, has bias, torch threads): rows from which that shape runs prepacked, and the
+# seconds the prepacked call saves per call summed over the timed row counts from there on
+_min_rows: dict[tuple[int, int, bool, int], tuple[float, float]] = {}
 # per linear layer: (the weight it was made from: data pointer, version), the reordered weight
 _packed: weakref.WeakKeyDictionary[torch.nn.Linear, tuple[tuple[int, int], torch.Tensor]] = weakref.WeakKeyDictionary()
 # per target: blocks now running with prepacked linears, and the layers whose forward they replaced (with the row
@@ -81,16 +85,50 @@ def _linear_on_packed(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor 
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
-def measured_min_rows(layer: torch.nn.Linear) -> float:
-    """From how many input rows `layer` runs faster on its prepacked weight than through F.linear, on this CPU at
-    the current thread count: timed once per weight shape in a process (`choose_min_rows`), `NEVER` if not at all."""
+def _measured(layer: torch.nn.Linear) -> tuple[float, float]:
+    """(row threshold, seconds saved per call summed over the timed row counts >= it) of `layer`'s shape on this
+    CPU at the current thread count: timed once per weight shape in a process."""
     key = (layer.out_features, layer.in_features, layer.bias is not None, torch.get_num_threads())
     if key not in _min_rows:
         start = time.perf_counter()
-        _min_rows[key] = choose_min_rows(_time_rows(layer))
+        times = _time_rows(layer)
+        threshold = choose_min_rows(times)
+        saved = sum(stock - packed for rows, (stock, packed) in times.items() if rows >= threshold)
+        _min_rows[key] = (threshold, saved)
         logger.info("prepacked linear %dx%d (%d threads): from %s rows on (timed in %.2f s)", layer.out_features,
-                    layer.in_features, key[3], _min_rows[key], time.perf_counter() - start)
+                    layer.in_features, key[3], threshold, time.perf_counter() - start)
     return _min_rows[key]
+
+
+def measured_min_rows(layer: torch.nn.Linear) -> float:
+    """From how many input rows `layer` runs faster on its prepacked weight than through F.linear, on this CPU at
+    the current thread count: timed once per weight shape in a process (`choose_min_rows`), `NEVER` if not at all."""
+    return _measured(layer)[0]
+
+
+def measured_saving(layer: torch.nn.Linear) -> float:
+    """Seconds `layer`'s prepacked call saves per call, summed over the timed row counts from its threshold on (0
+    for a shape that never gains): what `max_copy_bytes` ranks layers by, per byte of weight."""
+    threshold, saved = _measured(layer)
+    return 0.0 if threshold == NEVER else saved
+
+
+def copy_bytes(layer: torch.nn.Linear) -> int:
+    """Bytes of the reordered copy of `layer`'s weight (as many as the weight's own)."""
+    return layer.weight.numel() * layer.weight.element_size()
+
+
+def _within_cap(layers: list[torch.nn.Linear], max_copy_bytes: int | None) -> set[torch.nn.Linear]:
+    """The layers to copy: all of `layers` without a cap; with one, by measured saving per byte, best first, each
+    taken while the copies so far fit in `max_copy_bytes`."""
+    if max_copy_bytes is None:
+        return set(layers)
+    chosen, used = set(), 0
+    for layer in sorted(layers, key=lambda layer: measured_saving(layer) / copy_bytes(layer), reverse=True):
+        if used + copy_bytes(layer) <= max_copy_bytes:
+            chosen.add(layer)
+            used += copy_bytes(layer)
+    return chosen
 
 
 def choose_min_rows(times: dict[int, tuple[float, float]]) -> float:
@@ -135,24 +173,27 @@ def _time_rows(layer: torch.nn.Linear, repeats: int = 2, batch_s: float = 5e-4, 
     return times
 
 
-def _swap_in(model: torch.nn.Module) -> dict[torch.nn.Linear, float]:
-    """Route every nn.Linear of `model` that gains (`measured_min_rows`) through `prepacked_forward`, its weight
-    reordered now; returns {layer: its row threshold}, the layers to put back. Reordering and timing happen
+def _swap_in(model: torch.nn.Module, max_copy_bytes: int | None = None) -> dict[torch.nn.Linear, float]:
+    """Route every nn.Linear of `model` that gains (`measured_min_rows`), within `max_copy_bytes` of copies
+    (`_within_cap`), through `prepacked_forward`, its weight reordered now; returns {layer: its row threshold},
+    the layers to put back. Reordering and timing happen
     before any pass is timed, so their cost stays out of the t(k) the cost model learns (met inside the first
     4-token pass, the reorder alone made that pass look 4.5x slower than it is). A layer that never gains drops
-    its copy and keeps its own forward.
+    its copy and keeps its own forward, as does a layer left out by the cap.
 
     All or nothing: every timing and reorder (what can fail, e.g. out of memory) runs before the first layer is
     patched, and a failure while patching unpatches what was done, so an error leaves the model as it was."""
+    plain = [layer for layer in model.modules()  # plain layers, not already wrapped
+             if type(layer) is torch.nn.Linear and "forward" not in vars(layer)]
+    gaining = [layer for layer in plain if measured_min_rows(layer) != NEVER]
+    within = _within_cap(gaining, max_copy_bytes)
     chosen: dict[torch.nn.Linear, float] = {}
-    for layer in model.modules():
-        if type(layer) is torch.nn.Linear and "forward" not in vars(layer):  # plain layers, not already wrapped
-            threshold = measured_min_rows(layer)
-            if threshold == NEVER:
-                _packed.pop(layer, None)
-                continue
-            packed_weight(layer)
-            chosen[layer] = threshold
+    for layer in plain:
+        if layer not in within:
+            _packed.pop(layer, None)
+            continue
+        packed_weight(layer)
+        chosen[layer] = measured_min_rows(layer)
     patched = []
     try:
         for layer, threshold in chosen.items():
@@ -168,7 +209,7 @@ def thresholds() -> dict[str, int | None]:
     """The row thresholds measured so far in this process, as JSON takes them:
     {"<out>x<in>[+bias]@<threads>": rows, or None for a shape that never gained}."""
     return {f"{o}x{i}{'+bias' if b else ''}@{t}": None if r == NEVER else int(r)
-            for (o, i, b, t), r in sorted(_min_rows.items())}
+            for (o, i, b, t), (r, _) in sorted(_min_rows.items())}
 
 
 def _swap_out(replaced) -> None:
@@ -185,17 +226,30 @@ def prepacked_layers(model: torch.nn.Module) -> dict[torch.nn.Linear, float]:
     return dict(entry[1]) if entry else {}
 
 
+def parameter_bytes(model: torch.nn.Module) -> int:
+    """Bytes of `model`'s own parameters and buffers (shared tensors, e.g. tied embeddings, counted once)."""
+    tensors = {t.data_ptr(): t for t in [*model.parameters(), *model.buffers()]}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
 @contextmanager
-def prepacked_linears(model: torch.nn.Module, enabled: bool = True) -> Iterator[None]:
-    """Run `model`'s linear layers on prepacked weights inside the block, where `applies(model)` and `enabled`.
-    Calls may overlap (threads sharing a target): the last one to end puts the layers' own forwards back."""
+def prepacked_linears(model: torch.nn.Module, enabled: bool = True, max_memory: float | None = None
+                      ) -> Iterator[None]:
+    """Run `model`'s linear layers on prepacked weights inside the block, where `applies(model)` and `enabled`;
+    `max_memory` caps the copies at that fraction of the model's own bytes (`parameter_bytes`; None: no cap).
+    Calls may overlap (threads sharing a target): the first one sets the layers (and its cap holds for the
+    others), and the last one to end puts the layers' own forwards back."""
+    if max_memory is not None and not (isinstance(max_memory, (int, float)) and 0 <= max_memory):
+        raise ValueError(f"max_memory is a fraction >= 0 of the model's own bytes, or None (got {max_memory!r}). "
+                         "Fix: pass e.g. 0.5 (copies at most half the weights' bytes), or None for no cap.")
     if not enabled or not applies(model):
         yield
         return
     with _lock:
         users, replaced = _users.get(model, (0, None))
         if users == 0:
-            replaced = _swap_in(model)
+            cap = None if max_memory is None else int(max_memory * parameter_bytes(model))
+            replaced = _swap_in(model, cap)
         _users[model] = (users + 1, replaced)
     try:
         yield

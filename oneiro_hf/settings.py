@@ -71,6 +71,12 @@ def _lookup_ngrams_check(name: str, value: Any, settings: DraftingSettings) -> s
     return None
 
 
+def _prepack_max_memory_check(name: str, value: Any, settings: DraftingSettings) -> str | None:
+    if value is not None and (not _is_real(value) or not 0 <= value):
+        return f"{name} is a fraction >= 0 of the target's bytes, or None (got {value!r}). Fix: pass e.g. 0.45, or None."
+    return None
+
+
 def _tree_lookup_min_ngram_check(name: str, value: Any, settings: DraftingSettings) -> str | None:
     if not 1 <= int(value) <= int(settings.lookup_max_ngram):
         return (
@@ -159,6 +165,12 @@ class DraftingSettings:
         doc="float32 targets on a CPU: `True` runs the target's linear layers on weights reordered once for "
         "oneDNN, per layer shape from the row count measured to pay on this machine (a second copy of those "
         "weights, kept with the target; `oneiro_hf.cpu_kernels`); `False`: torch's own `F.linear`",
+    )
+    prepack_max_memory: float | None = setting(
+        None, check=_prepack_max_memory_check,
+        doc="with `prepack_cpu_weights`: the reordered copies take at most this fraction of the target's own bytes, "
+        "the layers that save the most time per byte first (0.45 keeps a float32 target + copies within 1.5x its "
+        "weights); `None`: every layer that gains is copied",
     )
     context_window: int | None = setting(
         1024, check=_context_window_check,

@@ -144,3 +144,38 @@ def test_only_float32_cpu_targets_take_it_and_overlapping_calls_restore_once(mon
     assert all("forward" not in vars(m) for m in linears)
     with prepacked_linears(model, enabled=False):
         assert all("forward" not in vars(m) for m in linears)
+
+
+def test_a_memory_cap_copies_the_layers_that_save_most_per_byte_and_stays_within_it(monkeypatch) -> None:
+    model = make_model("llama")
+    drafter = OneiroDrafter.from_target(model)
+    linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    # every shape gains from MIN_ROWS rows; the timings say the MLP's layers save twice as much per byte
+    saving = {m: (2.0 if m.out_features == m.in_features else 4.0) * prepacked_linear.copy_bytes(m) for m in linears}
+    monkeypatch.setattr(prepacked_linear, "measured_min_rows", lambda layer: MIN_ROWS)
+    monkeypatch.setattr(prepacked_linear, "measured_saving", lambda layer: saving[layer])
+    total = prepacked_linear.parameter_bytes(model)
+    cap = 0.3
+    with prepacked_linears(model, max_memory=cap):
+        copied = prepacked_linear.prepacked_layers(model)
+        assert all(layer in prepacked_linear._packed for layer in copied)
+        assert not any(layer in prepacked_linear._packed for layer in linears if layer not in copied), \
+            "a layer left out by the cap holds no copy"
+    used = sum(prepacked_linear.copy_bytes(m) for m in copied)
+    assert 0 < used <= cap * total
+    left_out = [m for m in linears if m not in copied]
+    assert left_out, "the cap left some layers out (else the test proves nothing)"
+    fits = [m for m in left_out if prepacked_linear.copy_bytes(m) <= cap * total - used]
+    assert not fits, "a layer that still fits under the cap was left out"
+    ranked = sorted(linears, key=lambda m: saving[m] / prepacked_linear.copy_bytes(m), reverse=True)
+    assert ranked[0] in copied, "the best saving per byte is copied first"
+    with prepacked_linears(model, max_memory=0):
+        assert prepacked_linear.prepacked_layers(model) == {}, "a cap of 0 copies nothing"
+    ids = random_prompt(12, seed=2)
+    ref = greedy(model, ids, 24)
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=24, do_sample=False, assistant_model=drafter, oneiro_mode="latent",
+                             oneiro_cost_aware=False, oneiro_max_draft_tokens=6, oneiro_prepack_max_memory=cap)
+    assert torch.equal(out, ref)
+    with pytest.raises(ValueError, match="Fix:"):
+        model.generate(ids, max_new_tokens=4, assistant_model=drafter, oneiro_prepack_max_memory=-1)

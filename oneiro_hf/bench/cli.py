@@ -108,6 +108,9 @@ def _profile_parser() -> argparse.ArgumentParser:
     p.add_argument("--drafter", default=None,
                    help="also time one call of this drafter (a directory, 'fresh', or 'shipped') as a share of t(1): "
                         "saved as drafter_step_ratio, the cost model's price of a drafter call from the first call on")
+    p.add_argument("--prepack-max-memory", type=float, default=None, metavar="FRACTION",
+                   help="cap the prepacked weight copies at FRACTION x the target's bytes (the generate setting "
+                        "oneiro_prepack_max_memory; default: no cap); the profile records the peak memory")
     return p
 
 
@@ -137,11 +140,13 @@ def profile_main(argv: list[str]) -> int:
 
         torch.set_num_threads(args.threads)
     profile = measure_profile(target.loader_arg, target.label, out, args.device, args.dtype, args.max_k,
-                              args.context_len, args.repeats, drafter, desc)
+                              args.context_len, args.repeats, drafter, desc, args.prepack_max_memory)
     for name, part in (("oneiro kernels", profile), ("stock kernels", profile["stock"])):
         print(f"{name} ({part['kernels']}): t(1) = {part['t1_s'] * 1000:.2f} ms; t(k)/t(1): "
               + ", ".join(f"{k}:{v:.2f}" for k, v in part["ratios"].items()))
     print(f"plain decoding on oneiro kernels: stock t(1) / oneiro t(1) = {profile['kernel_speedup_t1']:.3f}")
+    print(f"peak memory {profile['peak_rss_bytes'] / 2**30:.2f} GiB = "
+          f"{profile['peak_rss_bytes'] / profile['weights_bytes']:.2f}x the target's {profile['weights_bytes'] / 2**30:.2f} GiB")
     if "drafter_step_ratio" in profile:
         print(f"drafter call ({profile['drafter']}): {profile['drafter_step_s'] * 1000:.2f} ms = "
               f"{profile['drafter_step_ratio']:.3f} t(1)")

@@ -15,18 +15,21 @@ def default_profile_path(target_label: str, device: str, dtype: str) -> Path:
 
 def measure_profile(target: str, target_label: str, out: Path, device: str, dtype: str, max_k: int,
                     context_len: int, repeats: int, drafter: str | None = None,
-                    drafter_desc: str | None = None) -> dict:
+                    drafter_desc: str | None = None, max_memory: float | None = None) -> dict:
     """Load the target, measure t(k) for k = 1..max_k after context_len cached tokens, save it to `out`.
 
     Measured twice: on oneiro-hf's kernels (the top-level "t1_s"/"ratios", which the drafters' cost model reads)
     and on transformers' stock kernels (under "stock"), so that a benchmark prices each method on the kernels it
     ran; "kernel_speedup_t1" is stock t(1) / oneiro t(1). With `drafter` (a loader value: "fresh" or a directory),
     also that drafter's call as a share of t(1) ("drafter_step_ratio", `latency.profile_drafter_step`), which
-    seeds the cost model's price of a drafter call and prices the calls in `oneiro-bench breakdown`."""
+    seeds the cost model's price of a drafter call and prices the calls in `oneiro-bench breakdown`. `max_memory`
+    caps the prepacked copies (the setting `prepack_max_memory`). "weights_bytes" and "peak_rss_bytes" (this
+    process's peak resident memory: target, copies, drafter and the passes) state what it took."""
     import torch
 
     from .. import loading
     from ..latency import profile_verification_latency, save_profile
+    from ..prepacked_linear import parameter_bytes
 
     model, _, _ = loading.load_target_and_drafter(target, None, dtype, needs_drafter=False,
                                                   device=device)
@@ -37,12 +40,22 @@ def measure_profile(target: str, target_label: str, out: Path, device: str, dtyp
         step = profile_drafter_step(loading.load_drafter(model, drafter), context_len)
         step["drafter"] = drafter_desc or drafter
     ks = tuple(range(1, max_k + 1))
-    profile = profile_verification_latency(model, ks, context_len, repeats)
+    profile = profile_verification_latency(model, ks, context_len, repeats, max_memory=max_memory)
     stock = profile_verification_latency(model, ks, context_len, repeats, stock=True)
     profile.update(target=target_label, threads=torch.get_num_threads(), stock=stock,
                    kernel_speedup_t1=stock["t1_s"] / profile["t1_s"])
+    profile.update(weights_bytes=parameter_bytes(model), peak_rss_bytes=peak_rss_bytes())
     if step is not None:
         profile.update(drafter=step["drafter"], drafter_step_s=step["drafter_step_s"],
                        drafter_step_ratio=step["drafter_step_ratio"])
     save_profile(profile, out)
     return profile
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory so far, in bytes (Linux reports kilobytes, macOS bytes)."""
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
