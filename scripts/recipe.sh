@@ -10,6 +10,8 @@ RECIPE=(--eval_fraction 0.05 --draft_vocab_size 8192 --max_seq_len 1024 --ridge_
 # 17: full attention).
 SMOLLM2=(--target smollm2-135m-instruct --interval 28,30)
 GEMMA=(--target gemma-3-270m --interval 16,18)
+# Qwen2.5-Coder-1.5B-Instruct: its last two of 28 layers (scripts/train_qwen15.sh says why).
+QWEN15=(--target qwen2.5-coder-1.5b-instruct --interval 26,28)
 # The sizes of the CPU runs on this 2-core machine (phase 1/2, the ablation, Gemma): batch 8, a cosine schedule to
 # 30% of the peak rate, a checkpoint every 50 steps.
 CPU_SIZES=(--per_device_train_batch_size 8 --lr_scheduler_kwargs '{"min_lr_rate": 0.3}' --warmup_steps 10

@@ -145,8 +145,10 @@ def profile_main(argv: list[str]) -> int:
         print(f"{name} ({part['kernels']}): t(1) = {part['t1_s'] * 1000:.2f} ms; t(k)/t(1): "
               + ", ".join(f"{k}:{v:.2f}" for k, v in part["ratios"].items()))
     print(f"plain decoding on oneiro kernels: stock t(1) / oneiro t(1) = {profile['kernel_speedup_t1']:.3f}")
-    print(f"peak memory {profile['peak_rss_bytes'] / 2**30:.2f} GiB = "
-          f"{profile['peak_rss_bytes'] / profile['weights_bytes']:.2f}x the target's {profile['weights_bytes'] / 2**30:.2f} GiB")
+    weights = profile["weights_bytes"]
+    print(f"memory: target weights {weights / 2**30:.2f} GiB; peak {profile['peak_rss_bytes'] / weights:.2f}x them "
+          f"(from {profile['peak_rss_from']}: target, copies, drafter, passes); loading peaked at "
+          f"{profile['load_peak_rss_bytes'] / weights:.2f}x")
     if "drafter_step_ratio" in profile:
         print(f"drafter call ({profile['drafter']}): {profile['drafter_step_s'] * 1000:.2f} ms = "
               f"{profile['drafter_step_ratio']:.3f} t(1)")
