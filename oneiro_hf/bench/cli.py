@@ -45,7 +45,15 @@ from pathlib import Path
 
 from .answers import QUESTIONS_ENV, BenchInputError
 from .methods import DEFAULT_METHODS
-from .plan import DTYPES, check_common, check_drafter, check_drafter_call_ratio, plan_run, resolve_model
+from .plan import (
+    DTYPES,
+    check_common,
+    check_drafter,
+    check_drafter_call_ratio,
+    parse_batch_sizes,
+    plan_run,
+    resolve_model,
+)
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_LOSSLESS_VIOLATION, EXIT_INTERRUPTED = 0, 2, 3, 130
 
@@ -108,6 +116,9 @@ def _profile_parser() -> argparse.ArgumentParser:
     p.add_argument("--drafter", default=None,
                    help="also time one call of this drafter (a directory, 'fresh', or 'shipped') as a share of t(1): "
                         "saved as drafter_step_ratio, the cost model's price of a drafter call from the first call on")
+    p.add_argument("--batch-sizes", default=None, metavar="B,B,...",
+                   help="also measure t(k, B), B rows each adding k tokens, for these batch sizes (e.g. 1,2,4,8,16): "
+                        "saved as batch and batch_t1_per_row, on both kernel sets")
     return p
 
 
@@ -122,6 +133,7 @@ def profile_main(argv: list[str]) -> int:
         check_common(args)
         if args.max_k < 1 or args.context_len < 1 or args.repeats < 1:
             raise BenchInputError("--max-k, --context-len and --repeats must be >= 1.")
+        batch_sizes = parse_batch_sizes(args.batch_sizes, "--batch-sizes")
         target = resolve_model(args.target, "--target")
         drafter = desc = None
         if args.drafter is not None:
@@ -130,6 +142,7 @@ def profile_main(argv: list[str]) -> int:
     except BenchInputError as err:
         return _fail(err)
     from .profile import default_profile_path, measure_profile
+    from .report import batch_profile_lines
 
     out = Path(args.out) if args.out else default_profile_path(target.label, args.device, args.dtype)
     if args.threads:
@@ -137,11 +150,12 @@ def profile_main(argv: list[str]) -> int:
 
         torch.set_num_threads(args.threads)
     profile = measure_profile(target.loader_arg, target.label, out, args.device, args.dtype, args.max_k,
-                              args.context_len, args.repeats, drafter, desc)
+                              args.context_len, args.repeats, drafter, desc, batch_sizes)
     for name, part in (("oneiro kernels", profile), ("stock kernels", profile["stock"])):
         print(f"{name} ({part['kernels']}): t(1) = {part['t1_s'] * 1000:.2f} ms; t(k)/t(1): "
               + ", ".join(f"{k}:{v:.2f}" for k, v in part["ratios"].items()))
     print(f"plain decoding on oneiro kernels: stock t(1) / oneiro t(1) = {profile['kernel_speedup_t1']:.3f}")
+    print("\n".join(batch_profile_lines(profile)))
     if "drafter_step_ratio" in profile:
         print(f"drafter call ({profile['drafter']}): {profile['drafter_step_s'] * 1000:.2f} ms = "
               f"{profile['drafter_step_ratio']:.3f} t(1)")
@@ -231,6 +245,7 @@ def merge_main(argv: list[str]) -> int:
         print(f"oneiro-bench: LOSSLESS VIOLATION: {', '.join(summary['lossless_violations'])}", file=sys.stderr)
         return EXIT_LOSSLESS_VIOLATION
     return EXIT_OK
+
 
 def run_main(argv: list[str]) -> int:
     args = _run_parser().parse_args(argv)

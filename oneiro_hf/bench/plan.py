@@ -158,6 +158,17 @@ def check_common(args) -> None:
         raise BenchInputError(f"--device {args.device}: use cpu, cuda, cuda:N or mps.")
 
 
+def parse_batch_sizes(values: str | list[str] | None, flag: str) -> tuple[int, ...]:
+    """Batch sizes from a flag given as "1,2,4" and/or repeated: sorted, de-duplicated, each >= 1; () for none."""
+    if not values:
+        return ()
+    text = ",".join([values] if isinstance(values, str) else values)
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts or not all(part.isdigit() and int(part) >= 1 for part in parts):
+        raise BenchInputError(f"{flag} {text!r}: batch sizes are integers >= 1. Fix: e.g. {flag} 1,2,4,8,16.")
+    return tuple(sorted({int(part) for part in parts}))
+
+
 def check_drafter_call_ratio(ratio: float | None) -> None:
     """--drafter-call-ratio (run and breakdown): None, or a drafter call's cost in t(1), finite and >= 0."""
     if ratio is not None and not (ratio >= 0 and math.isfinite(ratio)):
