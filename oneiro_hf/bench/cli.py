@@ -93,6 +93,10 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="with --pin-profile h200: a drafter call costs RATIO x t(1) in every decision instead of the "
                         "0.18 assumed for the H200 (a what-if for a cheaper call; price the run with `oneiro-bench "
                         "breakdown --latency-profile h200 --drafter-call-ratio RATIO`)")
+    p.add_argument("--batch-size", action="append", default=None, metavar="B[,B...]",
+                   help="throughput mode: answer the questions (first turns) in left-padded batches of B prompts with "
+                        "every method, and report new tokens per second per method and B against batched greedy "
+                        "and B separate calls; a list (1,2,4,8,16) or repeated")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--out", default="runs/bench", help="output directory (default: %(default)s)")
     p.add_argument("--resume", action="store_true", help="keep finished answers in --out and run the rest")
@@ -255,7 +259,12 @@ def run_main(argv: list[str]) -> int:
         plan = plan_run(args)  # every check that needs no model; nothing has loaded yet
         for note in plan.notes:
             print(f"oneiro-bench: note: {note}", file=sys.stderr)
-        summary, interrupted = runner.run(args, plan)
+        if plan.batch_sizes:
+            from . import batched
+
+            summary, interrupted = batched.run(args, plan)
+        else:
+            summary, interrupted = runner.run(args, plan)
     except BenchInputError as err:
         return _fail(err)
     if summary.get("lossless_violations"):

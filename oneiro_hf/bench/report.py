@@ -374,13 +374,7 @@ def report_markdown(summary: dict, plots: dict[str, str] | None = None) -> str:
         ]
     if summary.get("partial"):
         lines += ["> **Partial run** (interrupted): re-run with `--resume` to finish it.", ""]
-    if cfg:
-        shown = ("target", "drafter_resolved", "device", "dtype", "threads", "max_new_tokens", "n_questions",
-                 "latency_profile_used", "torch", "transformers")
-        lines += ["| setting | value |", "|---|---|"]
-        lines += [f"| {k} | {cfg.get(k)} |" for k in shown if k in cfg]
-        lines.append("")
-
+    lines += settings_lines(cfg)
     lines += profile_lines(summary.get("profile"))
     lines += ["## Speedup by category", "",
               ("Cell: speedup over greedy on the same kernels (over stock greedy; tau = new tokens per target pass). "
@@ -461,6 +455,14 @@ def report_markdown(summary: dict, plots: dict[str, str] | None = None) -> str:
               "1 unless a pass of this machine costs less than a step. Draft share: time inside the candidate "
               "generator over wall time.")]
     return "\n".join(lines) + "\n"
+
+
+def settings_lines(cfg: dict, shown: tuple[str, ...] = ("target", "drafter_resolved", "device", "dtype", "threads",
+                   "max_new_tokens", "n_questions", "latency_profile_used", "torch", "transformers")) -> list[str]:
+    """The run's settings (`summary["config"]`) as a report table; [] without any."""
+    if not cfg:
+        return []
+    return ["| setting | value |", "|---|---|", *(f"| {k} | {cfg.get(k)} |" for k in shown if k in cfg), ""]
 
 
 def profile_lines(profile: dict | None) -> list[str]:
