@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_bench import make_env
+from test_bench import _lines, make_env
 from tiny import make_model
 
 from oneiro_hf import bench
 from oneiro_hf.bench import batched, runner
 from oneiro_hf.bench import cli as bench_cli
+from oneiro_hf.bench.breakdown import BATCH_MODEL_ASSUMPTIONS, breakdown_markdown, time_breakdown
 from oneiro_hf.bench.plan import parse_batch_sizes
 from oneiro_hf.bench.throughput import (
     BATCHED,
@@ -75,7 +76,7 @@ def _lanes(out):
 
 
 def _records(out):
-    return [json.loads(line) for line in (out / "batches.jsonl").read_text().splitlines()]
+    return _lines(out / "batches.jsonl")
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +180,34 @@ def test_batch_size_flag_takes_lists_and_repeats():
     assert parse_batch_sizes(None, "--batch-size") == ()
     args = bench_cli._run_parser().parse_args(["--batch-size", "1,2", "--batch-size", "4"])
     assert args.batch_size == ["1,2", "4"]
+
+
+# ------------------------------------------------------------------------------------------- modelled batch line
+def test_breakdown_models_batched_throughput_from_t_k_b(env, tmp_path):
+    out = tmp_path / "run"
+    assert bench_cli.main(_run_args(env, out, "--methods", "greedy,oneiro-hybrid", "--no-plots")) == 0
+    flat = {k: 1.0 for k in range(1, 17)}
+    steep = {k: 1.0 + 0.5 * (k - 1) for k in range(1, 17)}
+    profile = {"t1_s": 0.01, "ratios": flat, "batch": {1: {"t1_s": 0.01, "ratios": flat},
+                                                       8: {"t1_s": 0.02, "ratios": steep}}}
+    result = time_breakdown(out, profile)
+    greedy = result["methods"]["greedy"]["modelled_batch"]
+    assert greedy[1]["speedup_vs_batched_greedy"] == pytest.approx(1.0)
+    assert greedy[8]["batched_greedy_tokens_per_s"] == pytest.approx(8 / 0.02)  # B rows per t(1, B)
+    hybrid = result["methods"]["oneiro-hybrid"]
+    tau = hybrid["overall"]["tau"]
+    assert tau > 1
+    per_b = hybrid["modelled_batch"]
+    assert per_b[1]["speedup_vs_batched_greedy"] == pytest.approx(tau)  # flat t(k, 1): a pass costs one step
+    passes = [d for rec in _lines(out / "answers" / "oneiro-hybrid.jsonl")
+              for d in rec["choices"][0]["draft_lengths"]]
+    tokens = sum(sum(rec["choices"][0]["new_tokens"]) for rec in _lines(out / "answers" / "oneiro-hybrid.jsonl"))
+    assert per_b[8]["speedup_vs_batched_greedy"] == pytest.approx(tokens / sum(steep[d + 1] for d in passes))
+    assert per_b[8]["tokens_per_s"] == pytest.approx(per_b[8]["speedup_vs_batched_greedy"] * 8 / 0.02)
+    text = breakdown_markdown(result)
+    assert "Modelled batched throughput" in text and "| oneiro-hybrid |" in text and "B=8" in text
+    assert all(a in text for a in BATCH_MODEL_ASSUMPTIONS)
+    del profile["batch"]
+    plain = time_breakdown(out, profile)
+    assert "modelled_batch" not in plain["methods"]["oneiro-hybrid"]
+    assert "Modelled batched" not in breakdown_markdown(plain)
