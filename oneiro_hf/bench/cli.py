@@ -2,6 +2,7 @@
 
     oneiro-bench --questions question.jsonl --methods greedy,hf-lookup,oneiro-hybrid --per-category 3
     oneiro-bench profile --target smollm2-135m-instruct          # measure t(k) once, reused by later runs
+    oneiro-bench --per-category 1 --batch-size 1,2,4,8,16         # throughput of left-padded batches of B prompts
     oneiro-bench breakdown --run DIR                              # where a finished run's time went
     oneiro-bench merge RUN_A RUN_B --into DIR                     # shards split by --categories, as one run
 
