@@ -58,33 +58,64 @@ def profile_on_kernels(profile: dict, kernels: str) -> dict:
 
 def _profile(model, ks: tuple[int, ...], context_len: int, repeats: int) -> dict:
     param = next(model.parameters())
+    part = _batch_profile(model, (1,), ks, context_len, repeats)[1]
+    return {**part, "device": str(param.device), "dtype": str(param.dtype), "context_len": context_len}
+
+
+def _batch_profile(model, batch_sizes: tuple[int, ...], ks: tuple[int, ...], context_len: int,
+                   repeats: int) -> dict[int, dict]:
+    """{B: {"t1_s": median seconds of a pass adding 1 token to each of B rows, "ratios": {k: t(k, B) / t(1, B)}}}.
+
+    Every B has its own cache of B rows x `context_len` random tokens (full rows: no padding); each round times
+    every (B, k) once, so a noisy machine biases them alike; the first round is a warm-up."""
+    param = next(model.parameters())
     vocab = text_config(model).vocab_size
     gen = torch.Generator().manual_seed(0)
-    context = torch.randint(0, vocab, (1, context_len), generator=gen).to(param.device)
-    cache = DynamicCache(config=model.config)
     keyword = cache_keyword(type(model))  # `cache`, or `past_key_values` on older transformers
-    model(context, **{keyword: cache}, use_cache=True)
-    times: dict[int, list[float]] = {k: [] for k in ks}
+    caches = {}
+    for b in batch_sizes:
+        caches[b] = DynamicCache(config=model.config)
+        model(torch.randint(0, vocab, (b, context_len), generator=gen).to(param.device), **{keyword: caches[b]},
+              use_cache=True)
+    times: dict[tuple[int, int], list[float]] = {(b, k): [] for b in batch_sizes for k in ks}
     for _ in range(repeats + 1):  # first round is a warm-up
-        for k in ks:
-            new = torch.randint(0, vocab, (1, k), generator=gen).to(param.device)
+        for (b, k), spent in times.items():
+            new = torch.randint(0, vocab, (b, k), generator=gen).to(param.device)
             if param.device.type == "cuda":
                 torch.cuda.synchronize()
             start = time.perf_counter()
-            model(new, **{keyword: cache}, use_cache=True)
+            model(new, **{keyword: caches[b]}, use_cache=True)
             if param.device.type == "cuda":
                 torch.cuda.synchronize()
-            times[k].append(time.perf_counter() - start)
-            cache.crop(-k)  # drop the k new tokens again
-    med = {k: statistics.median(v[1:]) for k, v in times.items()}
-    t1 = med[min(ks)]
-    return {
-        "t1_s": t1,
-        "ratios": {int(k): v / t1 for k, v in med.items()},
-        "device": str(param.device),
-        "dtype": str(param.dtype),
-        "context_len": context_len,
-    }
+            spent.append(time.perf_counter() - start)
+            caches[b].crop(-k)  # drop the k new tokens again
+    result = {}
+    for b in batch_sizes:
+        med = {k: statistics.median(times[b, k][1:]) for k in ks}
+        t1 = med[min(ks)]
+        result[b] = {"t1_s": t1, "ratios": {int(k): v / t1 for k, v in med.items()}}
+    return result
+
+
+@torch.no_grad()
+def profile_batch_latency(model, batch_sizes: tuple[int, ...], ks: tuple[int, ...] = tuple(range(1, 17)),
+                          context_len: int = 200, repeats: int = 7, prepacked: bool = True,
+                          stock: bool = False) -> dict:
+    """t(k, B): median seconds of one cached target pass in which each of B rows adds k tokens after
+    `context_len` cached ones, on the kernels `profile_verification_latency` measures (oneiro-hf's, or
+    transformers' own with `stock=True`).
+
+    Returns {"batch": {B: {"t1_s": seconds of a 1-token-per-row pass at batch B, "ratios": {k: t(k, B) /
+    t(1, B)}}}, "batch_t1_per_row": {B: t1_s(B) / B}}: how a batched pass grows with k, and what batched greedy
+    pays per row and token (below t(1, 1) where batching pays). A profile saved by `oneiro-bench profile
+    --batch-sizes` carries both (JSON keys are strings)."""
+    sizes = tuple(sorted({int(b) for b in batch_sizes}))
+    if stock:
+        batch = _batch_profile(model, sizes, ks, context_len, repeats)
+    else:
+        with cpu_kernels(model, prepacked):
+            batch = _batch_profile(model, sizes, ks, context_len, repeats)
+    return {"batch": batch, "batch_t1_per_row": {b: part["t1_s"] / b for b, part in batch.items()}}
 
 
 @torch.no_grad()
@@ -148,7 +179,13 @@ def load_profile(path: str | Path) -> dict:
     data = json.loads(Path(path).read_text())
     if "t1_s" not in data or "ratios" not in data:
         raise ValueError(f"{path} is not a latency profile (needs t1_s and ratios). Fix: re-run the profiler.")
-    data["ratios"] = {int(k): float(v) for k, v in data["ratios"].items()}
-    if isinstance(data.get("stock"), dict):
-        data["stock"]["ratios"] = {int(k): float(v) for k, v in data["stock"]["ratios"].items()}
+    for part in (data, data.get("stock")):
+        if not isinstance(part, dict):
+            continue
+        part["ratios"] = {int(k): float(v) for k, v in part["ratios"].items()}
+        if isinstance(part.get("batch"), dict):  # `oneiro-bench profile --batch-sizes`: B and k keys as ints
+            part["batch"] = {int(b): {"t1_s": float(entry["t1_s"]),
+                                      "ratios": {int(k): float(v) for k, v in entry["ratios"].items()}}
+                             for b, entry in part["batch"].items()}
+            part["batch_t1_per_row"] = {b: entry["t1_s"] / b for b, entry in part["batch"].items()}
     return data

@@ -45,7 +45,11 @@ def _tokenizer() -> PreTrainedTokenizerFast:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    root = tmp_path_factory.mktemp("bench")
+    return make_env(tmp_path_factory.mktemp("bench"))
+
+
+def make_env(root):
+    """A tiny target, assistant and drafters saved under `root`, with the questions file: what a run reads."""
     tok = _tokenizer()
     target = make_model("llama", strength="prefix", name=str(root / "target"))
     target.save_pretrained(root / "target")

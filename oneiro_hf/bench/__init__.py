@@ -9,8 +9,11 @@
     breakdown  where a finished run's time went (`oneiro-bench breakdown`)
     merge      runs sharded by --categories, as one (`oneiro-bench merge`)
     profile    the target's verification latency t(k) (`oneiro-bench profile`)
+    batched    the throughput run (`--batch-size`): left-padded batches of prompts, every method per batch
+    throughput its token accounting, row-by-row identity to batched greedy, summary and report section
 
-Imports run downwards: cli -> plan/runner -> methods -> answers/report; breakdown and merge read files
+Imports run downwards: cli -> batched -> plan/runner -> methods -> answers/report (batched -> throughput ->
+report); breakdown and merge read files
 through answers, never through the runner. The package itself does not import `cli` (which imports from the
 package): the command is `oneiro_hf.bench.cli.main(argv)`, and `python -m oneiro_hf.bench` runs it.
 """

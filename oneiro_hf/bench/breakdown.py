@@ -16,6 +16,11 @@ oneiro-hf's kernels against oneiro-greedy and the profile's own t(k), stock ones
 
 `tau_needed_for(x)` says how many tokens per pass a method would need for speedup x at its current mean
 verification cost. No model is loaded; this is arithmetic on recorded runs.
+
+A profile with t(k, B) (`oneiro-bench profile --batch-sizes`, "batch") adds `modelled_batch`, per batch size B:
+the method's passes priced by t(k, B)/t(1, B) instead of t(k)/t(1), against batched greedy at B (one t(1, B) per
+token of each row), and the tokens per second that gives, B rows at a time. Modelled, never measured: its
+assumptions are `BATCH_MODEL_ASSUMPTIONS`, printed with it.
 """
 
 from __future__ import annotations
@@ -28,6 +33,14 @@ from ..latency import profile_on_kernels
 from ..tree.cost import ratio_at
 from .answers import read_run_answers
 from .report import base_method, kernels_of, same_kernel_baseline
+
+BATCH_MODEL_ASSUMPTIONS = (
+    "every row of a batch drafts and accepts as the recorded single-prompt passes did (acceptance from this run)",
+    ("a batched pass verifies the same k tokens in every row, priced t(k, B) from the profile; rows whose drafts "
+     "differ in length (padded to the longest) and rows that finish early are not modelled"),
+    "a drafter call on B rows costs the profile's drafter_step_ratio x t(1, B), where the profile has one",
+    "not modelled: the decoding loop's own overhead, prefill, padding's share of the context",
+)
 
 
 def _verify_ratio(ratios: dict[int, float], k: int) -> float:
@@ -95,6 +108,9 @@ def time_breakdown(run_dir: str | Path, profile: dict | None = None) -> dict:
                  "overall": _row(_totals(common, ratios), _totals(baseline_common, ratios), call_ratio)}
         entry["categories"] = {c: _row(_totals(rs, ratios), _totals(baseline_by_cat[c], ratios), call_ratio)
                                for c, rs in sorted(groups.items())}
+        batch = profile_on_kernels(profile, kernels_of(method)).get("batch")
+        if isinstance(batch, dict):
+            entry["modelled_batch"] = batch_model(common, batch, call_ratio)
         result["methods"][method] = entry
     return result
 
@@ -121,6 +137,41 @@ def _row(t: dict[str, float], greedy: dict[str, float], call_ratio: float | None
         "other_share": other_s / t["wall_s"],
         **priced,
     }
+
+
+def batch_model(records: list[dict], batch: dict, call_ratio: float | None = None) -> dict[int, dict[str, float]]:
+    """Per batch size B of a profile's t(k, B) ({B: {"t1_s", "ratios"}}): the method of `records` (its recorded
+    passes) priced at B rows per pass, `BATCH_MODEL_ASSUMPTIONS`. Returns {B: {"speedup_vs_batched_greedy": tokens
+    over the passes' t(k, B)/t(1, B) (+ drafter calls at call_ratio), "tokens_per_s": B x that / t1_s(B),
+    "batched_greedy_tokens_per_s": B / t1_s(B)}}; {} for records without tokens."""
+    result: dict[int, dict[str, float]] = {}
+    for b, entry in sorted((int(b), e) for b, e in batch.items()):
+        t = _totals(records, {int(k): float(v) for k, v in entry["ratios"].items()})
+        units = t["verify_units"] + (t["drafter_calls"] * call_ratio if call_ratio and not t["calls_unknown"] else 0)
+        if not t["tokens"] or not units:
+            return {}
+        speedup = t["tokens"] / units
+        greedy = b / float(entry["t1_s"])
+        result[b] = {"speedup_vs_batched_greedy": speedup, "tokens_per_s": speedup * greedy,
+                     "batched_greedy_tokens_per_s": greedy}
+    return result
+
+
+def batch_model_markdown(result: dict) -> str:
+    """The modelled batch line of `breakdown_markdown`: per method, speedup over batched greedy and tokens/s per B;
+    "" when the profile has no t(k, B)."""
+    methods = {m: e["modelled_batch"] for m, e in result["methods"].items() if e.get("modelled_batch")}
+    if not methods:
+        return ""
+    sizes = sorted({b for per in methods.values() for b in per})
+    lines = ["", ("Modelled batched throughput (t(k, B) of the profile; modelled, not measured): speedup over batched "
+                  "greedy at B (tokens/s). Assumptions:"), "", *(f"- {a}" for a in BATCH_MODEL_ASSUMPTIONS), "",
+             "| method | " + " | ".join(f"B={b}" for b in sizes) + " |", "|---" * (1 + len(sizes)) + "|"]
+    for method, per in methods.items():
+        cells = [f"{per[b]['speedup_vs_batched_greedy']:.2f}x ({per[b]['tokens_per_s']:.0f})" if b in per else "-"
+                 for b in sizes]
+        lines.append(f"| {method} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def tau_needed_for(speedup: float, row: dict[str, float]) -> float:
@@ -158,4 +209,4 @@ def breakdown_markdown(result: dict, targets: tuple[float, ...] = (1.8,)) -> str
                 cells.append(f"{r['measured_speedup']:.2f}x ({r['modelled_speedup']:.2f}x; {r['tau']:.2f})"
                              if r.get("n_tokens") else "-")
             lines.append(f"| {c} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + batch_model_markdown(result)

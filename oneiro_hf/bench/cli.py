@@ -2,6 +2,7 @@
 
     oneiro-bench --questions question.jsonl --methods greedy,hf-lookup,oneiro-hybrid --per-category 3
     oneiro-bench profile --target smollm2-135m-instruct          # measure t(k) once, reused by later runs
+    oneiro-bench --per-category 1 --batch-size 1,2,4,8,16         # throughput of left-padded batches of B prompts
     oneiro-bench breakdown --run DIR                              # where a finished run's time went
     oneiro-bench merge RUN_A RUN_B --into DIR                     # shards split by --categories, as one run
 
@@ -45,7 +46,15 @@ from pathlib import Path
 
 from .answers import QUESTIONS_ENV, BenchInputError
 from .methods import DEFAULT_METHODS
-from .plan import DTYPES, check_common, check_drafter, check_drafter_call_ratio, plan_run, resolve_model
+from .plan import (
+    DTYPES,
+    check_common,
+    check_drafter,
+    check_drafter_call_ratio,
+    parse_batch_sizes,
+    plan_run,
+    resolve_model,
+)
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_LOSSLESS_VIOLATION, EXIT_INTERRUPTED = 0, 2, 3, 130
 
@@ -85,6 +94,10 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="with --pin-profile h200: a drafter call costs RATIO x t(1) in every decision instead of the "
                         "0.18 assumed for the H200 (a what-if for a cheaper call; price the run with `oneiro-bench "
                         "breakdown --latency-profile h200 --drafter-call-ratio RATIO`)")
+    p.add_argument("--batch-size", action="append", default=None, metavar="B[,B...]",
+                   help="throughput mode: answer the questions (first turns) in left-padded batches of B prompts with "
+                        "every method, and report new tokens per second per method and B against batched greedy "
+                        "and B separate calls; a list (1,2,4,8,16) or repeated")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--out", default="runs/bench", help="output directory (default: %(default)s)")
     p.add_argument("--resume", action="store_true", help="keep finished answers in --out and run the rest")
@@ -111,6 +124,9 @@ def _profile_parser() -> argparse.ArgumentParser:
     p.add_argument("--prepack-max-memory", type=float, default=None, metavar="FRACTION",
                    help="cap the prepacked weight copies at FRACTION x the target's bytes (the generate setting "
                         "oneiro_prepack_max_memory; default: no cap); the profile records the peak memory")
+    p.add_argument("--batch-sizes", default=None, metavar="B,B,...",
+                   help="also measure t(k, B), B rows each adding k tokens, for these batch sizes (e.g. 1,2,4,8,16): "
+                        "saved as batch and batch_t1_per_row, on both kernel sets")
     return p
 
 
@@ -125,6 +141,7 @@ def profile_main(argv: list[str]) -> int:
         check_common(args)
         if args.max_k < 1 or args.context_len < 1 or args.repeats < 1:
             raise BenchInputError("--max-k, --context-len and --repeats must be >= 1.")
+        batch_sizes = parse_batch_sizes(args.batch_sizes, "--batch-sizes")
         target = resolve_model(args.target, "--target")
         drafter = desc = None
         if args.drafter is not None:
@@ -133,6 +150,7 @@ def profile_main(argv: list[str]) -> int:
     except BenchInputError as err:
         return _fail(err)
     from .profile import default_profile_path, measure_profile
+    from .report import batch_profile_lines
 
     out = Path(args.out) if args.out else default_profile_path(target.label, args.device, args.dtype)
     if args.threads:
@@ -140,7 +158,7 @@ def profile_main(argv: list[str]) -> int:
 
         torch.set_num_threads(args.threads)
     profile = measure_profile(target.loader_arg, target.label, out, args.device, args.dtype, args.max_k,
-                              args.context_len, args.repeats, drafter, desc, args.prepack_max_memory)
+                              args.context_len, args.repeats, drafter, desc, batch_sizes, args.prepack_max_memory)
     for name, part in (("oneiro kernels", profile), ("stock kernels", profile["stock"])):
         print(f"{name} ({part['kernels']}): t(1) = {part['t1_s'] * 1000:.2f} ms; t(k)/t(1): "
               + ", ".join(f"{k}:{v:.2f}" for k, v in part["ratios"].items()))
@@ -149,6 +167,7 @@ def profile_main(argv: list[str]) -> int:
     print(f"memory: target weights {weights / 2**30:.2f} GiB; peak {profile['peak_rss_bytes'] / weights:.2f}x them "
           f"(from {profile['peak_rss_from']}: target, copies, drafter, passes); loading peaked at "
           f"{profile['load_peak_rss_bytes'] / weights:.2f}x")
+    print("\n".join(batch_profile_lines(profile)))
     if "drafter_step_ratio" in profile:
         print(f"drafter call ({profile['drafter']}): {profile['drafter_step_s'] * 1000:.2f} ms = "
               f"{profile['drafter_step_ratio']:.3f} t(1)")
@@ -239,6 +258,7 @@ def merge_main(argv: list[str]) -> int:
         return EXIT_LOSSLESS_VIOLATION
     return EXIT_OK
 
+
 def run_main(argv: list[str]) -> int:
     args = _run_parser().parse_args(argv)
     from . import runner
@@ -247,7 +267,12 @@ def run_main(argv: list[str]) -> int:
         plan = plan_run(args)  # every check that needs no model; nothing has loaded yet
         for note in plan.notes:
             print(f"oneiro-bench: note: {note}", file=sys.stderr)
-        summary, interrupted = runner.run(args, plan)
+        if plan.batch_sizes:
+            from . import batched
+
+            summary, interrupted = batched.run(args, plan)
+        else:
+            summary, interrupted = runner.run(args, plan)
     except BenchInputError as err:
         return _fail(err)
     if summary.get("lossless_violations"):

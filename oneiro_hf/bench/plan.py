@@ -147,6 +147,7 @@ class Plan:
     profile_path: Path | None = None
     profile: dict | None = None
     notes: list[str] = field(default_factory=list)
+    batch_sizes: tuple[int, ...] = ()  # --batch-size: a throughput run at these sizes; () for a per-question run
 
 
 def check_common(args) -> None:
@@ -156,6 +157,17 @@ def check_common(args) -> None:
         raise BenchInputError("--threads must be >= 1.")
     if not re.fullmatch(r"cpu|cuda(:\d+)?|mps", args.device):
         raise BenchInputError(f"--device {args.device}: use cpu, cuda, cuda:N or mps.")
+
+
+def parse_batch_sizes(values: str | list[str] | None, flag: str) -> tuple[int, ...]:
+    """Batch sizes from a flag given as "1,2,4" and/or repeated: sorted, de-duplicated, each >= 1; () for none."""
+    if not values:
+        return ()
+    text = ",".join([values] if isinstance(values, str) else values)
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts or not all(part.isdigit() and int(part) >= 1 for part in parts):
+        raise BenchInputError(f"{flag} {text!r}: batch sizes are integers >= 1. Fix: e.g. {flag} 1,2,4,8,16.")
+    return tuple(sorted({int(part) for part in parts}))
 
 
 def check_drafter_call_ratio(ratio: float | None) -> None:
@@ -174,6 +186,10 @@ def plan_run(args) -> Plan:
     if args.early_exit_layer < 1:
         raise BenchInputError("--early-exit-layer must be >= 1.")
     specs = parse_methods(args.methods, args.early_exit_layer)
+    batch_sizes = parse_batch_sizes(getattr(args, "batch_size", None), "--batch-size")
+    if batch_sizes and args.resume:
+        raise BenchInputError("--resume continues a per-question run; a throughput run (--batch-size) runs whole. "
+                              "Fix: drop --resume, or --batch-size.")
 
     missing = missing_modules("rouge_score", *([] if args.no_plots else ["matplotlib"]))
     if missing:
@@ -188,7 +204,7 @@ def plan_run(args) -> Plan:
         raise BenchInputError(f"--out {out} exists and is not a directory.")
     target = resolve_model(args.target, "--target")
     target_cfg = target.config()
-    plan = Plan(questions, specs, target, target_cfg, questions_file=qfile)
+    plan = Plan(questions, specs, target, target_cfg, questions_file=qfile, batch_sizes=batch_sizes)
     names = [s.name for s in specs]
     if "hf-early-exit" in names and target_cfg is not None:
         layers = target_cfg.get("num_hidden_layers")

@@ -12,10 +12,10 @@ def default_profile_path(target_label: str, device: str, dtype: str) -> Path:
     return default_cache_dir() / "latency" / f"{target_label}-{device.split(':')[0]}-{dtype}.json"
 
 
-
 def measure_profile(target: str, target_label: str, out: Path, device: str, dtype: str, max_k: int,
                     context_len: int, repeats: int, drafter: str | None = None,
-                    drafter_desc: str | None = None, max_memory: float | None = None) -> dict:
+                    drafter_desc: str | None = None, batch_sizes: tuple[int, ...] = (),
+                    max_memory: float | None = None) -> dict:
     """Load the target, measure t(k) for k = 1..max_k after context_len cached tokens, save it to `out`.
 
     Measured twice: on oneiro-hf's kernels (the top-level "t1_s"/"ratios", which the drafters' cost model reads)
@@ -25,11 +25,13 @@ def measure_profile(target: str, target_label: str, out: Path, device: str, dtyp
     seeds the cost model's price of a drafter call and prices the calls in `oneiro-bench breakdown`. `max_memory`
     caps the prepacked copies (the setting `prepack_max_memory`). Memory, in bytes: "weights_bytes" (the target's
     own), "rss_after_load_bytes", "load_peak_rss_bytes" (loading's transient peak) and "peak_rss_bytes" (from
-    "peak_rss_from", normally after loading: target, copies, drafter and the passes)."""
+    "peak_rss_from", normally after loading: target, copies, drafter and the passes). With `batch_sizes`, also t(k, B)
+    on both kernel sets (`latency.profile_batch_latency`: "batch" and "batch_t1_per_row", at the top level and under
+    "stock"), the cost of a batched pass for batched drafting."""
     import torch
 
     from .. import loading
-    from ..latency import profile_verification_latency, save_profile
+    from ..latency import profile_batch_latency, profile_verification_latency, save_profile
     from ..prepacked_linear import parameter_bytes
 
     model, _, _ = loading.load_target_and_drafter(target, None, dtype, needs_drafter=False,
@@ -45,6 +47,9 @@ def measure_profile(target: str, target_label: str, out: Path, device: str, dtyp
     ks = tuple(range(1, max_k + 1))
     profile = profile_verification_latency(model, ks, context_len, repeats, max_memory=max_memory)
     stock = profile_verification_latency(model, ks, context_len, repeats, stock=True)
+    if batch_sizes:
+        profile.update(profile_batch_latency(model, batch_sizes, ks, context_len, repeats))
+        stock.update(profile_batch_latency(model, batch_sizes, ks, context_len, repeats, stock=True))
     profile.update(target=target_label, threads=torch.get_num_threads(), stock=stock,
                    kernel_speedup_t1=stock["t1_s"] / profile["t1_s"])
     profile.update(weights_bytes=parameter_bytes(model), rss_after_load_bytes=loaded_rss, load_peak_rss_bytes=load_peak,

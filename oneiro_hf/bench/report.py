@@ -374,13 +374,7 @@ def report_markdown(summary: dict, plots: dict[str, str] | None = None) -> str:
         ]
     if summary.get("partial"):
         lines += ["> **Partial run** (interrupted): re-run with `--resume` to finish it.", ""]
-    if cfg:
-        shown = ("target", "drafter_resolved", "device", "dtype", "threads", "max_new_tokens", "n_questions",
-                 "latency_profile_used", "torch", "transformers")
-        lines += ["| setting | value |", "|---|---|"]
-        lines += [f"| {k} | {cfg.get(k)} |" for k in shown if k in cfg]
-        lines.append("")
-
+    lines += settings_lines(cfg)
     lines += profile_lines(summary.get("profile"))
     lines += ["## Speedup by category", "",
               ("Cell: speedup over greedy on the same kernels (over stock greedy; tau = new tokens per target pass). "
@@ -463,6 +457,14 @@ def report_markdown(summary: dict, plots: dict[str, str] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def settings_lines(cfg: dict, shown: tuple[str, ...] = ("target", "drafter_resolved", "device", "dtype", "threads",
+                   "max_new_tokens", "n_questions", "latency_profile_used", "torch", "transformers")) -> list[str]:
+    """The run's settings (`summary["config"]`) as a report table; [] without any."""
+    if not cfg:
+        return []
+    return ["| setting | value |", "|---|---|", *(f"| {k} | {cfg.get(k)} |" for k in shown if k in cfg), ""]
+
+
 def profile_lines(profile: dict | None) -> list[str]:
     """The t(k) profile the run used, as report lines: what every speed figure of the run is to be named with."""
     if not profile:
@@ -479,7 +481,28 @@ def profile_lines(profile: dict | None) -> list[str]:
     if profile.get("kernel_speedup_t1"):
         lines.append(f"- one decoding step on oneiro-hf's kernels: {profile['kernel_speedup_t1']:.2f}x faster than "
                      "on stock kernels (stock t(1) / oneiro t(1))")
-    return lines + [""]
+    return lines + [""] + batch_profile_lines(profile)
+
+
+def batch_profile_lines(profile: dict) -> list[str]:
+    """The profile's t(k, B) (`oneiro-bench profile --batch-sizes`) as a table per kernel set: t(1, B), batched
+    greedy's cost per row and token t(1, B)/B, and t(k, B)/t(1, B) for k = 2..8; [] for a profile without it."""
+    lines: list[str] = []
+    parts = [("oneiro-hf kernels", profile), ("stock kernels", profile.get("stock"))]
+    for name, part in parts:
+        if not isinstance(part, dict) or not isinstance(part.get("batch"), dict):
+            continue
+        batch = {int(b): entry for b, entry in part["batch"].items()}
+        ks = sorted({int(k) for entry in batch.values() for k in entry["ratios"] if 2 <= int(k) <= 8})
+        lines += [f"t(k, B): B rows each adding k tokens per pass, {name} ({part.get('kernels', name)}):", "",
+                  "| B | t(1, B) ms | t(1, B)/B ms per row | " + " | ".join(f"t({k}, B)/t(1, B)" for k in ks) + " |",
+                  "|---" * (3 + len(ks)) + "|"]
+        for b in sorted(batch):
+            ratios = {int(k): v for k, v in batch[b]["ratios"].items()}
+            t1 = batch[b]["t1_s"] * 1000
+            lines.append(f"| {b} | {t1:.2f} | {t1 / b:.3f} | " + " | ".join(f"{ratios[k]:.2f}" for k in ks) + " |")
+        lines.append("")
+    return lines
 
 
 def cheap_pass_lines(summary: dict) -> list[str]:

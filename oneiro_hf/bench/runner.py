@@ -100,14 +100,15 @@ _ONEIRO_STAT_KEYS = ("latent_steps", "lookup_steps", "empty_steps", "extended_st
                      "tree_drafter_calls", "drafter_calls")
 
 
-def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int) -> dict:
-    """One timed generate call with `method`: new token ids, seconds, and the per-step draft log."""
+def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int, attention_mask=None) -> dict:
+    """One timed generate call with `method`: new token ids ("tokens": the first row's; "rows": every row's, for
+    a (B, T) left-padded batch with its `attention_mask`), seconds, and the per-step draft log."""
     import torch
 
     spec = ctx.specs[method]
     model = ctx.model
-    kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": False,
-                              "attention_mask": torch.ones_like(input_ids)}
+    mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+    kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "do_sample": False, "attention_mask": mask}
     if model.generation_config.pad_token_id is None:
         pad = ctx.tokenizer.pad_token_id if ctx.tokenizer.pad_token_id is not None else ctx.tokenizer.eos_token_id
         if pad is not None:
@@ -137,6 +138,7 @@ def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int
     result = {
         "kernels": ctx.kernel_labels.get(spec.kernels, spec.kernels),
         "tokens": out[0, input_ids.shape[1]:].tolist(),
+        "rows": out[:, input_ids.shape[1]:].tolist(),
         "wall_time": elapsed,
         "draft_lengths": list(ctx.recorder.draft_lengths),
         "accepted": list(ctx.recorder.accepted),
@@ -357,13 +359,27 @@ def run_questions(ctx: BenchContext | None, todo: list[dict], records: dict[str,
 
 def write_results(args, plan: Plan, records: dict[str, list[dict]], interrupted: bool) -> dict:
     """summary.json, report.md and the plots under --out; prints the report and returns the summary."""
-    import torch
-    import transformers
-
     out = Path(args.out)
     summary = summarize(records, {q["question_id"]: q for q in plan.questions})
     summary["partial"] = interrupted
-    summary["config"] = {
+    summary["config"] = summary_config(args, plan)
+    if plan.profile is not None:  # the t(k) every figure of the run is named with
+        summary["profile"] = plan.profile
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    plots = {} if args.no_plots else make_plots(summary, records, out)
+    report = report_markdown(summary, plots)
+    (out / "report.md").write_text(report)
+    print(report)
+    _note(f"wrote {out / 'summary.json'} and {out / 'report.md'}")
+    return summary
+
+
+def summary_config(args, plan: Plan) -> dict:
+    """summary.json's "config": the arguments, what they resolved to, and the software and threads of the run."""
+    import torch
+    import transformers
+
+    return {
         **vars(args),
         "questions": str(plan.questions_file),
         "methods": [s.name for s in plan.specs],
@@ -375,15 +391,6 @@ def write_results(args, plan: Plan, records: dict[str, list[dict]], interrupted:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }
-    if plan.profile is not None:  # the t(k) every figure of the run is named with
-        summary["profile"] = plan.profile
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    plots = {} if args.no_plots else make_plots(summary, records, out)
-    report = report_markdown(summary, plots)
-    (out / "report.md").write_text(report)
-    print(report)
-    _note(f"wrote {out / 'summary.json'} and {out / 'report.md'}")
-    return summary
 
 
 def run(args, plan: Plan) -> tuple[dict, bool]:
