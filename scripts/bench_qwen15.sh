@@ -1,0 +1,23 @@
+#!/bin/bash
+# The Qwen2.5-Coder-1.5B-Instruct benchmark of docs/benchmarks.md: the profile (this machine's t(k) on both kernel
+# sets, the trained drafter's call as a share of t(1), memory), then one interleaved run of 13 Spec-Bench questions
+# (the first of each category), 128 new tokens: greedy, oneiro-greedy, hf-lookup, the oneiro methods with the
+# trained drafter and with a fresh one. One lane with every core: two lanes would hold two float32 copies of the
+# target and their prepacked copies (about 13 GiB each) on a 23 GiB machine.
+#   scripts/bench_qwen15.sh            # DRAFTER (default runs/train/qwen15), THREADS (default 2), OUT
+# About an hour on the 2-core CPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BENCH=${BENCH:-.venv/bin/oneiro-bench}
+DRAFTER=${DRAFTER:-runs/train/qwen15}
+THREADS=${THREADS:-2}
+OUT=${OUT:-runs/q15}
+QUESTIONS=${QUESTIONS:-../shared/data/spec_bench/question.jsonl}
+mkdir -p "$OUT"
+"$BENCH" profile --target qwen2.5-coder-1.5b-instruct --threads "$THREADS" --max-k 16 --context-len 200 \
+  --repeats 5 --drafter "$DRAFTER" --out "$OUT/profile.json"
+"$BENCH" --target qwen2.5-coder-1.5b-instruct --drafter "$DRAFTER" --extra-drafter fresh=fresh \
+  --questions "$QUESTIONS" --per-category 1 --max-new-tokens 128 --threads "$THREADS" \
+  --latency-profile "$OUT/profile.json" --out "$OUT/bench" \
+  --methods greedy,oneiro-greedy,hf-lookup,oneiro-lookup,oneiro-latent,oneiro-hybrid,oneiro-tree,oneiro-latent@fresh,oneiro-hybrid@fresh,oneiro-tree@fresh
+"$BENCH" breakdown --run "$OUT/bench"
