@@ -54,9 +54,21 @@ def compact_cache(cache: DynamicCache, keep: torch.LongTensor, tree_size: int) -
     front of the tree's slots and the layer is cut after them (a view, no copy of the context), so a pass over
     a long prompt costs no more to compact than one over a short prompt.
     """
-    keep = keep.to(torch.long)
-    kept = keep.numel()
-    in_place = keep.tolist() == list(range(kept))  # the accepted path is the first nodes, in order: nothing moves
+    compact_rows(cache, [keep.tolist()], tree_size)
+
+
+def compact_rows(cache: DynamicCache, keep: list[list[int]], tree_size: int) -> list[int]:
+    """Per row b, keep the entries of its flattened tree nodes `keep[b]` (root first) out of the last `tree_size`
+    ones, and keep the rows right-aligned: every row ends at the same column, a row that kept fewer entries than the
+    most any row kept (K) is shifted right by the difference, its left padding growing by as many (masked) columns.
+
+    Returns those shifts (one per row: K - len(keep[b])). Called right after a batched tree pass; with one row (or
+    rows that kept as many entries) only the tree's slots move, as `compact_cache` describes. A shift copies the
+    layer's entries once (a gather of the whole layer), which costs about what one pass reading the cache costs.
+    """
+    kept = max(len(row) for row in keep)
+    shifts = [kept - len(row) for row in keep]
+    in_place = all(row == list(range(kept)) for row in keep)  # every row kept its first nodes: nothing moves
     for layer in cache.layers:
         if not layer.is_initialized:
             continue
@@ -64,16 +76,33 @@ def compact_cache(cache: DynamicCache, keep: torch.LongTensor, tree_size: int) -
         before = held - tree_size
         if before < 0:
             raise RuntimeError(f"cache layer holds {held} entries, fewer than the {tree_size} tree nodes just fed")
-        if not in_place:
-            tail = before + keep.to(layer.keys.device)
-            layer.keys[..., before : before + kept, :] = layer.keys.index_select(-2, tail)
-            layer.values[..., before : before + kept, :] = layer.values.index_select(-2, tail)
-        keys, values = layer.keys[..., : before + kept, :], layer.values[..., : before + kept, :]
+        if any(shifts):
+            index = _row_sources(keep, shifts, before, layer.keys.device)  # (B, before + kept)
+            layer.keys, layer.values = _gather_columns(layer.keys, index), _gather_columns(layer.values, index)
+        else:
+            if not in_place:
+                tail = before + torch.tensor(keep, dtype=torch.long, device=layer.keys.device)  # (B, kept)
+                layer.keys[..., before : before + kept, :] = _gather_columns(layer.keys, tail)
+                layer.values[..., before : before + kept, :] = _gather_columns(layer.values, tail)
+            layer.keys, layer.values = layer.keys[..., : before + kept, :], layer.values[..., : before + kept, :]
         if isinstance(layer, DynamicSlidingWindowLayer):
             layer.cumulative_length += kept - tree_size
-            keys = keys[..., -layer.sliding_window + 1 :, :]
-            values = values[..., -layer.sliding_window + 1 :, :]
-        layer.keys, layer.values = keys, values
+            layer.keys = layer.keys[..., -layer.sliding_window + 1 :, :]
+            layer.values = layer.values[..., -layer.sliding_window + 1 :, :]
+    return shifts
+
+
+def _row_sources(keep: list[list[int]], shifts: list[int], before: int, device: torch.device) -> torch.LongTensor:
+    """(B, before + K) source column of every column of the compacted rows: `shift` padding columns (any source:
+    they are masked), the `before` columns cached ahead of the pass, then the kept tree slots."""
+    rows = [[0] * shift + list(range(before)) + [before + node for node in row] for row, shift in zip(keep, shifts)]
+    return torch.tensor(rows, dtype=torch.long, device=device)
+
+
+def _gather_columns(states: torch.Tensor, index: torch.LongTensor) -> torch.Tensor:
+    """states (B, heads, S, D), index (B, n) -> (B, heads, n, D): each row's columns `index[b]`."""
+    expanded = index[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[3])
+    return states.gather(-2, expanded)
 
 
 def trim_sliding_layers(cache: DynamicCache) -> None:
