@@ -24,11 +24,19 @@ from test_lossless_property import _uniform
 from test_tree_core import _chi_square_p_value
 from test_tree_generate import SPECS, Zoo
 from tiny import make_model, random_prompt
-from transformers import DynamicCache, LogitsProcessorList, TextStreamer
+from transformers import (
+    DynamicCache,
+    LogitsProcessorList,
+    StoppingCriteria,
+    StoppingCriteriaList,
+    TextStreamer,
+)
+from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper
 
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.draft_policy import DraftPolicyState
+from oneiro_hf.tree.cache import compact_rows, realign_rows
 from oneiro_hf.tree.cost import choose_width
 
 ARCH_EXAMPLES = {"llama": 100, "gemma3": 100, "qwen2": 80}
@@ -112,9 +120,10 @@ def _check(zoo: Zoo, case: dict[str, Any]) -> None:
     assert stats.accepted_tokens == sum(r.accepted_tokens for r in rows)
     assert stats.drafted_tokens == sum(r.drafted_tokens for r in rows)
     assert stats.steps == sum(r.steps for r in rows) and stats.batch_passes >= max(r.steps for r in rows)
-    for b, row in enumerate(rows):  # every new token of a row came from a round (+1: the prefill's)
-        produced = int((out[b, ids.shape[1]:] != PAD).sum()) if case["eos"] else new
-        assert sum(row.accept_lengths) + 1 >= min(produced, new)
+    for b, row in enumerate(rows):  # every new token of a row came from one of its rounds, or the prefill
+        tokens = out[b, ids.shape[1]:].tolist()
+        produced = tokens.index(extra["eos_token_id"]) + 1 if extra.get("eos_token_id") in tokens else new
+        assert sum(row.accept_lengths) + 1 == produced, (b, row.accept_lengths, tokens)
     if case["mode"] == "lookup":
         assert stats.drafted_by_source["latent"] == 0
     accepting = [r.accepted_tokens > 0 for r in rows]
@@ -169,6 +178,33 @@ def test_scores_and_logits_per_step_as_batched_generate_shapes_them() -> None:
             else:
                 assert int(new[b, step]) == PAD and float(mine[b, PAD]) == 0.0 and bool(mine[b].isinf().sum() == 63)
     assert bool((new == PAD).any())  # some row stopped early and was padded
+
+
+class StopOnToken(StoppingCriteria):
+    """A user criterion with no eos_token_id: a row stops once its last token is `token`."""
+
+    def __init__(self, token: int) -> None:
+        self.token = token
+
+    def __call__(self, input_ids, scores, **kwargs):
+        return input_ids[:, -1] == self.token
+
+
+def test_without_an_eos_criterion_rows_run_until_all_have_stopped() -> None:
+    """Plain batched decoding pads finished rows only when an EOS criterion is present; with a user criterion alone
+    a row that stopped keeps generating until every row has stopped. The batched loop does the same."""
+    model = make_model("gemma3", layers=2, window=3, hidden=32, vocab=64, seed=2)
+    drafter = OneiroDrafter.from_target(model, interval=(0, 2))
+    ids, mask = left_padded([[5, 6, 7, 5, 6, 7, 5, 6], [9, 10, 11], [12, 13, 12, 13, 12]], [0, 2, 0])
+    plain = _generate(model, ids, mask, 16)
+    for row, at in ((0, 3), (1, 1), (2, 6)):
+        criteria = StoppingCriteriaList([StopOnToken(int(plain[row, ids.shape[1] + at]))])
+        reference = _generate(model, ids, mask, 16, stopping_criteria=criteria)
+        for tree in (False, True):
+            out = _generate(model, ids, mask, 16, stopping_criteria=criteria, assistant_model=drafter,
+                            oneiro_tree=tree, oneiro_cost_aware=False)
+            assert torch.equal(out, reference), (row, tree, out.tolist(), reference.tolist())
+    assert drafter.last_stats.accepted_tokens > 0
 
 
 def test_sampling_is_exact_per_row() -> None:
@@ -252,6 +288,37 @@ def test_a_batch_whose_passes_cost_linearly_decodes_as_plain_batched_greedy() ->
     out = _generate(model, ids, mask, 12, assistant_model=drafter, oneiro_tree=True)
     assert torch.equal(out, plain)
     assert drafter.last_stats.accepted_tokens > 0
+
+
+def _labelled(layer, labels: list[list[float]]):
+    """Fill a cache layer with (B, 1, S, 1) keys and values whose entries are `labels` (row by row)."""
+    states = torch.tensor(labels).unsqueeze(1).unsqueeze(-1)
+    layer.lazy_initialization(states, states)
+    layer.keys, layer.values = states.clone(), states.clone()
+    return layer
+
+
+def test_compaction_leaves_holes_in_full_layers_and_keeps_sliding_layers_right_aligned() -> None:
+    """Two rows after a 3-node tree pass: row 0 keeps its root and node 2, row 1 only its root. A full layer gets a
+    hole after row 1 (only tree slots move), which `realign_rows` closes by shifting row 1 right; a sliding layer
+    (window 4: 3 columns held) keeps both rows right-aligned."""
+    # columns 0-4 cached (row 0: one pad column, -1), columns 5-7 the tree's nodes (100 + node)
+    full = _labelled(DynamicLayer(), [[-1, 0, 1, 2, 3, 100, 101, 102], [0, 1, 2, 3, 4, 100, 101, 102]])
+    sliding = _labelled(DynamicSlidingWindowLayer(sliding_window=4),
+                        [[1, 2, 3, 100, 101, 102], [2, 3, 4, 100, 101, 102]])
+    sliding.cumulative_length = 8
+    cache = DynamicCache()
+    cache.layers = [full, sliding]
+    holes = compact_rows(cache, [[0, 2], [0]], tree_size=3, holes=[0, 0])
+    assert holes == [0, 1]
+    assert full.keys[:, 0, :, 0].tolist()[0] == [-1, 0, 1, 2, 3, 100, 102]
+    assert full.keys[:, 0, :6, 0].tolist()[1] == [0, 1, 2, 3, 4, 100]  # then one hole
+    assert sliding.keys[:, 0, :, 0].tolist() == [[3, 100, 102], [3, 4, 100]] and sliding.cumulative_length == 7
+    assert torch.equal(full.values, full.keys)
+    realign_rows(cache, holes)
+    assert full.keys[:, 0, :, 0].tolist()[0] == [-1, 0, 1, 2, 3, 100, 102]  # row 0 had no hole: unchanged
+    assert full.keys[:, 0, 1:, 0].tolist()[1] == [0, 1, 2, 3, 4, 100]  # row 1 shifted right: its hole now padding
+    assert sliding.keys[:, 0, :, 0].tolist() == [[3, 100, 102], [3, 4, 100]]  # right-aligned already
 
 
 @pytest.fixture

@@ -26,18 +26,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from transformers.cache_utils import DynamicSlidingWindowLayer
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from ..draft import Draft, eos_token_ids
 from ..stats import DraftStats
 from .attention import target_masks
-from .cache import compact_rows, trim_sliding_layers
+from .cache import compact_rows, realign_rows, trim_sliding_layers
 from .cost import choose_nodes, choose_width
 from .drafting import SequenceDrafter
 from .loop import check_model_kwargs, node_scores, sample_or_argmax, start_empty
 from .settings import TreeSettings
 from .tree import TokenTree, window_mask
 from .verify import Verdict, greedy_walk, sampling_walk
+
+# full-attention layers' holes are closed (`cache.realign_rows`, one gather of the cache) once the widest exceeds
+# 1/REALIGN_FRACTION of the columns: every pass reads them, masked, until then
+REALIGN_FRACTION = 8
 
 
 def batch_generate_function(drafter, settings: TreeSettings) -> Callable:
@@ -76,7 +81,6 @@ def left_padding(attention_mask: torch.Tensor | None, input_ids: torch.LongTenso
 class Row:
     """One prompt of the batch and its decoding: its columns, its drafting, its outputs."""
 
-    index: int  # its place in the batch (and in the output)
     ids: torch.LongTensor  # (1, columns): left padding, prompt, tokens so far (what the stopping criteria see)
     pad: int  # leading padding columns of ids
     drafting: SequenceDrafter
@@ -112,14 +116,16 @@ class BatchDecoder:
         for index, pad in enumerate(pads):
             stats = DraftStats(verification=self.totals.verification)
             drafting = SequenceDrafter(drafter, settings, self.policy, stats, eos, generation_config.max_length)
-            self.rows.append(Row(index, input_ids[index : index + 1], pad, drafting, stats))
+            self.rows.append(Row(input_ids[index : index + 1], pad, drafting, stats))
         self.totals.rows = [row.stats for row in self.rows]
         self.active = list(self.rows)
-        self.columns = 0  # cache columns (every row's entries end at the last one)
+        self.columns = 0  # cache columns (what a layer holding every fed position would hold)
+        self.holes: list[int] = []  # per active row: unused columns after its entries in full-attention layers
         self.hidden_flag = drafter.hidden_states_request if settings.mode != "lookup" else False
         # plain decoding pads rows that finished only when an EOS criterion is among the stopping criteria; without
         # one, every row runs until all have stopped (`_sample`)
         self.pad_finished = any(hasattr(c, "eos_token_id") for c in stopping_criteria)
+        self.end_known = False  # without padding: whether every row has stopped, so where all end is known
 
     # ------------------------------------------------------------------ passes
     def prefill(self, input_ids: torch.LongTensor, attention_mask, position_ids) -> None:
@@ -127,7 +133,7 @@ class BatchDecoder:
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                          cache=self.cache, use_cache=True, output_hidden_states=self.hidden_flag, logits_to_keep=1)
         trim_sliding_layers(self.cache)
-        self.columns = input_ids.shape[1]
+        self.columns, self.holes = input_ids.shape[1], [0] * len(self.rows)
         raw = out.logits[:, -1].float()
         scores = self.logits_processor(input_ids, raw.clone())
         tokens = sample_or_argmax(scores, self.generation_config.do_sample).tolist()
@@ -139,12 +145,18 @@ class BatchDecoder:
         """Draft every active row, verify them in one pass (or take a plain batched step), drop finished rows."""
         rows = len(self.active)
         share = self._share(rows)
-        drafts = [self._draft(row, share) for row in self.active]
+        drafting = self._drafting_can_pay()
+        if not drafting:
+            self._realign()  # from here on every step is a plain batched step
+        drafts = [self._draft(row, share, drafting) for row in self.active]
         batch_time = (lambda k: self.policy.batch_verify_time(k, rows)) if self.settings.cost_aware else None
         width = choose_width([_values(d.tree) for d in drafts], batch_time, self.settings.max_nodes)
         drafts = [dataclasses.replace(d, tree=d.tree.keep(choose_nodes(d.tree, None, width))) for d in drafts]
         with self.totals.time("verify") as timer:
-            verdicts, kept = self._plain_pass() if width == 0 else self._tree_pass(drafts, width + 1)
+            if width == 0 and not any(self.holes):
+                verdicts, kept = self._plain_pass()
+            else:
+                verdicts, kept = self._tree_pass(drafts, width + 1)
         self.policy.observe_verify(width + 1, timer.seconds, rows=rows)
         self.totals.batch_passes += 1
         for row, draft, verdict, n in zip(self.active, drafts, verdicts, kept):
@@ -152,14 +164,20 @@ class BatchDecoder:
             row.drafting.learn(draft, verdict, n, share)
             self.totals.record_round(draft, verdict.path[: n - 1])
             self.totals.add_time("draft", draft.seconds)
+        if max(self.holes) * REALIGN_FRACTION > self.columns:
+            self._realign()
         self.settle()
+
+    def _realign(self) -> None:
+        realign_rows(self.cache, self.holes)
+        self.holes = [0] * len(self.holes)
 
     def _share(self, rows: int) -> Callable[[int], float]:
         """A row's share of a pass verifying k tokens per row: t(k, B) / B (one row: t(k))."""
         return lambda k: self.policy.batch_verify_time(k, rows) / rows
 
-    def _draft(self, row: Row, share: Callable[[int], float]) -> Draft:
-        if not self._drafting_can_pay():
+    def _draft(self, row: Row, share: Callable[[int], float], drafting: bool) -> Draft:
+        if not drafting:
             return Draft(tree=TokenTree.with_root(int(row.ids[0, -1])))
         return row.drafting.draft(row.tokens, share, columns=row.ids.shape[1])
 
@@ -192,7 +210,8 @@ class BatchDecoder:
             scores = self.logits_processor(row.ids, raw[b : b + 1].clone())
             token = int(sample_or_argmax(scores, self.generation_config.do_sample)[0])
             row.drafting.observe(_row_view(out.hidden_states, b), [0])
-            kept.append(int(self._append(row, token, scores, raw[b : b + 1])))
+            self._append(row, token, scores, raw[b : b + 1])
+            kept.append(1)
             verdicts.append(Verdict([], [token], [scores]))
         return verdicts, kept
 
@@ -203,8 +222,8 @@ class BatchDecoder:
         roots = torch.tensor([row.tokens.shape[1] - 1 for row in self.active], device=device)  # (B,)
         tokens, depths, ancestors = _flatten(trees, width, device)
         positions = roots.unsqueeze(1) + depths  # (B, W)
-        pads = self.columns - roots  # (B,) masked columns before each row's cached entries
-        mask = target_masks(self.model, self.cache, _batch_allowed(self.columns, pads, ancestors, positions))
+        holes = torch.tensor(self.holes, device=device)
+        mask = target_masks(self.model, self.cache, _batch_allowed(self.columns, roots, holes, ancestors, positions))
         out = self.model(input_ids=tokens, position_ids=positions, attention_mask=mask, cache=self.cache,
                          use_cache=True, output_hidden_states=self.hidden_flag, logits_to_keep=0)
         logits = out.logits.float()  # (B, W, V)
@@ -219,7 +238,7 @@ class BatchDecoder:
             verdicts.append(verdict)
             kept.append(n)
             keeps.append([0, *verdict.path[: n - 1]])  # the root and the accepted nodes whose successor was appended
-        compact_rows(self.cache, keeps, width)
+        self.holes = compact_rows(self.cache, keeps, width, self.holes)
         self.columns += max(len(keep) for keep in keeps)
         for b, (row, keep) in enumerate(zip(self.active, keeps)):
             row.drafting.observe(_row_view(out.hidden_states, b), keep)
@@ -239,15 +258,19 @@ class BatchDecoder:
             if self.pad_finished:
                 row.stop_at = row.flagged
                 return True
+        if row.flagged is not None and row.ids.shape[1] >= self.generation_config.max_length:
+            row.stop_at = row.ids.shape[1]  # waiting for the other rows, but no row runs past max_length
+            return True
         return False
 
     def settle(self) -> None:
         """End rows that are done and drop them from the passes and the cache. Without an EOS criterion every row
         runs to the length at which the last one stopped (plain decoding's rule), then all end there."""
-        if not self.pad_finished and all(row.flagged is not None for row in self.rows) and self.rows[0].stop_at is None:
+        if not self.pad_finished and not self.end_known and all(row.flagged is not None for row in self.rows):
             end = max(row.flagged for row in self.rows)
             for row in self.rows:
                 row.stop_at = end
+            self.end_known = True
         for row in self.rows:
             if row.stop_at is not None and row.ids.shape[1] > row.stop_at:
                 row.ids = row.ids[:, : row.stop_at]  # its scores are cut to match in `outputs`
@@ -256,6 +279,7 @@ class BatchDecoder:
             if keep:
                 self.cache.batch_select_indices(torch.tensor(keep, device=self.rows[0].ids.device))
             self.active = [self.active[b] for b in keep]
+            self.holes = [self.holes[b] for b in keep]
 
     @property
     def finished(self) -> bool:
@@ -303,16 +327,20 @@ def _flatten(trees: list[TokenTree], width: int, device) -> tuple[torch.LongTens
     return tokens.to(device), depths.to(device), ancestors.to(device)
 
 
-def _batch_allowed(columns: int, pads: torch.LongTensor, ancestors: torch.BoolTensor, positions: torch.LongTensor):
-    """`allowed(layer, window)` for `target_masks`: (B, 1, W, m + W), row b's nodes see its cached columns (the
-    layer's last m of `columns`, those past `pads[b]`) and their own ancestors, within the window by position."""
+def _batch_allowed(columns: int, roots: torch.LongTensor, holes: torch.LongTensor, ancestors: torch.BoolTensor,
+                   positions: torch.LongTensor):
+    """`allowed(layer, window)` for `target_masks`: (B, 1, W, m + W), row b's nodes see its own cached entries and
+    their own ancestors, within the window by position. The layer holds the last m of `columns`; row b's roots[b]
+    entries (positions 0..roots[b]-1) end `holes[b]` columns before the last in a full-attention layer, at the last
+    one in a sliding-window layer (`cache.compact_rows`)."""
 
     def allowed(layer, window: int | None) -> torch.BoolTensor:
         held = layer.keys.shape[-2] if layer.is_initialized and layer.keys is not None else 0
         cols = torch.arange(columns - held, columns, device=positions.device)
-        key_positions = cols.unsqueeze(0) - pads.unsqueeze(1)  # (B, m); negative: padding
-        valid = (key_positions >= 0).unsqueeze(1).expand(-1, positions.shape[1], -1)  # (B, W, m)
-        mask = torch.cat([valid, ancestors], dim=-1)
+        end = columns - (0 if isinstance(layer, DynamicSlidingWindowLayer) else holes)  # (B,) or int: after the last
+        key_positions = cols.unsqueeze(0) - (end - roots).unsqueeze(1)  # (B, m); outside 0..roots-1: padding, hole
+        valid = (key_positions >= 0) & (key_positions < roots.unsqueeze(1))
+        mask = torch.cat([valid.unsqueeze(1).expand(-1, positions.shape[1], -1), ancestors], dim=-1)
         return window_mask(mask, positions, torch.cat([key_positions, positions], dim=-1), window)
 
     return allowed

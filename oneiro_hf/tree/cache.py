@@ -57,18 +57,20 @@ def compact_cache(cache: DynamicCache, keep: torch.LongTensor, tree_size: int) -
     compact_rows(cache, [keep.tolist()], tree_size)
 
 
-def compact_rows(cache: DynamicCache, keep: list[list[int]], tree_size: int) -> list[int]:
+def compact_rows(cache: DynamicCache, keep: list[list[int]], tree_size: int, holes: list[int] | None = None) -> list[int]:
     """Per row b, keep the entries of its flattened tree nodes `keep[b]` (root first) out of the last `tree_size`
-    ones, and keep the rows right-aligned: every row ends at the same column, a row that kept fewer entries than the
-    most any row kept (K) is shifted right by the difference, its left padding growing by as many (masked) columns.
+    ones. Rows may keep different counts; the layer grows by the most any row kept (K). Returns each row's holes.
 
-    Returns those shifts (one per row: K - len(keep[b])). Called right after a batched tree pass; with one row (or
-    rows that kept as many entries) only the tree's slots move, as `compact_cache` describes. A shift copies the
-    layer's entries once (a gather of the whole layer), which costs about what one pass reading the cache costs.
+    Full-attention layers: row b's entries are contiguous and followed by `holes[b]` unused (masked) columns at the
+    end of the layer; its kept entries are written right after its last entry (only tree-sized slots move, as in
+    `compact_cache`), so its holes become holes[b] + K - len(keep[b]). `realign_rows` closes them when they grow.
+    Sliding-window layers hold only about a window of columns: there each row is kept right-aligned (its entries
+    end at the last column; a row that kept fewer is shifted right, a gather of the window), so the layer's own
+    trimming to `window - 1` columns keeps every row's latest entries. One row with holes=None: `compact_cache`.
     """
+    holes = [0] * len(keep) if holes is None else list(holes)
     kept = max(len(row) for row in keep)
     shifts = [kept - len(row) for row in keep]
-    in_place = all(row == list(range(kept)) for row in keep)  # every row kept its first nodes: nothing moves
     for layer in cache.layers:
         if not layer.is_initialized:
             continue
@@ -76,33 +78,69 @@ def compact_rows(cache: DynamicCache, keep: list[list[int]], tree_size: int) -> 
         before = held - tree_size
         if before < 0:
             raise RuntimeError(f"cache layer holds {held} entries, fewer than the {tree_size} tree nodes just fed")
-        if any(shifts):
-            index = _row_sources(keep, shifts, before, layer.keys.device)  # (B, before + kept)
-            layer.keys, layer.values = _gather_columns(layer.keys, index), _gather_columns(layer.values, index)
-        else:
-            if not in_place:
-                tail = before + torch.tensor(keep, dtype=torch.long, device=layer.keys.device)  # (B, kept)
-                layer.keys[..., before : before + kept, :] = _gather_columns(layer.keys, tail)
-                layer.values[..., before : before + kept, :] = _gather_columns(layer.values, tail)
-            layer.keys, layer.values = layer.keys[..., : before + kept, :], layer.values[..., : before + kept, :]
         if isinstance(layer, DynamicSlidingWindowLayer):
+            _compact_right_aligned(layer, keep, shifts, before)
             layer.cumulative_length += kept - tree_size
             layer.keys = layer.keys[..., -layer.sliding_window + 1 :, :]
             layer.values = layer.values[..., -layer.sliding_window + 1 :, :]
-    return shifts
+        else:
+            _compact_with_holes(layer, keep, holes, before)
+            layer.keys, layer.values = layer.keys[..., : before + kept, :], layer.values[..., : before + kept, :]
+    return [hole + shift for hole, shift in zip(holes, shifts)]
 
 
-def _row_sources(keep: list[list[int]], shifts: list[int], before: int, device: torch.device) -> torch.LongTensor:
-    """(B, before + K) source column of every column of the compacted rows: `shift` padding columns (any source:
-    they are masked), the `before` columns cached ahead of the pass, then the kept tree slots."""
-    rows = [[0] * shift + list(range(before)) + [before + node for node in row] for row, shift in zip(keep, shifts)]
-    return torch.tensor(rows, dtype=torch.long, device=device)
+def _compact_with_holes(layer, keep: list[list[int]], holes: list[int], before: int) -> None:
+    """Write row b's kept tree slots at columns before - holes[b] onwards (right after its last entry)."""
+    if not any(holes) and all(row == list(range(len(row))) for row in keep):
+        return  # every row's path is its first nodes, right after its entries: nothing moves
+    width = max(len(row) for row in keep)
+    device = layer.keys.device
+    source = torch.tensor([[before + node for node in row] + [before + row[-1]] * (width - len(row)) for row in keep],
+                          dtype=torch.long, device=device)  # (B, K); past a row's own count: its hole columns
+    target = torch.tensor([[before - hole + i for i in range(width)] for hole in holes], dtype=torch.long,
+                          device=device)
+    for states in (layer.keys, layer.values):
+        states.scatter_(-2, _expand(target, states), _gather_columns(states, source))
+
+
+def _compact_right_aligned(layer, keep: list[list[int]], shifts: list[int], before: int) -> None:
+    """Row b's kept tree slots after the `before` columns, the row shifted right by shifts[b] (a gather)."""
+    if any(shifts):
+        rows = [[0] * shift + list(range(before)) + [before + node for node in row] for row, shift in zip(keep, shifts)]
+        index = torch.tensor(rows, dtype=torch.long, device=layer.keys.device)  # (B, before + K); shifted-in: masked
+        layer.keys, layer.values = _gather_columns(layer.keys, index), _gather_columns(layer.values, index)
+        return
+    kept = len(keep[0])
+    if any(row != list(range(kept)) for row in keep):
+        tail = before + torch.tensor(keep, dtype=torch.long, device=layer.keys.device)  # (B, K)
+        layer.keys[..., before : before + kept, :] = _gather_columns(layer.keys, tail)
+        layer.values[..., before : before + kept, :] = _gather_columns(layer.values, tail)
+    layer.keys, layer.values = layer.keys[..., : before + kept, :], layer.values[..., : before + kept, :]
+
+
+def realign_rows(cache: DynamicCache, holes: list[int]) -> None:
+    """Close the holes `compact_rows` left at the end of full-attention layers' rows: row b is shifted right by
+    holes[b] (one gather of each such layer), so every row ends at the last column again, its left padding grown by
+    as many masked columns. Sliding-window layers are right-aligned already."""
+    if not any(holes):
+        return
+    for layer in cache.layers:
+        if not layer.is_initialized or isinstance(layer, DynamicSlidingWindowLayer):
+            continue
+        held = layer.keys.shape[-2]
+        index = torch.tensor([[0] * hole + list(range(held - hole)) for hole in holes], dtype=torch.long,
+                             device=layer.keys.device)
+        layer.keys, layer.values = _gather_columns(layer.keys, index), _gather_columns(layer.values, index)
+
+
+def _expand(index: torch.LongTensor, states: torch.Tensor) -> torch.LongTensor:
+    """index (B, n) -> (B, heads, n, D), to gather or scatter whole key/value columns of states (B, heads, S, D)."""
+    return index[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[3])
 
 
 def _gather_columns(states: torch.Tensor, index: torch.LongTensor) -> torch.Tensor:
     """states (B, heads, S, D), index (B, n) -> (B, heads, n, D): each row's columns `index[b]`."""
-    expanded = index[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[3])
-    return states.gather(-2, expanded)
+    return states.gather(-2, _expand(index, states))
 
 
 def trim_sliding_layers(cache: DynamicCache) -> None:
