@@ -33,6 +33,18 @@ def _median(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+def smollm2_shaped_target() -> LlamaForCausalLM:
+    """A SmolLM2-135M-shaped Llama (576 hidden, 30 layers, 9 query / 3 key-value heads) with random weights (seed 0),
+    float32, in eval mode, pad id 0 and no EOS (generation runs to the limit)."""
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+                         num_key_value_heads=3, vocab_size=49152, max_position_embeddings=4096, tie_word_embeddings=True,
+                         pad_token_id=0)
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config.pad_token_id, model.generation_config.eos_token_id = 0, None
+    return model
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=4)
@@ -40,10 +52,8 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
-    torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                         num_key_value_heads=3, vocab_size=49152, max_position_embeddings=4096, tie_word_embeddings=True)
-    model = LlamaForCausalLM(config).eval()
+    model = smollm2_shaped_target()
+    config = model.config
     rows, context, width = args.rows, args.context, args.width
     ids = torch.randint(3, 1000, (rows, context))
 

@@ -126,6 +126,8 @@ class BatchDecoder:
         # one, every row runs until all have stopped (`_sample`)
         self.pad_finished = any(hasattr(c, "eos_token_id") for c in stopping_criteria)
         self.end_known = False  # without padding: whether every row has stopped, so where all end is known
+        wants = generation_config.return_dict_in_generate
+        self.keep_scores, self.keep_logits = wants and generation_config.output_scores, wants and generation_config.output_logits
 
     # ------------------------------------------------------------------ passes
     def prefill(self, input_ids: torch.LongTensor, attention_mask, position_ids) -> None:
@@ -134,12 +136,9 @@ class BatchDecoder:
                          cache=self.cache, use_cache=True, output_hidden_states=self.hidden_flag, logits_to_keep=1)
         trim_sliding_layers(self.cache)
         self.columns, self.holes = input_ids.shape[1], [0] * len(self.rows)
-        raw = out.logits[:, -1].float()
-        scores = self.logits_processor(input_ids, raw.clone())
-        tokens = sample_or_argmax(scores, self.generation_config.do_sample).tolist()
         for b, row in enumerate(self.rows):
             row.drafting.observe(_row_view(out.hidden_states, b), slice(row.pad, None))
-            self._append(row, tokens[b], scores[b : b + 1], raw[b : b + 1])
+        self._next_tokens(out.logits[:, -1].float())
 
     def step(self) -> None:
         """Draft every active row, verify them in one pass (or take a plain batched step), drop finished rows."""
@@ -205,15 +204,31 @@ class BatchDecoder:
         trim_sliding_layers(self.cache)
         self.columns += 1
         raw = out.logits[:, -1].float()
-        verdicts, kept = [], []
-        for b, row in enumerate(self.active):
-            scores = self.logits_processor(row.ids, raw[b : b + 1].clone())
-            token = int(sample_or_argmax(scores, self.generation_config.do_sample)[0])
+        verdicts = []
+        for b, (row, token, scores) in enumerate(zip(self.active, *self._next_tokens(raw))):
             row.drafting.observe(_row_view(out.hidden_states, b), [0])
-            self._append(row, token, scores, raw[b : b + 1])
-            kept.append(1)
             verdicts.append(Verdict([], [token], [scores]))
-        return verdicts, kept
+        return verdicts, [1] * len(verdicts)
+
+    def _next_tokens(self, raw: torch.Tensor) -> tuple[list[int], list[torch.Tensor]]:
+        """Each active row's next token from raw logits (B, V), appended under the stopping criteria; the tokens and
+        the (1, V) processed scores. Rows of one length (no row has accepted more than another) are processed and
+        checked in one call, as plain batched decoding does; otherwise row by row, each on its own prefix."""
+        do_sample, raws = self.generation_config.do_sample, raw.clone() if self.keep_logits else raw
+        if len({row.ids.shape[1] for row in self.active}) == 1:
+            ids = torch.cat([row.ids for row in self.active])
+            scores = self.logits_processor(ids, raws)
+            tokens = sample_or_argmax(scores, do_sample)
+            stops = self.stopping_criteria(torch.cat([ids, tokens.unsqueeze(1)], dim=1), scores).tolist()
+            rows = [scores[b : b + 1] for b in range(len(self.active))]
+            tokens = tokens.tolist()
+        else:
+            rows = [self.logits_processor(row.ids, raws[b : b + 1]) for b, row in enumerate(self.active)]
+            tokens = [int(sample_or_argmax(scores, do_sample)[0]) for scores in rows]
+            stops = [None] * len(rows)
+        for b, row in enumerate(self.active):
+            self._append(row, tokens[b], rows[b], raw[b : b + 1], stops[b])
+        return tokens, rows
 
     def _tree_pass(self, drafts: list[Draft], width: int) -> tuple[list[Verdict], list[int]]:
         """Every row's tree in one pass of `width` tokens per row; walks, appends, compacts the cache."""
@@ -245,15 +260,20 @@ class BatchDecoder:
         return verdicts, kept
 
     # ------------------------------------------------------------------ rows
-    def _append(self, row: Row, token: int, scores: torch.Tensor, raw: torch.Tensor) -> bool:
+    def _append(self, row: Row, token: int, scores: torch.Tensor, raw: torch.Tensor, stop: bool | None = None) -> bool:
         """Append one token to a row; whether the row takes no more tokens from this pass (it stopped, or a
-        stopping criterion fired and finished rows are padded). Criteria are checked per token, per row."""
+        stopping criterion fired and finished rows are padded). Criteria are checked per token, per row, unless
+        `stop` brings their verdict for this token (checked for the batch at once)."""
         row.ids = torch.cat([row.ids, row.ids.new_tensor([[token]])], dim=1)
-        row.scores.append(scores)
-        row.logits.append(raw)
+        if self.keep_scores:
+            row.scores.append(scores)
+        if self.keep_logits:
+            row.logits.append(raw)
         if row.stop_at is not None:
             return row.done
-        if row.flagged is None and bool(self.stopping_criteria(row.ids, scores).all()):
+        if stop is None:
+            stop = bool(self.stopping_criteria(row.ids, scores).all())
+        if row.flagged is None and stop:
             row.flagged = row.ids.shape[1]
             if self.pad_finished:
                 row.stop_at = row.flagged
@@ -297,8 +317,9 @@ class BatchDecoder:
         sequences = torch.cat([torch.nn.functional.pad(row.ids, (0, width - row.ids.shape[1]), value=pad_id)
                                for row in self.rows])
         steps = width - prompt_columns
-        return sequences, _per_step([row.scores for row in self.rows], steps, pad_id), \
-            _per_step([row.logits for row in self.rows], steps, pad_id)
+        scores = _per_step([row.scores for row in self.rows], steps, pad_id) if self.keep_scores else []
+        logits = _per_step([row.logits for row in self.rows], steps, pad_id) if self.keep_logits else []
+        return sequences, scores, logits
 
 
 def _values(tree: TokenTree) -> list[float]:

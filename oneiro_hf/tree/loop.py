@@ -112,7 +112,7 @@ class Pass:
 
 
 class TreeDecoder:
-    """The per-call state of one tree generate call (batch size 1) and its steps."""
+    """The per-call state of one tree generate call (one sequence; batches: `batch.BatchDecoder`) and its steps."""
 
     def __init__(self, model, drafter, settings: TreeSettings, logits_processor, stopping_criteria,
                  generation_config, streamer, cache) -> None:
