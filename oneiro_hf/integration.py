@@ -82,7 +82,7 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
         from .tree.batch import batch_generate_function
         from .tree.settings import TreeSettings
 
-        check_tree_supported()
+        check_tree_supported(batch=True)
         view = TreeSettings.from_drafting_settings(settings) if settings.tree else TreeSettings.for_chain(settings)
         kwargs.pop("assistant_model")  # generate prepares plain batched decoding; the drafter travels in the closure
         kwargs["custom_generate"] = batch_generate_function(drafter, view)

@@ -34,7 +34,8 @@ from transformers import (
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper
 
-from oneiro_hf import OneiroDrafter
+from oneiro_hf import OneiroDrafter, UnsupportedTransformersVersion
+from oneiro_hf.compat import check_tree_supported
 from oneiro_hf.draft_policy import DraftPolicyState
 from oneiro_hf.tree.cache import compact_rows, realign_rows
 from oneiro_hf.tree.cost import choose_width
@@ -357,6 +358,8 @@ def test_other_unsupported_batch_calls_are_refused_with_the_fix(bound) -> None:
         _generate(model, ids, ones, 3, assistant_model=drafter, num_beams=2)
     with pytest.raises(ValueError, match="lossy.*Fix: drop oneiro_verification"):
         _generate(model, ids, ones, 3, assistant_model=drafter, oneiro_verification="topk")
+    with pytest.raises(UnsupportedTransformersVersion, match="a batch of prompts.*Fix: pip install.*once per prompt"):
+        check_tree_supported("5.18.0", batch=True)
     filled = DynamicCache(config=model.config)
     with torch.no_grad():
         model(ids[:, :2], cache=filled, use_cache=True)
