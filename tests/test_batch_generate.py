@@ -37,7 +37,7 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopK
 from oneiro_hf import OneiroDrafter, UnsupportedTransformersVersion
 from oneiro_hf.compat import check_tree_supported
 from oneiro_hf.draft_policy import DraftPolicyState
-from oneiro_hf.tree.cache import compact_rows, realign_rows
+from oneiro_hf.tree.cache import compact_rows, drop_leading_columns, realign_rows
 from oneiro_hf.tree.cost import choose_width
 
 ARCH_EXAMPLES = {"llama": 100, "gemma3": 100, "qwen2": 80}
@@ -302,7 +302,7 @@ def _labelled(layer, labels: list[list[float]]):
 def test_compaction_leaves_holes_in_full_layers_and_keeps_sliding_layers_right_aligned() -> None:
     """Two rows after a 3-node tree pass: row 0 keeps its root and node 2, row 1 only its root. A full layer gets a
     hole after row 1 (only tree slots move), which `realign_rows` closes by shifting row 1 right; a sliding layer
-    (window 4: 3 columns held) keeps both rows right-aligned."""
+    (window 4: 3 columns held) keeps both rows right-aligned. A column of padding in every row can then go."""
     # columns 0-4 cached (row 0: one pad column, -1), columns 5-7 the tree's nodes (100 + node)
     full = _labelled(DynamicLayer(), [[-1, 0, 1, 2, 3, 100, 101, 102], [0, 1, 2, 3, 4, 100, 101, 102]])
     sliding = _labelled(DynamicSlidingWindowLayer(sliding_window=4),
@@ -320,6 +320,9 @@ def test_compaction_leaves_holes_in_full_layers_and_keeps_sliding_layers_right_a
     assert full.keys[:, 0, :, 0].tolist()[0] == [-1, 0, 1, 2, 3, 100, 102]  # row 0 had no hole: unchanged
     assert full.keys[:, 0, 1:, 0].tolist()[1] == [0, 1, 2, 3, 4, 100]  # row 1 shifted right: its hole now padding
     assert sliding.keys[:, 0, :, 0].tolist() == [[3, 100, 102], [3, 4, 100]]  # right-aligned already
+    drop_leading_columns(cache, 1)  # padding in both rows now: gone
+    assert full.keys[:, 0, :, 0].tolist() == [[0, 1, 2, 3, 100, 102], [0, 1, 2, 3, 4, 100]]
+    assert sliding.cumulative_length == 6 and sliding.keys.shape[-2] == 3
 
 
 @pytest.fixture

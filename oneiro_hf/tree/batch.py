@@ -8,14 +8,16 @@ chain settings (a chain is a tree of one branch, `TreeSettings.for_chain`). Per 
     tree, padded to that width, with a (B, 1, W, keys) mask per layer type (the row's valid cache columns, its
     tree's ancestry, sliding windows by position) and per-row position ids (the row's own token count) -> each
     row's walk (`verify.py`, greedy or exact sampling) and tokens appended under the stopping criteria ->
-    per-row cache compaction, rows kept right-aligned (`cache.compact_rows`) -> the drafters and the calibration
+    per-row cache compaction (`cache.compact_rows`) -> the drafters and the calibration
 
-A width of 1 is a plain batched step: the rows' last tokens, the 2-D attention mask and position ids, exactly as
-plain batched decoding runs it. Cache layout: every row ends at the last cache column; row b holds its T_b - 1
-fed tokens there and `columns - T_b + 1` columns of (masked) left padding before them, which grows by
-`K - kept_b` when it keeps fewer tokens than the most any row kept. Rows that finish are dropped from the passes
-(and from the cache); they are padded with `pad_token_id` in the output, as plain batched decoding pads them.
-The drafter runs once per row that drafts (its context and KV cache are the row's own).
+Cache layout (docs/design.md, "Batches"): in full-attention layers row b's T_b - 1 fed tokens are contiguous,
+after its (masked) left padding and before `holes[b]` masked columns left where it kept fewer tokens than another
+row; `cache.realign_rows` closes the holes (one gather) once the widest exceeds 1/REALIGN_FRACTION of the columns.
+Sliding-window layers hold a window only and keep every row right-aligned. A pass of one token per row with no
+holes is a plain batched step: the rows' last tokens, the 2-D attention mask and position ids, exactly as plain
+batched decoding runs it. Rows that finish are dropped from the passes (and from the cache); they are padded with
+`pad_token_id` in the output, as plain batched decoding pads them. The drafter runs once per row that drafts (its
+context and KV cache are the row's own).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from ..draft import Draft, eos_token_ids
 from ..stats import DraftStats
 from .attention import target_masks
-from .cache import compact_rows, realign_rows, trim_sliding_layers
+from .cache import compact_rows, drop_leading_columns, realign_rows, trim_sliding_layers
 from .cost import choose_nodes, choose_width
 from .drafting import SequenceDrafter
 from .loop import check_model_kwargs, node_scores, sample_or_argmax, start_empty
@@ -300,6 +302,10 @@ class BatchDecoder:
                 self.cache.batch_select_indices(torch.tensor(keep, device=self.rows[0].ids.device))
             self.active = [self.active[b] for b in keep]
             self.holes = [self.holes[b] for b in keep]
+        if self.active:  # columns that are padding in every running row (its longest row finished): gone
+            padding = min(self.columns - hole - row.tokens.shape[1] + 1 for row, hole in zip(self.active, self.holes))
+            drop_leading_columns(self.cache, padding)
+            self.columns -= max(0, padding)
 
     @property
     def finished(self) -> bool:

@@ -133,6 +133,23 @@ def realign_rows(cache: DynamicCache, holes: list[int]) -> None:
         layer.keys, layer.values = _gather_columns(layer.keys, index), _gather_columns(layer.values, index)
 
 
+def drop_leading_columns(cache: DynamicCache, count: int) -> None:
+    """Drop the first `count` columns of every layer, padding in every row (after the batch's longest row has
+    finished, say): full-attention layers lose them (a view), sliding-window layers count `count` fewer positions
+    and hold no more columns than remain."""
+    if count <= 0:
+        return
+    for layer in cache.layers:
+        if not layer.is_initialized:
+            continue
+        if isinstance(layer, DynamicSlidingWindowLayer):
+            layer.cumulative_length -= count
+            keep = min(layer.keys.shape[-2], layer.cumulative_length)
+            layer.keys, layer.values = layer.keys[..., -keep:, :], layer.values[..., -keep:, :]
+        else:
+            layer.keys, layer.values = layer.keys[..., count:, :], layer.values[..., count:, :]
+
+
 def _expand(index: torch.LongTensor, states: torch.Tensor) -> torch.LongTensor:
     """index (B, n) -> (B, heads, n, D), to gather or scatter whole key/value columns of states (B, heads, S, D)."""
     return index[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[3])
