@@ -208,9 +208,11 @@ def test_without_an_eos_criterion_rows_run_until_all_have_stopped() -> None:
     assert drafter.last_stats.accepted_tokens > 0
 
 
-def test_sampling_is_exact_per_row() -> None:
-    """Each row's first two sampled tokens (temperature 0.8, top-k 12), the second decided by a batched tree pass
-    over six siblings per row: their joint distribution must be the target's for that row's prompt."""
+@pytest.mark.parametrize("tree", [True, False])
+def test_sampling_is_exact_per_row(tree: bool) -> None:
+    """Each row's first two sampled tokens (temperature 0.8, top-k 12), the second decided by a batched pass over six
+    sibling drafts per row (tree settings) or one drafted token (chain settings): their joint distribution must be
+    the target's for that row's prompt."""
     model = make_model("gemma3", layers=2, window=3, hidden=32, vocab=24, init=0.6)
     drafter = OneiroDrafter.from_target(model, interval=(0, 2))
     prompts = [[5, 9, 14, 7] * 3, [8, 3, 11] * 2]
@@ -233,8 +235,8 @@ def test_sampling_is_exact_per_row() -> None:
         with torch.no_grad():
             out = model.generate(
                 input_ids=ids, attention_mask=mask, do_sample=True, temperature=0.8, top_k=12, top_p=1.0,
-                max_new_tokens=3, assistant_model=drafter, oneiro_tree=True, oneiro_cost_aware=False,
-                oneiro_tree_topk=6, oneiro_tree_max_depth=1,
+                max_new_tokens=3, assistant_model=drafter, oneiro_tree=tree, oneiro_cost_aware=False,
+                oneiro_tree_topk=6, oneiro_tree_max_depth=1, oneiro_max_draft_tokens=1,
             )
         for b in range(2):
             x1, x2 = out[b, ids.shape[1]:][:2].tolist()  # x1 from the prefill, x2 from the row's tree
