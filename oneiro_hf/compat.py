@@ -73,17 +73,19 @@ def check_transformers_version(version: str | None = None) -> None:
         )
 
 
-def check_tree_supported(version: str | None = None) -> None:
-    """Refuse oneiro_tree=True on a transformers older than the tree loop was written and tested for."""
+def check_tree_supported(version: str | None = None, batch: bool = False) -> None:
+    """Refuse oneiro_tree=True, or a batch of prompts with a drafter (`batch`: the batched loop is built on the tree
+    loop), on a transformers older than the tree loop was written and tested for."""
     if version is None:
         import transformers
 
         version = transformers.__version__
     if Version(Version(version).base_version) < TREE_MIN_TRANSFORMERS:
+        what, other = ("a batch of prompts with a drafter", "or call generate once per prompt") if batch else (
+            "oneiro_tree=True", f"or drop oneiro_tree (chain drafting works from {MIN_TRANSFORMERS})")
         raise UnsupportedTransformersVersion(
-            f"oneiro_tree=True needs transformers >={TREE_MIN_TRANSFORMERS} (its own decoding loop is tested there "
-            f"only); found {version}. Fix: pip install 'transformers>={TREE_MIN_TRANSFORMERS}', or drop oneiro_tree "
-            f"(chain drafting works from {MIN_TRANSFORMERS})."
+            f"{what} needs transformers >={TREE_MIN_TRANSFORMERS} (its own decoding loop is tested there "
+            f"only); found {version}. Fix: pip install 'transformers>={TREE_MIN_TRANSFORMERS}', {other}."
         )
 
 

@@ -42,6 +42,14 @@ PROFIT_EMA = 0.02
 FIRST_CLIP = 1.5
 
 
+def _learned(old: float | None, seconds: float, predicted: float | None) -> float:
+    """A latency's next estimate: the first measurement clipped at FIRST_CLIP x what its measured neighbours
+    predict (`predicted`, None when nothing is measured yet); later ones an EMA with stalls clipped at 3x."""
+    if old is None:
+        return seconds if predicted is None else min(seconds, FIRST_CLIP * predicted)
+    return (1 - EMA) * old + EMA * min(seconds, 3 * old)
+
+
 def confidence_bin(confidence: float) -> int:
     """The bin (0..CONFIDENCE_BINS - 1) of a readout confidence; 1.0 falls in the top bin."""
     return bisect.bisect_right(CONFIDENCE_EDGES, float(confidence))
@@ -113,6 +121,8 @@ class DraftPolicyState:
     """What the drafting policy has learned; one per drafter, shared by its generate calls."""
 
     verify_s: dict[int, float] = field(default_factory=dict)  # k -> EMA seconds of a k-token verification
+    # batches: rows B (>= 2) -> k -> EMA seconds of a pass verifying k tokens in each of B rows (t(k, B))
+    verify_batch_s: dict[int, dict[int, float]] = field(default_factory=dict)
     draft_step_s: float | None = None
     latent_bins: list[Rate] = field(default_factory=lambda: [_confidence_prior(i) for i in range(CONFIDENCE_BINS)])
     # (matched n-gram length, position in the copied span, capped at LOOKUP_POSITIONS) -> acceptance there
@@ -124,13 +134,21 @@ class DraftPolicyState:
     pinned: bool = False  # latencies fixed by `pin_profile` (another machine's), not learned from this one
 
     # -------------------------------------------------------------- latency
-    def load_profile(self, ratios: dict[int, float], t1_s: float, draft_step_ratio: float | None = None) -> None:
-        """Seed t(k) from a measured profile: ratios[k] = t(k)/t(1), t1_s = seconds for k=1; and, where the profile
-        measured it (`latency.profile_drafter_step`), a drafter call at draft_step_ratio x t(1)."""
+    def load_profile(self, ratios: dict[int, float], t1_s: float, draft_step_ratio: float | None = None,
+                     batch: dict | None = None) -> None:
+        """Seed t(k) from a measured profile: ratios[k] = t(k)/t(1), t1_s = seconds for k=1; where the profile
+        measured it (`latency.profile_drafter_step`), a drafter call at draft_step_ratio x t(1); and, where it
+        measured batches (`oneiro-bench profile --batch-sizes`), t(k, B) from its `"batch"` field:
+        `{"<B>": {"t1_s": <seconds of a 1-token-per-row pass of B rows>, "ratios": {"<k>": t(k, B) / t(1, B)}}}`."""
         for k, r in ratios.items():
             self.verify_s[int(k)] = float(r) * t1_s
         if draft_step_ratio is not None:
             self.draft_step_s = float(draft_step_ratio) * float(t1_s)
+        for rows, entry in (batch or {}).items():
+            if int(rows) == 1:  # one row is the plain profile
+                continue
+            table = self.verify_batch_s.setdefault(int(rows), {})
+            table.update({int(k): float(r) * float(entry["t1_s"]) for k, r in entry["ratios"].items()})
 
     def pin_profile(self, ratios: dict[int, float], t1_s: float, draft_step_ratio: float) -> None:
         """Decide as on the machine a profile was measured on: t(k) and the drafter step cost stay as given.
@@ -138,7 +156,7 @@ class DraftPolicyState:
         Used to make a run's cost decisions those of other hardware (e.g. the H200 profile of docs/gpu.md), whose
         speedup is then modelled from the run's acceptance (oneiro-bench --pin-profile).
         """
-        self.verify_s = {}
+        self.verify_s, self.verify_batch_s = {}, {}
         self.load_profile(ratios, t1_s)
         self.draft_step_s = float(draft_step_ratio) * float(t1_s)
         self.pinned = True
@@ -152,14 +170,30 @@ class DraftPolicyState:
         base = self.verify_s[base_k] / _default_latency_ratio(base_k)
         return base * _default_latency_ratio(k)
 
-    def observe_verify(self, k: int, seconds: float) -> None:
+    def batch_verify_time(self, k: int, rows: int) -> float:
+        """t(k, B): a pass verifying k tokens in each of `rows` rows. One row: t(k). Measured (or profiled) at this
+        row count: as measured; a k not measured at B scales the nearest measured one by what one row's t gives for
+        the passes' total tokens; nothing at B: one row's t of all k * B tokens (a pass costs about what its tokens
+        cost, which stops drafting where t grows linearly in k * B, as on a CPU at large batches)."""
+        if rows <= 1:
+            return self.verify_time(k)
+        table = self.verify_batch_s.get(rows)
+        if not table:
+            return self.verify_time(k * rows)
+        if k in table:
+            return table[k]
+        base_k = min(table, key=lambda m: abs(m - k))
+        return table[base_k] * self.verify_time(k * rows) / self.verify_time(base_k * rows)
+
+    def observe_verify(self, k: int, seconds: float, rows: int = 1) -> None:
+        """Learn the time of a pass verifying k tokens in each of `rows` rows (pinned: ignored)."""
         if self.pinned:
             return
-        old = self.verify_s.get(k)
-        if old is None:  # first time at this length: clipped against its neighbours' prediction, if any
-            self.verify_s[k] = min(seconds, FIRST_CLIP * self.verify_time(k)) if self.verify_s else seconds
-        else:  # clip stalls so one hiccup on a shared machine does not poison the estimate
-            self.verify_s[k] = (1 - EMA) * old + EMA * min(seconds, 3 * old)
+        if rows <= 1:
+            self.verify_s[k] = _learned(self.verify_s.get(k), seconds, self.verify_time(k) if self.verify_s else None)
+            return
+        table = self.verify_batch_s.setdefault(rows, {})
+        table[k] = _learned(table.get(k), seconds, self.batch_verify_time(k, rows) if table else None)
 
     def observe_draft_step(self, seconds: float) -> None:
         if self.pinned:

@@ -33,7 +33,7 @@ from .kv_cache import DrafterKVCache
 
 
 class DrafterContext:
-    """Teacher-forced drafter context of one generate call (batch size 1)."""
+    """Teacher-forced drafter context of one sequence in a generate call (a batch of prompts holds one per row)."""
 
     def __init__(self, drafter, max_capacity: int | None = None, window: int | None = None) -> None:
         if window is not None and window < 1:

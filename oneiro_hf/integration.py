@@ -74,16 +74,22 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
             f"OneiroDraft speculative decoding runs greedy search or sampling, not beam search (num_beams={num_beams}). "
             "Fix: drop num_beams, or call generate without assistant_model for beam search."
         )
-    input_ids = kwargs.get("input_ids", args[0] if args else None)
-    if input_ids is not None and input_ids.dim() == 2 and input_ids.shape[0] > 1:
-        raise ValueError(
-            f"OneiroDraft speculative decoding supports batch size 1 (got {input_ids.shape[0]} sequences), as "
-            "transformers' assisted decoding does. Fix: call generate once per prompt, or without assistant_model "
-            "for batched generation."
-        )
-    if settings.tree:  # the tree owns its decoding loop: generate's public custom_generate runs it
+    input_ids = kwargs.get("input_ids", kwargs.get("inputs", args[0] if args else None))
+    rows = input_ids.shape[0] if input_ids is not None and input_ids.dim() == 2 else 1
+    if rows > 1:  # several prompts: the batched loop, with tree or chain settings alike
+        _check_batch_call(settings, kwargs, rows)
         from .compat import check_tree_supported
-        from .tree.loop import TreeSettings, tree_generate_function
+        from .tree.batch import batch_generate_function
+        from .tree.settings import TreeSettings
+
+        check_tree_supported(batch=True)
+        view = TreeSettings.from_drafting_settings(settings) if settings.tree else TreeSettings.for_chain(settings)
+        kwargs.pop("assistant_model")  # generate prepares plain batched decoding; the drafter travels in the closure
+        kwargs["custom_generate"] = batch_generate_function(drafter, view)
+    elif settings.tree:  # the tree owns its decoding loop: generate's public custom_generate runs it
+        from .compat import check_tree_supported
+        from .tree.loop import tree_generate_function
+        from .tree.settings import TreeSettings
 
         check_tree_supported()
 
@@ -99,6 +105,23 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
     with drafter.drafting_session(settings), cpu_kernels(self, settings.prepack_cpu_weights,
                                                                  settings.prepack_max_memory):
         return type(self).generate(self, *args, **kwargs)
+
+
+def _check_batch_call(settings: DraftingSettings, kwargs: dict[str, Any], rows: int) -> None:
+    """What a batch of prompts cannot do with a drafter: stream, use a lossy criterion, or bring its own loop."""
+    if kwargs.get("streamer") is not None:
+        raise ValueError(
+            f"a streamer shows one sequence, but this call generates {rows} (transformers' TextStreamer refuses "
+            "batches too). Fix: drop streamer=, or call generate once per prompt to stream each."
+        )
+    if settings.verification != "strict":
+        raise ValueError(
+            f"verification={settings.verification!r} is a lossy chain criterion for one sequence; a batch of prompts "
+            "is verified strictly. Fix: drop oneiro_verification, or call generate once per prompt."
+        )
+    if kwargs.get("custom_generate") is not None:
+        raise ValueError("a batch with a drafter runs its own custom_generate. Fix: drop custom_generate, or "
+                         "assistant_model.")
 
 
 def _oneiro_get_candidate_generator(self, generation_config, *args: Any, **kwargs: Any):

@@ -707,8 +707,10 @@ class OneiroDrafter(PreTrainedModel):
     def use_latency_profile(self, profile: dict) -> None:
         """Seed the cost-aware draft length with a measured t(k) profile (see oneiro_hf.latency), and the price of a
         drafter call with its `drafter_step_ratio` where the profile measured this drafter's (`oneiro-bench profile
-        --drafter`)."""
-        self._ensure_policy_state().load_profile(profile["ratios"], profile["t1_s"], profile.get("drafter_step_ratio"))
+        --drafter`), and t(k, B) per batch size B from its optional `"batch"` field (`oneiro-bench profile
+        --batch-sizes`; `DraftPolicyState.load_profile`)."""
+        self._ensure_policy_state().load_profile(profile["ratios"], profile["t1_s"], profile.get("drafter_step_ratio"),
+                                                 batch=profile.get("batch"))
 
     @property
     def policy_state(self) -> DraftPolicyState | None:

@@ -58,6 +58,10 @@ class DraftStats:
     tree_branch_ranks: list[int] = field(default_factory=list)
     # every non-empty drafting round, only when the drafter's ``record_draft_rounds`` is True (else None)
     rounds: list[DraftRound] | None = None
+    # batched generate (2+ prompts): each row's own statistics, in the batch's order (None for one sequence); the
+    # counts above then add up the rows' rounds (`steps` counts row rounds) and `batch_passes` the batched passes
+    rows: list[DraftStats] | None = None
+    batch_passes: int = 0
 
     @property
     def mean_accepted_tokens(self) -> float:

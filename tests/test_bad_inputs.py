@@ -109,16 +109,17 @@ def hooked():
     return model, OneiroDrafter.from_target(model)
 
 
-def test_batch_size_above_one(hooked):
+def test_batch_size_above_one_runs_batched(hooked):
+    """Several prompts, however they are passed, run the batched loop and give plain batched greedy's tokens."""
     model, drafter = hooked
     batch = torch.cat([random_prompt(5, 0), random_prompt(5, 1)], dim=0)
-    with pytest.raises(ValueError, match="batch size 1") as info:
-        model.generate(batch, assistant_model=drafter, max_new_tokens=3)
-    assert "got 2" in str(info.value)
-    with pytest.raises(ValueError, match="batch size 1"):
-        model.generate(input_ids=batch, assistant_model=drafter, max_new_tokens=3)
-    with pytest.raises(ValueError, match="batch_size = 1"):  # through `inputs=`: transformers' own check
-        model.generate(inputs=batch, assistant_model=drafter, max_new_tokens=3)
+    plain = model.generate(batch, attention_mask=torch.ones_like(batch), max_new_tokens=3)
+    for call in ({"args": (batch,)}, {"input_ids": batch}, {"inputs": batch}):
+        args = call.pop("args", ())
+        out = model.generate(*args, **call, attention_mask=torch.ones_like(batch), assistant_model=drafter,
+                             max_new_tokens=3)
+        assert torch.equal(out, plain)
+        assert len(drafter.last_stats.rows) == 2
 
 
 @pytest.mark.parametrize("where", ["kwarg", "generation_config", "model_default"])

@@ -30,7 +30,9 @@ from oneiro_hf.tree.cost import (
     modelled_speedup,
     ratio_at,
 )
-from oneiro_hf.tree.loop import Draft, Pass, TreeDecoder, TreeSettings, _calibrate
+from oneiro_hf.tree.drafting import calibrate as _calibrate
+from oneiro_hf.tree.loop import Draft, Pass, TreeDecoder
+from oneiro_hf.tree.settings import TreeSettings
 from oneiro_hf.tree.tree import TokenTree, tree_attention_mask
 from oneiro_hf.tree.verify import Verdict, greedy_walk, sampling_walk
 

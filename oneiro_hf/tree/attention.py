@@ -14,6 +14,9 @@ custom mask also bypasses transformers' own window logic, so the window is appli
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from ..grouped_attention import is_sdpa
@@ -58,6 +61,18 @@ def target_tree_mask(model, cache, ancestors: torch.BoolTensor, node_positions: 
     ancestors: (n, n) bool from `TokenTree.ancestors`; node_positions: (n,) absolute positions. Returns a
     (1, 1, n, m + n) tensor, or a dict of them by layer type, as the target's forward takes it.
     """
+
+    def allowed(layer, window: int | None) -> torch.BoolTensor:
+        positions = cached_positions(layer, node_positions.device)
+        return tree_attention_mask(ancestors, node_positions, positions, window)
+
+    return target_masks(model, cache, allowed)
+
+
+def target_masks(model, cache, allowed: Callable[[Any, int | None], torch.BoolTensor]):
+    """The `attention_mask` argument of a target pass from `allowed(cache_layer, window)`, the (B, 1, q, keys) bool
+    mask of a layer (window: its sliding window, None for full attention), asked once per layer type: one tensor or
+    a dict of them by layer type, in the form (bool for sdpa, additive for eager) the target's forward takes."""
     config = text_config(model)
     types = layer_types(config)
     implementation = config._attn_implementation
@@ -67,10 +82,7 @@ def target_tree_mask(model, cache, ancestors: torch.BoolTensor, node_positions: 
         if kind in masks:
             continue
         window = config.sliding_window if kind == "sliding_attention" else None
-        layer = cache.layers[i]
-        positions = cached_positions(layer, node_positions.device)
-        allowed = tree_attention_mask(ancestors, node_positions, positions, window)
-        masks[kind] = _as_attention_mask(allowed, implementation, dtype)
+        masks[kind] = _as_attention_mask(allowed(cache.layers[i], window), implementation, dtype)
     if config.model_type in DICT_MASK_MODEL_TYPES:
         return masks
     if config.model_type in SINGLE_MASK_MODEL_TYPES:

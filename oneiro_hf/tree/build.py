@@ -28,6 +28,7 @@ latency profile pays for.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from itertools import accumulate
 from operator import mul
 from typing import NamedTuple
@@ -78,13 +79,16 @@ class LatentTreeDrafter:
         eos_ids: set[int],
         max_nodes: int,
         cost_aware: bool = True,
+        verify_time: Callable[[int], float] | None = None,
     ) -> Expansion:
         """Grow latent branches below the root of `tree`; returns the drafter calls made and the lead token.
 
         With `cost_aware`, a level is expanded only while drafting it (and the levels it leads to, each node's
         children assumed as likely as the node itself) promises more tokens per second than verifying the tree
-        as it is, with every drafter call priced (`cost.drafting_pays`, at most `max_nodes` verified).
+        as it is, with every drafter call priced (`cost.drafting_pays`, at most `max_nodes` verified), a pass of k
+        tokens at `verify_time(k)` (default `policy.verify_time`).
         """
+        verify_time = policy.verify_time if verify_time is None else verify_time
         drafter = self.drafter
         vocab_ids = drafter.draft_vocab_ids
         device = input_ids.device
@@ -116,7 +120,7 @@ class LatentTreeDrafter:
             if cost_aware:
                 values = [node.value for node in tree.nodes[1:]]
                 levels = latent_levels_below(tree, nxt, max_depth - level - 1, policy.latent_lead.value)
-                if not drafting_pays(values, levels, policy.verify_time, policy.draft_step_time(), calls, max_nodes):
+                if not drafting_pays(values, levels, verify_time, policy.draft_step_time(), calls, max_nodes):
                     break
             parent_rows = [frontier.index(tree.nodes[i].parent) for i in nxt]
             tokens = torch.tensor([[tree.nodes[i].token for i in nxt]], dtype=torch.long, device=device)

@@ -54,9 +54,23 @@ def compact_cache(cache: DynamicCache, keep: torch.LongTensor, tree_size: int) -
     front of the tree's slots and the layer is cut after them (a view, no copy of the context), so a pass over
     a long prompt costs no more to compact than one over a short prompt.
     """
-    keep = keep.to(torch.long)
-    kept = keep.numel()
-    in_place = keep.tolist() == list(range(kept))  # the accepted path is the first nodes, in order: nothing moves
+    compact_rows(cache, [keep.tolist()], tree_size)
+
+
+def compact_rows(cache: DynamicCache, keep: list[list[int]], tree_size: int, holes: list[int] | None = None) -> list[int]:
+    """Per row b, keep the entries of its flattened tree nodes `keep[b]` (root first) out of the last `tree_size`
+    ones. Rows may keep different counts; the layer grows by the most any row kept (K). Returns each row's holes.
+
+    Full-attention layers: row b's entries are contiguous and followed by `holes[b]` unused (masked) columns at the
+    end of the layer; its kept entries are written right after its last entry (only tree-sized slots move, as in
+    `compact_cache`), so its holes become holes[b] + K - len(keep[b]). `realign_rows` closes them when they grow.
+    Sliding-window layers hold only about a window of columns: there each row is kept right-aligned (its entries
+    end at the last column; a row that kept fewer is shifted right, a gather of the window), so the layer's own
+    trimming to `window - 1` columns keeps every row's latest entries. One row with holes=None: `compact_cache`.
+    """
+    holes = [0] * len(keep) if holes is None else list(holes)
+    kept = max(len(row) for row in keep)
+    shifts = [kept - len(row) for row in keep]
     for layer in cache.layers:
         if not layer.is_initialized:
             continue
@@ -64,16 +78,86 @@ def compact_cache(cache: DynamicCache, keep: torch.LongTensor, tree_size: int) -
         before = held - tree_size
         if before < 0:
             raise RuntimeError(f"cache layer holds {held} entries, fewer than the {tree_size} tree nodes just fed")
-        if not in_place:
-            tail = before + keep.to(layer.keys.device)
-            layer.keys[..., before : before + kept, :] = layer.keys.index_select(-2, tail)
-            layer.values[..., before : before + kept, :] = layer.values.index_select(-2, tail)
-        keys, values = layer.keys[..., : before + kept, :], layer.values[..., : before + kept, :]
         if isinstance(layer, DynamicSlidingWindowLayer):
+            _compact_right_aligned(layer, keep, shifts, before)
             layer.cumulative_length += kept - tree_size
-            keys = keys[..., -layer.sliding_window + 1 :, :]
-            values = values[..., -layer.sliding_window + 1 :, :]
-        layer.keys, layer.values = keys, values
+            layer.keys = layer.keys[..., -layer.sliding_window + 1 :, :]
+            layer.values = layer.values[..., -layer.sliding_window + 1 :, :]
+        else:
+            _compact_with_holes(layer, keep, holes, before)
+            layer.keys, layer.values = layer.keys[..., : before + kept, :], layer.values[..., : before + kept, :]
+    return [hole + shift for hole, shift in zip(holes, shifts)]
+
+
+def _compact_with_holes(layer, keep: list[list[int]], holes: list[int], before: int) -> None:
+    """Write row b's kept tree slots at columns before - holes[b] onwards (right after its last entry)."""
+    if not any(holes) and all(row == list(range(len(row))) for row in keep):
+        return  # every row's path is its first nodes, right after its entries: nothing moves
+    width = max(len(row) for row in keep)
+    device = layer.keys.device
+    source = torch.tensor([[before + node for node in row] + [before + row[-1]] * (width - len(row)) for row in keep],
+                          dtype=torch.long, device=device)  # (B, K); past a row's own count: its hole columns
+    target = torch.tensor([[before - hole + i for i in range(width)] for hole in holes], dtype=torch.long,
+                          device=device)
+    for states in (layer.keys, layer.values):
+        states.scatter_(-2, _expand(target, states), _gather_columns(states, source))
+
+
+def _compact_right_aligned(layer, keep: list[list[int]], shifts: list[int], before: int) -> None:
+    """Row b's kept tree slots after the `before` columns, the row shifted right by shifts[b] (a gather)."""
+    if any(shifts):
+        rows = [[0] * shift + list(range(before)) + [before + node for node in row] for row, shift in zip(keep, shifts)]
+        index = torch.tensor(rows, dtype=torch.long, device=layer.keys.device)  # (B, before + K); shifted-in: masked
+        layer.keys, layer.values = _gather_columns(layer.keys, index), _gather_columns(layer.values, index)
+        return
+    kept = len(keep[0])
+    if any(row != list(range(kept)) for row in keep):
+        tail = before + torch.tensor(keep, dtype=torch.long, device=layer.keys.device)  # (B, K)
+        layer.keys[..., before : before + kept, :] = _gather_columns(layer.keys, tail)
+        layer.values[..., before : before + kept, :] = _gather_columns(layer.values, tail)
+    layer.keys, layer.values = layer.keys[..., : before + kept, :], layer.values[..., : before + kept, :]
+
+
+def realign_rows(cache: DynamicCache, holes: list[int]) -> None:
+    """Close the holes `compact_rows` left at the end of full-attention layers' rows: row b is shifted right by
+    holes[b] (one gather of each such layer), so every row ends at the last column again, its left padding grown by
+    as many masked columns. Sliding-window layers are right-aligned already."""
+    if not any(holes):
+        return
+    for layer in cache.layers:
+        if not layer.is_initialized or isinstance(layer, DynamicSlidingWindowLayer):
+            continue
+        held = layer.keys.shape[-2]
+        index = torch.tensor([[0] * hole + list(range(held - hole)) for hole in holes], dtype=torch.long,
+                             device=layer.keys.device)
+        layer.keys, layer.values = _gather_columns(layer.keys, index), _gather_columns(layer.values, index)
+
+
+def drop_leading_columns(cache: DynamicCache, count: int) -> None:
+    """Drop the first `count` columns of every layer, padding in every row (after the batch's longest row has
+    finished, say): full-attention layers lose them (a view), sliding-window layers count `count` fewer positions
+    and hold no more columns than remain."""
+    if count <= 0:
+        return
+    for layer in cache.layers:
+        if not layer.is_initialized:
+            continue
+        if isinstance(layer, DynamicSlidingWindowLayer):
+            layer.cumulative_length -= count
+            keep = min(layer.keys.shape[-2], layer.cumulative_length)
+            layer.keys, layer.values = layer.keys[..., -keep:, :], layer.values[..., -keep:, :]
+        else:
+            layer.keys, layer.values = layer.keys[..., count:, :], layer.values[..., count:, :]
+
+
+def _expand(index: torch.LongTensor, states: torch.Tensor) -> torch.LongTensor:
+    """index (B, n) -> (B, heads, n, D), to gather or scatter whole key/value columns of states (B, heads, S, D)."""
+    return index[:, None, :, None].expand(-1, states.shape[1], -1, states.shape[3])
+
+
+def _gather_columns(states: torch.Tensor, index: torch.LongTensor) -> torch.Tensor:
+    """states (B, heads, S, D), index (B, n) -> (B, heads, n, D): each row's columns `index[b]`."""
+    return states.gather(-2, _expand(index, states))
 
 
 def trim_sliding_layers(cache: DynamicCache) -> None:

@@ -55,11 +55,32 @@ def choose_nodes(tree: TokenTree, verify_time: Callable[[int], float] | None, ma
 def _prefix_rates(values: Sequence[float], verify_time: Callable[[int], float], fixed: float) -> list[float]:
     """Expected tokens per unit time of verifying the first n of `values` (likeliest first), n = 0..len(values);
     `fixed` is time every choice pays besides the pass (drafter calls)."""
-    rates, expected = [1.0 / (verify_time(1) + fixed)], 1.0
-    for n, value in enumerate(values, start=1):
-        expected += value
+    return _width_rates([values], verify_time, fixed)
+
+
+def _width_rates(rows: Sequence[Sequence[float]], verify_time: Callable[[int], float], fixed: float) -> list[float]:
+    """Expected tokens per unit time of a pass verifying the first n of each row's values (likeliest first) beside
+    its root, n = 0..the longest row: the rows' tokens, 1 + the sum of their first n values each, over
+    verify_time(n + 1) + fixed (a row with fewer values verifies what it has, padded to the pass's width)."""
+    width = max((len(values) for values in rows), default=0)
+    rates, expected = [len(rows) / (verify_time(1) + fixed)], float(len(rows))
+    for n in range(1, width + 1):
+        expected += sum(values[n - 1] for values in rows if len(values) >= n)
         rates.append(expected / (verify_time(n + 1) + fixed))
     return rates
+
+
+def choose_width(rows: Sequence[Sequence[float]], verify_time: Callable[[int], float] | None, max_nodes: int) -> int:
+    """The candidate nodes per row (root excluded) of one batched pass: every row's tree is cut to its best n nodes,
+    the pass padded to n + 1 tokens per row. rows: each row's node values, likeliest first; verify_time(k): a pass
+    of k tokens per row for this batch (t(k, B)); None keeps up to `max_nodes`. 0 is a plain batched step."""
+    cap = max(0, int(max_nodes))
+    rows = [list(values)[:cap] for values in rows]
+    width = max((len(values) for values in rows), default=0)
+    if verify_time is None:
+        return width
+    rates = _width_rates(rows, verify_time, 0.0)
+    return max(range(len(rates)), key=rates.__getitem__)
 
 
 def drafting_pays(

@@ -144,11 +144,12 @@ def window_mask(
 ) -> torch.BoolTensor:
     """`allowed` (q, kv) further limited to a sliding window: key position > query position - window.
 
-    Returns a (1, 1, q, kv) bool mask (True = attend), the layout transformers' attention functions take.
+    Returns a (1, 1, q, kv) bool mask (True = attend), the layout transformers' attention functions take. Batched:
+    allowed (B, q, kv), query_positions (B, q), key_positions (B, kv) -> (B, 1, q, kv).
     """
     if window is not None:
-        allowed = allowed & (key_positions.unsqueeze(0) > query_positions.unsqueeze(1) - int(window))
-    return allowed[None, None]
+        allowed = allowed & (key_positions.unsqueeze(-2) > query_positions.unsqueeze(-1) - int(window))
+    return allowed[None, None] if allowed.dim() == 2 else allowed.unsqueeze(1)
 
 
 def tree_attention_mask(

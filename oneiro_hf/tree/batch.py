@@ -1,0 +1,407 @@
+"""Speculative decoding of several prompts in one `generate` call: the batched loop, run as `custom_generate`.
+
+`generate(**batch, assistant_model=drafter)` with two or more left-padded rows comes here, with tree settings or
+chain settings (a chain is a tree of one branch, `TreeSettings.for_chain`). Per step:
+
+    each row drafts its own tree (`SequenceDrafter`: its own n-gram index and drafter context) -> the cost model
+    picks one width for the batch from t(k, B) (`cost.choose_width`) -> ONE target pass over every row's flattened
+    tree, padded to that width, with a (B, 1, W, keys) mask per layer type (the row's valid cache columns, its
+    tree's ancestry, sliding windows by position) and per-row position ids (the row's own token count) -> each
+    row's walk (`verify.py`, greedy or exact sampling) and tokens appended under the stopping criteria ->
+    per-row cache compaction (`cache.compact_rows`) -> the drafters and the calibration
+
+Cache layout (docs/design.md, "Batches"): in full-attention layers row b's T_b - 1 fed tokens are contiguous,
+after its (masked) left padding and before `holes[b]` masked columns left where it kept fewer tokens than another
+row; `cache.realign_rows` closes the holes (one gather) once the widest exceeds 1/REALIGN_FRACTION of the columns.
+Sliding-window layers hold a window only and keep every row right-aligned. A pass of one token per row with no
+holes is a plain batched step: the rows' last tokens, the 2-D attention mask and position ids, exactly as plain
+batched decoding runs it. Rows that finish are dropped from the passes (and from the cache); they are padded with
+`pad_token_id` in the output, as plain batched decoding pads them. The drafter runs once per row that drafts (its
+context and KV cache are the row's own).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers.cache_utils import DynamicSlidingWindowLayer
+from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+from ..draft import Draft, eos_token_ids
+from ..stats import DraftStats
+from .attention import target_masks
+from .cache import compact_rows, drop_leading_columns, realign_rows, trim_sliding_layers
+from .cost import choose_nodes, choose_width
+from .drafting import SequenceDrafter
+from .loop import check_model_kwargs, node_scores, sample_or_argmax, start_empty
+from .settings import TreeSettings
+from .tree import TokenTree, window_mask
+from .verify import Verdict, greedy_walk, sampling_walk
+
+# full-attention layers' holes are closed (`cache.realign_rows`, one gather of the cache) once the widest exceeds
+# 1/REALIGN_FRACTION of the columns: every pass reads them, masked, until then
+REALIGN_FRACTION = 8
+
+
+def batch_generate_function(drafter, settings: TreeSettings) -> Callable:
+    """The `custom_generate` callable of one batched generate call."""
+
+    def oneiro_batch_generate(model, input_ids: torch.LongTensor, logits_processor, stopping_criteria,
+                              generation_config, synced_gpus: bool = False, **model_kwargs: Any):
+        return batch_decode(model, drafter, settings, input_ids, logits_processor, stopping_criteria,
+                            generation_config, model_kwargs)
+
+    return oneiro_batch_generate
+
+
+def left_padding(attention_mask: torch.Tensor | None, input_ids: torch.LongTensor) -> list[int]:
+    """Each row's count of leading padding columns; refuses right padding and padding inside a prompt."""
+    rows = input_ids.shape[0]
+    if attention_mask is None:
+        return [0] * rows
+    mask = attention_mask.to(torch.long).cpu()
+    pads = (mask.cumsum(-1) == 0).sum(-1).tolist()
+    for row, pad in enumerate(pads):
+        if pad == mask.shape[1]:
+            raise ValueError(f"row {row} of the batch is all padding (its attention_mask is all zeros). Fix: drop "
+                             "that row, or give it a prompt.")
+        if not bool((mask[row, pad:] == 1).all()):
+            side = "right" if int(mask[row, -1]) == 0 else "inner"
+            raise ValueError(
+                f"row {row} of the batch has {side} padding; batched speculative decoding needs prompts padded on the "
+                "left, as batched generation of decoder-only models does. Fix: tokenizer.padding_side = \"left\" "
+                "before tokenizing the batch."
+            )
+    return pads
+
+
+@dataclass
+class Row:
+    """One prompt of the batch and its decoding: its columns, its drafting, its outputs."""
+
+    ids: torch.LongTensor  # (1, columns): left padding, prompt, tokens so far (what the stopping criteria see)
+    pad: int  # leading padding columns of ids
+    drafting: SequenceDrafter
+    stats: DraftStats
+    scores: list[torch.Tensor] = field(default_factory=list)  # (1, V) processed scores per new token
+    logits: list[torch.Tensor] = field(default_factory=list)  # (1, V) raw logits per new token
+    flagged: int | None = None  # columns when a stopping criterion fired for this row
+    stop_at: int | None = None  # columns at which the row ends
+
+    @property
+    def tokens(self) -> torch.LongTensor:
+        """(1, T) the row's sequence without its padding."""
+        return self.ids[:, self.pad:]
+
+    @property
+    def done(self) -> bool:
+        return self.stop_at is not None and self.ids.shape[1] >= self.stop_at
+
+
+class BatchDecoder:
+    """The per-call state of one batched generate call and its steps."""
+
+    def __init__(self, model, drafter, settings: TreeSettings, logits_processor, stopping_criteria,
+                 generation_config, cache, input_ids: torch.LongTensor, pads: list[int]) -> None:
+        self.model, self.settings, self.cache = model, settings, cache
+        self.logits_processor, self.stopping_criteria = logits_processor, stopping_criteria
+        self.generation_config = generation_config
+        self.walk = sampling_walk if generation_config.do_sample else greedy_walk
+        session = drafter.session_for_call()
+        self.policy, self.totals = session.policy, session.stats
+        eos = eos_token_ids(generation_config)
+        self.rows = []
+        for index, pad in enumerate(pads):
+            stats = DraftStats(verification=self.totals.verification)
+            drafting = SequenceDrafter(drafter, settings, self.policy, stats, eos, generation_config.max_length)
+            self.rows.append(Row(input_ids[index : index + 1], pad, drafting, stats))
+        self.totals.rows = [row.stats for row in self.rows]
+        self.active = list(self.rows)
+        self.columns = 0  # cache columns (what a layer holding every fed position would hold)
+        self.holes: list[int] = []  # per active row: unused columns after its entries in full-attention layers
+        self.hidden_flag = drafter.hidden_states_request if settings.mode != "lookup" else False
+        # plain decoding pads rows that finished only when an EOS criterion is among the stopping criteria; without
+        # one, every row runs until all have stopped (`_sample`)
+        self.pad_finished = any(hasattr(c, "eos_token_id") for c in stopping_criteria)
+        self.end_known = False  # without padding: whether every row has stopped, so where all end is known
+        wants = generation_config.return_dict_in_generate
+        self.keep_scores, self.keep_logits = wants and generation_config.output_scores, wants and generation_config.output_logits
+
+    # ------------------------------------------------------------------ passes
+    def prefill(self, input_ids: torch.LongTensor, attention_mask, position_ids) -> None:
+        """Plain batched decoding's first step; each row's prompt states go to its drafter."""
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         cache=self.cache, use_cache=True, output_hidden_states=self.hidden_flag, logits_to_keep=1)
+        trim_sliding_layers(self.cache)
+        self.columns, self.holes = input_ids.shape[1], [0] * len(self.rows)
+        for b, row in enumerate(self.rows):
+            row.drafting.observe(_row_view(out.hidden_states, b), slice(row.pad, None))
+        self._next_tokens(out.logits[:, -1].float())
+
+    def step(self) -> None:
+        """Draft every active row, verify them in one pass (or take a plain batched step), drop finished rows."""
+        rows = len(self.active)
+        share = self._share(rows)
+        drafting = self._drafting_can_pay()
+        if not drafting:
+            self._realign()  # from here on every step is a plain batched step
+        drafts = [self._draft(row, share, drafting) for row in self.active]
+        batch_time = (lambda k: self.policy.batch_verify_time(k, rows)) if self.settings.cost_aware else None
+        width = choose_width([_values(d.tree) for d in drafts], batch_time, self.settings.max_nodes)
+        drafts = [dataclasses.replace(d, tree=d.tree.keep(choose_nodes(d.tree, None, width))) for d in drafts]
+        with self.totals.time("verify") as timer:
+            if width == 0 and not any(self.holes):
+                verdicts, kept = self._plain_pass()
+            else:
+                verdicts, kept = self._tree_pass(drafts, width + 1)
+        self.policy.observe_verify(width + 1, timer.seconds, rows=rows)
+        self.totals.batch_passes += 1
+        for row, draft, verdict, n in zip(self.active, drafts, verdicts, kept):
+            row.stats.add_time("verify", timer.seconds)
+            row.drafting.learn(draft, verdict, n, share)
+            self.totals.record_round(draft, verdict.path[: n - 1])
+            self.totals.add_time("draft", draft.seconds)
+        if max(self.holes) * REALIGN_FRACTION > self.columns:
+            self._realign()
+        self.settle()
+
+    def _realign(self) -> None:
+        realign_rows(self.cache, self.holes)
+        self.holes = [0] * len(self.holes)
+
+    def _share(self, rows: int) -> Callable[[int], float]:
+        """A row's share of a pass verifying k tokens per row: t(k, B) / B (one row: t(k))."""
+        return lambda k: self.policy.batch_verify_time(k, rows) / rows
+
+    def _draft(self, row: Row, share: Callable[[int], float], drafting: bool) -> Draft:
+        if not drafting:
+            return Draft(tree=TokenTree.with_root(int(row.ids[0, -1])))
+        return row.drafting.draft(row.tokens, share, columns=row.ids.shape[1])
+
+    def _drafting_can_pay(self) -> bool:
+        """Whether any draft could pay at this batch size: some k whose pass t(k, B) costs less than k plain steps
+        t(1, B), even were every drafted token accepted. Where t(k, B) grows linearly in k * B (a CPU at large
+        batches) none does, and the batch decodes as plain batched greedy, drafting nothing."""
+        if not self.settings.cost_aware:
+            return True
+        rows = len(self.active)
+        if rows == 1:
+            return True
+        one = self.policy.batch_verify_time(1, rows)
+        return any(self.policy.batch_verify_time(k, rows) < k * one for k in range(2, self.settings.max_depth + 2))
+
+    def _plain_pass(self) -> tuple[list[Verdict], list[int]]:
+        """One token per row: the rows' last tokens with the 2-D attention mask, as plain batched decoding runs."""
+        device = self.rows[0].ids.device
+        last = torch.cat([row.ids[:, -1:] for row in self.active])  # (B, 1)
+        lengths = torch.tensor([row.tokens.shape[1] for row in self.active], device=device)
+        columns = torch.arange(self.columns + 1, device=device)
+        mask = (columns.unsqueeze(0) >= (self.columns + 1 - lengths).unsqueeze(1)).to(torch.long)  # (B, S + 1)
+        out = self.model(input_ids=last, attention_mask=mask, position_ids=(lengths - 1).unsqueeze(1),
+                         cache=self.cache, use_cache=True, output_hidden_states=self.hidden_flag, logits_to_keep=1)
+        trim_sliding_layers(self.cache)
+        self.columns += 1
+        raw = out.logits[:, -1].float()
+        verdicts = []
+        for b, (row, token, scores) in enumerate(zip(self.active, *self._next_tokens(raw))):
+            row.drafting.observe(_row_view(out.hidden_states, b), [0])
+            verdicts.append(Verdict([], [token], [scores]))
+        return verdicts, [1] * len(verdicts)
+
+    def _next_tokens(self, raw: torch.Tensor) -> tuple[list[int], list[torch.Tensor]]:
+        """Each active row's next token from raw logits (B, V), appended under the stopping criteria; the tokens and
+        the (1, V) processed scores. Rows of one length (no row has accepted more than another) are processed and
+        checked in one call, as plain batched decoding does; otherwise row by row, each on its own prefix."""
+        do_sample, raws = self.generation_config.do_sample, raw.clone() if self.keep_logits else raw
+        if len({row.ids.shape[1] for row in self.active}) == 1:
+            ids = torch.cat([row.ids for row in self.active])
+            scores = self.logits_processor(ids, raws)
+            tokens = sample_or_argmax(scores, do_sample)
+            stops = self.stopping_criteria(torch.cat([ids, tokens.unsqueeze(1)], dim=1), scores).tolist()
+            rows = [scores[b : b + 1] for b in range(len(self.active))]
+            tokens = tokens.tolist()
+        else:
+            rows = [self.logits_processor(row.ids, raws[b : b + 1]) for b, row in enumerate(self.active)]
+            tokens = [int(sample_or_argmax(scores, do_sample)[0]) for scores in rows]
+            stops = [None] * len(rows)
+        for b, row in enumerate(self.active):
+            self._append(row, tokens[b], rows[b], raw[b : b + 1], stops[b])
+        return tokens, rows
+
+    def _tree_pass(self, drafts: list[Draft], width: int) -> tuple[list[Verdict], list[int]]:
+        """Every row's tree in one pass of `width` tokens per row; walks, appends, compacts the cache."""
+        device = self.rows[0].ids.device
+        trees = [d.tree for d in drafts]
+        roots = torch.tensor([row.tokens.shape[1] - 1 for row in self.active], device=device)  # (B,)
+        tokens, depths, ancestors = _flatten(trees, width, device)
+        positions = roots.unsqueeze(1) + depths  # (B, W)
+        holes = torch.tensor(self.holes, device=device)
+        mask = target_masks(self.model, self.cache, _batch_allowed(self.columns, roots, holes, ancestors, positions))
+        out = self.model(input_ids=tokens, position_ids=positions, attention_mask=mask, cache=self.cache,
+                         use_cache=True, output_hidden_states=self.hidden_flag, logits_to_keep=0)
+        logits = out.logits.float()  # (B, W, V)
+        verdicts, kept, keeps = [], [], []
+        for b, (row, tree) in enumerate(zip(self.active, trees)):
+            verdict = self.walk(tree, node_scores(tree, row.ids, logits[b], self.logits_processor))
+            n = 0
+            for token, (node, scores) in zip(verdict.tokens, zip([0, *verdict.path], verdict.scores)):
+                n += 1
+                if self._append(row, token, scores, logits[b, node : node + 1]):
+                    break
+            verdicts.append(verdict)
+            kept.append(n)
+            keeps.append([0, *verdict.path[: n - 1]])  # the root and the accepted nodes whose successor was appended
+        self.holes = compact_rows(self.cache, keeps, width, self.holes)
+        self.columns += max(len(keep) for keep in keeps)
+        for b, (row, keep) in enumerate(zip(self.active, keeps)):
+            row.drafting.observe(_row_view(out.hidden_states, b), keep)
+        return verdicts, kept
+
+    # ------------------------------------------------------------------ rows
+    def _append(self, row: Row, token: int, scores: torch.Tensor, raw: torch.Tensor, stop: bool | None = None) -> bool:
+        """Append one token to a row; whether the row takes no more tokens from this pass (it stopped, or a
+        stopping criterion fired and finished rows are padded). Criteria are checked per token, per row, unless
+        `stop` brings their verdict for this token (checked for the batch at once)."""
+        row.ids = torch.cat([row.ids, row.ids.new_tensor([[token]])], dim=1)
+        if self.keep_scores:
+            row.scores.append(scores)
+        if self.keep_logits:
+            row.logits.append(raw)
+        if row.stop_at is not None:
+            return row.done
+        if stop is None:
+            stop = bool(self.stopping_criteria(row.ids, scores).all())
+        if row.flagged is None and stop:
+            row.flagged = row.ids.shape[1]
+            if self.pad_finished:
+                row.stop_at = row.flagged
+                return True
+        if row.flagged is not None and row.ids.shape[1] >= self.generation_config.max_length:
+            row.stop_at = row.ids.shape[1]  # waiting for the other rows, but no row runs past max_length
+            return True
+        return False
+
+    def settle(self) -> None:
+        """End rows that are done and drop them from the passes and the cache. Without an EOS criterion every row
+        runs to the length at which the last one stopped (plain decoding's rule), then all end there."""
+        if not self.pad_finished and not self.end_known and all(row.flagged is not None for row in self.rows):
+            end = max(row.flagged for row in self.rows)
+            for row in self.rows:
+                row.stop_at = end
+            self.end_known = True
+        for row in self.rows:
+            if row.stop_at is not None and row.ids.shape[1] > row.stop_at:
+                row.ids = row.ids[:, : row.stop_at]  # its scores are cut to match in `outputs`
+        keep = [b for b, row in enumerate(self.active) if not row.done]
+        if len(keep) < len(self.active):
+            if keep:
+                self.cache.batch_select_indices(torch.tensor(keep, device=self.rows[0].ids.device))
+            self.active = [self.active[b] for b in keep]
+            self.holes = [self.holes[b] for b in keep]
+        if self.active:  # columns that are padding in every running row (its longest row finished): gone
+            padding = min(self.columns - hole - row.tokens.shape[1] + 1 for row, hole in zip(self.active, self.holes))
+            drop_leading_columns(self.cache, padding)
+            self.columns -= max(0, padding)
+
+    @property
+    def finished(self) -> bool:
+        return not self.active
+
+    def outputs(self, prompt_columns: int) -> tuple[torch.LongTensor, list[torch.Tensor], list[torch.Tensor]]:
+        """sequences (B, columns) padded with pad_token_id as plain batched decoding pads finished rows, and the
+        per-step (B, V) processed scores and raw logits (a finished row's rows: a point mass on the pad id)."""
+        pad = self.generation_config._pad_token_tensor
+        pad_id = int(pad) if pad is not None else 0
+        for row in self.rows:
+            new = row.ids.shape[1] - prompt_columns
+            del row.scores[new:], row.logits[new:]
+        width = max(row.ids.shape[1] for row in self.rows)
+        sequences = torch.cat([torch.nn.functional.pad(row.ids, (0, width - row.ids.shape[1]), value=pad_id)
+                               for row in self.rows])
+        steps = width - prompt_columns
+        scores = _per_step([row.scores for row in self.rows], steps, pad_id) if self.keep_scores else []
+        logits = _per_step([row.logits for row in self.rows], steps, pad_id) if self.keep_logits else []
+        return sequences, scores, logits
+
+
+def _values(tree: TokenTree) -> list[float]:
+    """A tree's candidate values, likeliest first."""
+    return sorted((node.value for node in tree.nodes[1:]), reverse=True)
+
+
+def _row_view(hidden_states: tuple | None, b: int) -> tuple:
+    """Row b of a batched pass's hidden states, each entry (1, n, H) (None entries kept)."""
+    return tuple(h[b : b + 1] if h is not None else None for h in (hidden_states or ()))
+
+
+def _flatten(trees: list[TokenTree], width: int, device) -> tuple[torch.LongTensor, torch.LongTensor, torch.BoolTensor]:
+    """Every row's flattened tree padded to `width` nodes: tokens (B, W) (padding repeats the root), depths (B, W)
+    (padding at depth 0), ancestors (B, W, W) (a padding node sees only itself and nothing sees it)."""
+    rows = len(trees)
+    tokens = torch.zeros(rows, width, dtype=torch.long)
+    depths = torch.zeros(rows, width, dtype=torch.long)
+    ancestors = torch.eye(width, dtype=torch.bool).repeat(rows, 1, 1)
+    for b, tree in enumerate(trees):
+        n = len(tree)
+        tokens[b] = tree.nodes[0].token
+        tokens[b, :n] = tree.tokens()[0]
+        depths[b, :n] = tree.depths()
+        ancestors[b, :n, :n] = tree.ancestors()
+    return tokens.to(device), depths.to(device), ancestors.to(device)
+
+
+def _batch_allowed(columns: int, roots: torch.LongTensor, holes: torch.LongTensor, ancestors: torch.BoolTensor,
+                   positions: torch.LongTensor):
+    """`allowed(layer, window)` for `target_masks`: (B, 1, W, m + W), row b's nodes see its own cached entries and
+    their own ancestors, within the window by position. The layer holds the last m of `columns`; row b's roots[b]
+    entries (positions 0..roots[b]-1) end `holes[b]` columns before the last in a full-attention layer, at the last
+    one in a sliding-window layer (`cache.compact_rows`)."""
+
+    def allowed(layer, window: int | None) -> torch.BoolTensor:
+        held = layer.keys.shape[-2] if layer.is_initialized and layer.keys is not None else 0
+        cols = torch.arange(columns - held, columns, device=positions.device)
+        end = columns - (0 if isinstance(layer, DynamicSlidingWindowLayer) else holes)  # (B,) or int: after the last
+        key_positions = cols.unsqueeze(0) - (end - roots).unsqueeze(1)  # (B, m); outside 0..roots-1: padding, hole
+        valid = (key_positions >= 0) & (key_positions < roots.unsqueeze(1))
+        mask = torch.cat([valid.unsqueeze(1).expand(-1, positions.shape[1], -1), ancestors], dim=-1)
+        return window_mask(mask, positions, torch.cat([key_positions, positions], dim=-1), window)
+
+    return allowed
+
+
+def _per_step(per_row: list[list[torch.Tensor]], steps: int, pad_id: int) -> list[torch.Tensor]:
+    """(B, V) per step from each row's (1, V) rows; a row that ended earlier gets a point mass on `pad_id`."""
+    like = next(rows[0] for rows in per_row if rows)
+    filler = torch.full_like(like, float("-inf"))
+    filler[0, pad_id] = 0.0
+    return [torch.cat([rows[t] if t < len(rows) else filler for rows in per_row]) for t in range(steps)]
+
+
+@torch.no_grad()
+def batch_decode(model, drafter, settings: TreeSettings, input_ids: torch.LongTensor, logits_processor,
+                 stopping_criteria, generation_config, model_kwargs: dict[str, Any]):
+    """Generate for a left-padded batch; returns what batched `generate` returns (ids, or a
+    GenerateDecoderOnlyOutput). input_ids: (B, C) -> (B, C + the most new tokens of any row)."""
+    check_model_kwargs(generation_config, model_kwargs)
+    attention_mask = model_kwargs.get("attention_mask")
+    pads = left_padding(attention_mask, input_ids)
+    cache = model_kwargs["cache"]
+    start_empty(cache)
+    decoder = BatchDecoder(model, drafter, settings, logits_processor, stopping_criteria, generation_config, cache,
+                           input_ids, pads)
+    decoder.prefill(input_ids, attention_mask, model_kwargs.get("position_ids"))
+    decoder.settle()
+    while not decoder.finished:
+        decoder.step()
+    sequences, scores, logits = decoder.outputs(input_ids.shape[1])
+    if generation_config.return_dict_in_generate:
+        return GenerateDecoderOnlyOutput(
+            sequences=sequences,
+            scores=tuple(scores) if generation_config.output_scores else None,
+            logits=tuple(logits) if generation_config.output_logits else None,
+        )
+    return sequences

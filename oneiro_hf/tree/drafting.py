@@ -1,0 +1,143 @@
+"""`SequenceDrafter`: what drafts trees for one sequence of a generate call, and learns from their verdicts.
+
+One per sequence: the tree loop (`loop.py`) holds one, the batched loop (`batch.py`) one per row. It owns the
+sequence's `NgramIndex`, the drafter's teacher-forced context (`LatentTreeDrafter`, absent in lookup mode) and the
+statistics its rounds go to; the learned policy (`DraftPolicyState`) is the drafter's, shared by every sequence.
+The target pass is not its business: `draft` returns a tree, `learn` takes the verdict.
+
+Every price goes through `verify_time`, the seconds of this sequence's share of a pass verifying k tokens: t(k) for
+a single sequence, t(k, B) / B for a row of a B-row batch (`DraftPolicyState.batch_verify_time`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from ..draft import Draft
+from ..draft_policy import DraftPolicyState
+from ..lookup import NgramIndex
+from ..stats import DraftStats
+from .build import LatentTreeDrafter, add_lookup_after_latent, add_lookup_branches
+from .cost import choose_nodes, drafting_pays, latent_levels_below_root
+from .settings import TreeSettings
+from .tree import TokenTree
+from .verify import Verdict
+
+VerifyTime = Callable[[int], float]
+
+
+def calibrate(tree: TokenTree, verdict: Verdict, kept: int, policy: DraftPolicyState) -> None:
+    """Every child of the root and of each kept accepted node was tested: feed accepted/rejected to its rate."""
+    path = set(verdict.path)
+    for parent in [0, *verdict.path[: kept - 1]]:
+        for child in tree.children[parent].values():
+            node = tree.nodes[child]
+            if node.source == "latent":
+                rate = policy.latent_rate(node.confidence)
+            else:
+                rate = policy.lookup_rate(node.ngram, node.copied)
+            rate.add(child in path)
+
+
+class SequenceDrafter:
+    """Tree drafting for one sequence: its n-gram index, the drafter's context for it, its statistics."""
+
+    def __init__(self, drafter, settings: TreeSettings, policy: DraftPolicyState, stats: DraftStats,
+                 eos_ids: set[int], max_length: int) -> None:
+        self.settings, self.policy, self.stats, self.eos_ids = settings, policy, stats, eos_ids
+        self.max_length = max_length
+        # the drafter holds the accepted positions plus at most one level of `beam` speculative nodes per depth
+        capacity = max_length + settings.beam * settings.max_depth
+        self.latent = LatentTreeDrafter(drafter, capacity, settings.context_window) if settings.mode != "lookup" else None
+        self.index = NgramIndex(settings.filler_min_ngram, settings.lookup_max_ngram,
+                                keep_occurrences=settings.lookup_branches)
+
+    def observe(self, hidden_states: tuple, keep: slice | list[int]) -> None:
+        """The accepted positions `keep` of a target pass's `hidden_states` for this sequence (entries (1, n, H))."""
+        if self.latent is not None:
+            self.latent.observe(hidden_states, keep)
+
+    def draft(self, input_ids: torch.LongTensor, verify_time: VerifyTime, columns: int | None = None) -> Draft:
+        """A tree below the last token of input_ids (1, T) (the sequence, no padding): lookup and latent branches,
+        cut to the size the cost model pays for. columns: the sequence's length as `max_length` counts it (with a
+        batch's left padding; default T)."""
+        settings, policy = self.settings, self.policy
+        with self.stats.time("draft") as timer:
+            self.index.extend(input_ids[0, len(self.index.tokens):].tolist())
+            used = input_ids.shape[1] if columns is None else columns
+            depth = min(settings.max_depth, self.max_length - used - 1)
+            tree = TokenTree.with_root(int(input_ids[0, -1]))
+            copies: list[tuple[list[int], int]] = []  # earlier occurrences' continuations, longest match first
+            if depth > 0 and settings.mode in ("lookup", "hybrid"):
+                copies = self.index.continuations(depth, settings.lookup_branches)
+            add_lookup_branches(tree, copies, min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
+            alone = len(tree) == 1
+            calls, lead = self._draft_latent(tree, input_ids, depth, verify_time)
+            # shorter matches only fill nodes left over: added before the drafter's turn, their nodes would raise what
+            # verifying the tree without the drafter promises and talk the drafter out of its call (on Gemma-3-270M
+            # that cut drafter calls from 0.90 to 0.21 per pass and tau from 5.74 to 4.98)
+            add_lookup_branches(tree, copies, min_ngram=settings.filler_min_ngram,
+                                max_ngram=settings.lookup_min_ngram - 1, policy=policy, eos_ids=self.eos_ids)
+            tree = tree.keep(choose_nodes(tree, verify_time if settings.cost_aware else None, settings.max_nodes))
+        return Draft(tree=tree, calls=calls, seconds=timer.seconds, lead_token=lead, drafted_alone=alone and calls > 0)
+
+    def _draft_latent(self, tree: TokenTree, input_ids: torch.LongTensor, depth: int,
+                      verify_time: VerifyTime) -> tuple[int, int | None]:
+        """Grow the drafter's branches (and, hybrid, lookup after them) in `tree` when it pays; returns the drafter
+        calls made and the drafter's likeliest first token (None when it was not called)."""
+        settings, policy = self.settings, self.policy
+        if depth <= 0 or self.latent is None:
+            return 0, None
+        if not self._latent_pays(tree, depth, verify_time):
+            policy.backoff.steps_since_try += 1
+            return 0, None
+        policy.backoff.steps_since_try = 0
+        calls, lead = self.latent.expand(
+            tree, input_ids, max_depth=depth, topk=settings.topk, beam=settings.beam, min_value=settings.min_value,
+            policy=policy, eos_ids=self.eos_ids, max_nodes=settings.max_nodes, cost_aware=settings.cost_aware,
+            verify_time=verify_time,
+        )
+        if settings.mode == "hybrid" and settings.lookup_after_latent:
+            add_lookup_after_latent(tree, self.index, max_depth=depth, leaves=settings.beam,
+                                    min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
+        return calls, lead
+
+    def _latent_pays(self, tree: TokenTree, depth: int, verify_time: VerifyTime) -> bool:
+        """Whether to call the drafter this step, given the lookup branches already in `tree`.
+
+        Cost model on: the drafter must not be losing time overall (the back-off the chain uses too). Where lookup
+        hung no branch, that is all: the first readout's confidence then decides how far to draft, which an
+        average acceptance cannot see. Beside lookup branches a latent branch must also promise more tokens per
+        second than the lookup tree alone, its calls priced (`cost.drafting_pays`; where lookup is confident
+        little is left to gain, so a CPU whose drafter call costs a tenth of a pass skips it). Every
+        `explore_every` skipped steps the drafter is tried anyway, so that what it is worth keeps being measured.
+        """
+        policy, backoff = self.policy, self.policy.backoff
+        if not self.settings.cost_aware:
+            return True
+        if not backoff.worth_trying():
+            return False
+        if backoff.steps_since_try >= backoff.explore_every or len(tree) == 1:  # a retry, or no lookup branch
+            return True
+        levels = latent_levels_below_root(tree, policy.latent_lead.value, depth)
+        values = [node.value for node in tree.nodes[1:]]
+        return drafting_pays(values, levels, verify_time, policy.draft_step_time(), 0, self.settings.max_nodes)
+
+    def learn(self, draft: Draft, verdict: Verdict, kept: int, verify_time: VerifyTime) -> None:
+        """Calibration, the back-off and statistics from one verified round of `kept` tokens (the pass's time is
+        learned by the loop, which knows what the pass verified).
+
+        The back-off learns only from passes where the drafter drafted alone: beside lookup branches most of a
+        pass's gain is lookup's. Calls made there are priced before they are made, or are the periodic retries
+        that keep `latent_lead` measured (`_latent_pays`)."""
+        tree, policy = draft.tree, self.policy
+        calibrate(tree, verdict, kept, policy)
+        if draft.lead_token is not None:
+            policy.latent_lead.add(verdict.tokens[0] == draft.lead_token)
+        if draft.drafted_alone and self.settings.cost_aware:
+            spent = verify_time(len(tree)) + policy.drafting_cost(draft.seconds, draft.calls)
+            policy.backoff.observe(kept * verify_time(1) - spent)
+        # as in chains: the last token a pass yields counts as the target's own
+        self.stats.record_round(draft, verdict.path[: kept - 1])

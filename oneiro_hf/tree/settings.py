@@ -1,0 +1,103 @@
+"""`TreeSettings`: a tree call's view of its `DraftingSettings`, and the chain seen as a tree of one branch.
+
+The tree loop and the batched loop read the drafting settings through this view. A batched call with chain
+settings (`oneiro_tree=False`) runs the tree code on a tree of one branch (`TreeSettings.for_chain`): top-1 below
+each node, one node expanded per level, one lookup continuation, `max_draft_tokens` deep.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..settings import DraftingSettings
+
+
+@dataclass(frozen=True)
+class TreeSettings:
+    """A tree call's view of its `DraftingSettings` (config defaults + oneiro_* kwargs), under the names the tree
+    code reads. It declares nothing: every value is a DraftingSettings field, whose declaration holds its default
+    and check (settings.py), or derived from them (`filler_min_ngram`)."""
+
+    drafting: DraftingSettings
+
+    @classmethod
+    def from_drafting_settings(cls, settings: DraftingSettings) -> TreeSettings:
+        """The view of validated settings (`DraftingSettings.validate` refuses tree sizes < 1 and a lossy
+        verification with `tree`)."""
+        return cls(settings.validate())
+
+    @classmethod
+    def for_chain(cls, settings: DraftingSettings) -> TreeSettings:
+        """Chain settings (`tree=False`) as a tree of one branch: `max_draft_tokens` deep and wide in nodes, one
+        child per node, one lookup continuation; shorter lookup matches than `lookup_min_ngram` are not drafted."""
+        depth = int(settings.max_draft_tokens)
+        chain = dataclasses.replace(
+            settings, tree_max_nodes=depth, tree_max_depth=depth, tree_topk=1, tree_beam=1, tree_lookup_branches=1,
+            tree_lookup_min_ngram=min(int(settings.lookup_min_ngram), int(settings.lookup_max_ngram)),
+        )
+        return cls(chain.validate())
+
+    @property
+    def mode(self) -> str:
+        """"hybrid", "latent" or "lookup": which sources grow branches."""
+        return self.drafting.mode
+
+    @property
+    def max_nodes(self) -> int:
+        """Candidate nodes per pass at most (the root not counted): tree_max_nodes."""
+        return int(self.drafting.tree_max_nodes)
+
+    @property
+    def max_depth(self) -> int:
+        """Tokens per branch at most: tree_max_depth."""
+        return int(self.drafting.tree_max_depth)
+
+    @property
+    def topk(self) -> int:
+        """Latent: children per expanded node (tree_topk)."""
+        return int(self.drafting.tree_topk)
+
+    @property
+    def beam(self) -> int:
+        """Latent: nodes expanded per level (tree_beam)."""
+        return int(self.drafting.tree_beam)
+
+    @property
+    def lookup_branches(self) -> int:
+        """Lookup: continuations (occurrences) at most (tree_lookup_branches)."""
+        return int(self.drafting.tree_lookup_branches)
+
+    @property
+    def lookup_min_ngram(self) -> int:
+        """Matches this long are branches before the drafter is asked (as a chain's lookup)."""
+        return int(self.drafting.lookup_min_ngram)
+
+    @property
+    def filler_min_ngram(self) -> int:
+        """Shorter matches down to this one are added after the drafter's turn (tree_lookup_min_ngram)."""
+        return min(int(self.drafting.tree_lookup_min_ngram), self.lookup_min_ngram)
+
+    @property
+    def lookup_max_ngram(self) -> int:
+        return int(self.drafting.lookup_max_ngram)
+
+    @property
+    def lookup_after_latent(self) -> bool:
+        """Hybrid: continue the likeliest latent leaves by lookup from their own path."""
+        return bool(self.drafting.lookup_after_latent)
+
+    @property
+    def min_value(self) -> float:
+        """Latent: stop expanding below this estimated path probability (min_draft_confidence)."""
+        return float(self.drafting.min_draft_confidence)
+
+    @property
+    def cost_aware(self) -> bool:
+        """Choose the node count from t(k); off: always max_nodes."""
+        return bool(self.drafting.cost_aware)
+
+    @property
+    def context_window(self) -> int | None:
+        """Latest verified positions the drafter's first catch-up feeds (None: all)."""
+        return self.drafting.context_window
