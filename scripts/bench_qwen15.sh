@@ -19,5 +19,5 @@ mkdir -p "$OUT"
 "$BENCH" --target qwen2.5-coder-1.5b-instruct --drafter "$DRAFTER" --extra-drafter fresh=fresh \
   --questions "$QUESTIONS" --per-category 1 --max-new-tokens 128 --threads "$THREADS" \
   --latency-profile "$OUT/profile.json" --out "$OUT/bench" \
-  --methods greedy,oneiro-greedy,hf-lookup,oneiro-lookup,oneiro-latent,oneiro-hybrid,oneiro-tree,oneiro-latent@fresh,oneiro-hybrid@fresh,oneiro-tree@fresh
+  --methods greedy,oneiro-greedy,hf-lookup,oneiro-lookup,oneiro-latent,oneiro-hybrid,oneiro-tree,oneiro-latent@fresh,oneiro-hybrid@fresh
 "$BENCH" breakdown --run "$OUT/bench"

@@ -9,7 +9,10 @@
 # each: at about 4 s of lease per call (docs/gpu.md), 8 of the 15 minutes. The lease call then has about 6 minutes:
 # convert the GGUF (1 min), answer prompts (GEN_SECONDS, default 120 s; the 0.13B target answered 12,600 tokens/s
 # there at batch 512, a 1.5B target about a tenth of that is assumed, not measured), the feature pass and the
-# ridge fit, train until DEADLINE, evaluate and save; the drafter comes back in 15 MiB tar pieces.
+# ridge fit, train until DEADLINE, evaluate and save. The drafter (188 MB in bfloat16) waits in $OUT as 15 MiB tar
+# pieces; a call brings back at most 64 MiB, so the lease call returns the logs, the summary, the answers and the
+# first pieces, and the calls `prepare` prints after it fetch the rest while the machine is warm (join with cat).
+# The dry run ran every step in 88 s with the feature cache of an earlier try (about 6 minutes without).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/recipe.sh
@@ -22,12 +25,12 @@ COMMITTED=data/selfdistill/qwen2.5-coder-1.5b-instruct
 if [ -n "${DRY_RUN:-}" ]; then  # the CPU, the cached model, tiny sizes
   PY=${PY:-.venv/bin/python} DEVICE=cpu DTYPE=float32 GEN_SECONDS=${GEN_SECONDS:-60} GEN_BATCH=2 GEN_PROMPTS=4
   DEADLINE=${DEADLINE:-420} EVAL_MARGIN=${EVAL_MARGIN:-120} BATCH=2 MAX_STEPS=4 FEATURE_TOKENS=1024 MAX_RECORDS=40
-  MAX_NEW=32 THREADS=${THREADS:-2} SEQ=384
+  MAX_NEW=32 THREADS=${THREADS:-2} SEQ=384 WARMUP=1
 else
   PY=${PY:-python3} DEVICE=cuda DTYPE=bfloat16 GEN_SECONDS=${GEN_SECONDS:-120} GEN_BATCH=${GEN_BATCH:-256}
   GEN_PROMPTS=${GEN_PROMPTS:-6000} DEADLINE=${DEADLINE:-330} EVAL_MARGIN=${EVAL_MARGIN:-50} BATCH=${BATCH:-32}
   MAX_STEPS=${MAX_STEPS:-4000} FEATURE_TOKENS=${FEATURE_TOKENS:-32768} MAX_RECORDS=0 MAX_NEW=256 THREADS=${THREADS:-8}
-  SEQ=1024
+  SEQ=1024 WARMUP=50
 fi
 
 if [ "$PHASE" = prepare ]; then
@@ -52,7 +55,11 @@ sys.stdout.writelines(json.dumps(r) + '\n' for r in load_records('$COMMITTED'))"
   for f in $(ls "$PIECES" | sort); do
     echo "  run(carry=[\"$PIECES/$f\"], command=\"mkdir -p $PARTS && cp $PIECES/$f $PARTS/\")"
   done
-  echo "  run(timeout_s=600, command=\"bash scripts/gpu_train_qwen15.sh lease 2>&1 | cut -c 1-400\")"
+  echo "  run(timeout_s=600, command=\"bash scripts/gpu_train_qwen15.sh lease 2>&1 | cut -c 1-400; mkdir -p /tmp/later;" \
+    "mv \$OUT/drafter.tar.a[d-z] /tmp/later/\")"
+  for group in 'a[d-g]' 'a[h-k]' 'a[l-z]'; do
+    echo "  run(command=\"cp /tmp/later/drafter.tar.$group \$OUT/\")"
+  done
   exit 0
 fi
 
@@ -84,6 +91,7 @@ limit=()
 [ "$MAX_RECORDS" -gt 0 ] && limit=(--max_records "$MAX_RECORDS")
 $PY -m oneiro_hf.training.cli "${RECIPE[@]}" "${QWEN15[@]}" --data "$WORK/answers.jsonl" --draft_vocab_size 12288 \
   --target_dtype "$DTYPE" --per_device_train_batch_size "$BATCH" --max_steps "$MAX_STEPS" --stage1_fraction 0.6 \
+  --lr_scheduler_kwargs '{"min_lr_rate": 0.1}' --warmup_steps "$WARMUP" \
   --feature_batch_tokens "$FEATURE_TOKENS" --feature_cache_dir "$WORK/features" --save_strategy no \
   --logging_steps 50 --max_seq_len "$SEQ" --eval_fraction 0.1 --train_until $(( t0 + DEADLINE - EVAL_MARGIN )) --output_dir "$WORK/drafter" "${limit[@]}" \
   > "$OUT/train.log" 2>&1 || { stamp "training failed"; tail -20 "$OUT/train.log"; exit 1; }
