@@ -22,6 +22,7 @@ WORK=${WORK:-/tmp/q15}
 OUT=${OUT:-/tmp/q15-out}
 PARTS=${PARTS:-/tmp/parts}
 COMMITTED=data/selfdistill/qwen2.5-coder-1.5b-instruct
+QUESTIONS=${QUESTIONS:-../shared/data/spec_bench/question.jsonl}  # evaluation only: excluded from every prompt source
 if [ -n "${DRY_RUN:-}" ]; then  # the CPU, the cached model, tiny sizes
   PY=${PY:-.venv/bin/python} DEVICE=cpu DTYPE=float32 GEN_SECONDS=${GEN_SECONDS:-60} GEN_BATCH=2 GEN_PROMPTS=4
   DEADLINE=${DEADLINE:-420} EVAL_MARGIN=${EVAL_MARGIN:-120} BATCH=2 MAX_STEPS=4 FEATURE_TOKENS=1024 MAX_RECORDS=40
@@ -45,6 +46,7 @@ if [ "$PHASE" = prepare ]; then
     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$tmp/s/w" transformers==5.24.0 gguf==0.19.0
   $PY -c "import json, sys; from oneiro_hf.training.records import load_records
 sys.stdout.writelines(json.dumps(r) + '\n' for r in load_records('$COMMITTED'))" > "$tmp/s/committed.jsonl"
+  cp "$QUESTIONS" "$tmp/s/exclude_questions.jsonl"  # Spec-Bench: evaluation only, its prompts are never answered
   tracked=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
   piece=$(( 63 * 1048576 - tracked - 1048576 ))
   rm -rf "$PIECES" && mkdir -p "$PIECES"
@@ -76,6 +78,7 @@ if [ -z "${DRY_RUN:-}" ]; then
   $PY -m oneiro_hf.reference_models fetch qwen2.5-coder-1.5b-instruct --gguf "$WORK/qwen15.gguf" 2>&1 \
     | grep -v "it/s" || exit 1
   cp "$WORK/committed.jsonl" "$WORK/answers.jsonl"
+  QUESTIONS=$WORK/exclude_questions.jsonl
 else
   $PY -c "import json, sys; from oneiro_hf.training.records import load_records
 sys.stdout.writelines(json.dumps(r) + '\n' for r in load_records('$COMMITTED'))" > "$WORK/answers.jsonl"
@@ -83,7 +86,7 @@ fi
 stamp "target ready; answering prompts for ${GEN_SECONDS}s"
 timeout "$GEN_SECONDS" $PY -m oneiro_hf.training.selfdistill --target qwen2.5-coder-1.5b-instruct \
   --out "$WORK/answers.jsonl" --num-prompts $(( $(wc -l < "$WORK/answers.jsonl") + GEN_PROMPTS )) \
-  --sources sharegpt:7,arena_hard:1,ifeval:1,stdlib:1,synthetic:1 --max-new-tokens "$MAX_NEW" \
+  --sources sharegpt:7,arena_hard:1,ifeval:1,stdlib:1,synthetic:1 --exclude "$QUESTIONS" --max-new-tokens "$MAX_NEW" \
   --batch-size "$GEN_BATCH" --device "$DEVICE" --dtype "$DTYPE" --no-progress > "$OUT/gen.log" 2>&1
 stamp "$(wc -l < "$WORK/answers.jsonl") records; training until $(( DEADLINE - EVAL_MARGIN ))s"
 gzip -c "$WORK/answers.jsonl" > "$OUT/answers.jsonl.gz"
