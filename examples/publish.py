@@ -5,6 +5,10 @@
         --base-model HuggingFaceTB/SmolLM2-135M-Instruct --license apache-2.0 \\
         --bench-summary docs/benchmarks/current/smollm2-135m-instruct/summary.json --hardware "2-core x86_64 CPU"
 
+    # the shipped Qwen2.5-Coder-1.5B drafter, stored relative to its target (11 MiB instead of 188)
+    python examples/publish.py --target qwen2.5-coder-1.5b-instruct --layer-rank 32 --token-rank 256 \\
+        --repo-id your-org/qwen2.5-coder-1.5b-oneiro-drafter --license apache-2.0 --dry-run out/q15
+
     # offline: write the folder that would be uploaded (README.md included) and stop
     python examples/publish.py --repo-id your-org/smollm2-135m-oneiro-drafter \\
         --base-model HuggingFaceTB/SmolLM2-135M-Instruct --license apache-2.0 --dry-run out/publish
@@ -53,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--training-info", default=None, help="training_summary.json (default: next to the drafter)")
     parser.add_argument("--hardware", default=None, help="what the benchmark ran on, e.g. '1x H200'")
     parser.add_argument("--dtype", default=None, help="write the weights in this dtype, e.g. bfloat16")
+    parser.add_argument("--layer-rank", type=int, default=None,
+                        help="store the weights relative to the target: each copied matrix as a difference of this "
+                        "rank (docs/hub.md, 'Target-relative checkpoints'; default: whole weights)")
+    parser.add_argument("--token-rank", type=int, default=None,
+                        help="with --layer-rank: the fusion's token block as identity + this rank (default: whole)")
     parser.add_argument("--private", action="store_true", help="create the repo private")
     parser.add_argument("--dry-run", metavar="DIR", default=None, help="write the upload folder to DIR, send nothing")
     parser.add_argument("--tiny", action="store_true", help="a tiny random target and fresh drafter (for tests)")
@@ -64,7 +73,15 @@ def main(argv: list[str] | None = None) -> int:
         from oneiro_hf.loading import load_target_and_drafter
 
         _, _, drafter = load_target_and_drafter(args.target, args.drafter)
+    if args.token_rank is not None and args.layer_rank is None:
+        parser.error("--token-rank needs --layer-rank (the rank of the copied layers' differences)")
+    storage = None
+    if args.layer_rank is not None:
+        from oneiro_hf.target_relative import RelativeStorage
+
+        storage = RelativeStorage(layer_rank=args.layer_rank, token_rank=args.token_rank)
     card = {
+        "storage": storage,
         "base_model": args.base_model,
         "license": args.license,
         "bench_summary": args.bench_summary,

@@ -28,6 +28,7 @@ import torch
 from .bench.report import is_relaxed
 from .checkpoint import WEIGHTS_NAME
 from .configuration_oneiro import FORMAT_VERSION
+from .target_relative import RelativeStorage, stored_size
 from .targets import DrafterTargetMismatch, TargetDifference, model_identity, target_differences
 
 if TYPE_CHECKING:
@@ -418,6 +419,7 @@ def build_model_card(
     template_path: str | os.PathLike | None = None,
     allow_base_model_mismatch: bool = False,
     for_hub: bool = True,
+    storage: RelativeStorage | None = None,
 ) -> ModelCard:
     """The drafter's model card, rendered from the template after checking the card fits the drafter.
 
@@ -425,6 +427,7 @@ def build_model_card(
     bench_summary: an oneiro-bench summary.json (path or dict); training_info: oneiro-train's
     training_summary.json (path or dict; default: the one next to a drafter loaded from its output dir);
     hardware: what the benchmark ran on, e.g. "1x H200" (the summary only records the device type);
+    storage: the card of a target-relative checkpoint (oneiro_hf.target_relative) states its storage and size;
     repo_id: where users load the drafter from (a Hub id, or oneiro-train's output directory).
     for_hub=False (a card for a local training output): an unknown license is left out of the card and a
     base model that is not a Hub id is named as the drafter records it, instead of refusing the card.
@@ -464,6 +467,9 @@ def build_model_card(
     )
     start, end = config.interval
     count, weights_dtype, size_mb = _weights_facts(drafter, torch_dtype)
+    whole_mb = size_mb
+    if storage is not None:
+        size_mb = stored_size(drafter, storage, torch_dtype) / 2**20
     vocab = int(drafter.draft_vocab_ids.numel())
     fits = [
         ("base model", f"`{base}`"),
@@ -478,6 +484,11 @@ def build_model_card(
           if getattr(config, "verified_context", "own") == "exact" else []),
         ("draft vocabulary", f"{vocab:,} token ids (`draft_vocab_ids` in {WEIGHTS_NAME})"),
         ("base weights", _weights_row(config.base_model_fingerprint)),
+        *([("weights storage", f"relative to the target: each copied matrix as a rank-{storage.layer_rank} "
+            "difference from the target's" + (f", the fusion's token block as identity + rank {storage.token_rank}"
+                                               if storage.token_rank else "")
+            + f" ({size_mb:.1f} MiB instead of {whole_mb:.1f} MiB; rebuilt from the target when loaded)")]
+          if storage is not None else []),
     ]
     drafting = [
         ("draft_mode", config.draft_mode),
@@ -508,7 +519,7 @@ def build_model_card(
         training=_training_section(info),
         bench=bench,
         oneiro_hf_version=__version__,
-        format_version=FORMAT_VERSION,
+        format_version=FORMAT_VERSION if storage is not None else drafter.config.written_format(),
     )
 
 

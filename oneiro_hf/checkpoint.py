@@ -49,6 +49,10 @@ class ResolvedCheckpoint:
     commit: str | None = None
     repo_cache: Path | None = None  # the models--org--name folder of the Hub cache
 
+    def weights_storage(self) -> dict[str, Any] | None:
+        """The config's `weights_storage` (None: weights stored whole; see oneiro_hf.target_relative)."""
+        return json.loads((self.directory / CONFIG_NAME).read_text()).get("weights_storage")
+
     def fix(self, file: str | None = None) -> str:
         """What to do about a damaged file of this checkpoint."""
         if self.repo_id is None:

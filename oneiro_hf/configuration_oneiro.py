@@ -11,8 +11,10 @@ from transformers import PretrainedConfig
 from .settings import DRAFT_MODES, DraftingSettings, config_defaults, config_name  # noqa: F401 - DRAFT_MODES re-exported
 
 # Checkpoint format (docs/hub.md, "Compatibility"): bumped only when a change would make an older oneiro-hf
-# misread a checkpoint. A reader loads every format up to its own and refuses newer ones by name.
-FORMAT_VERSION = 1
+# misread a checkpoint. A reader loads every format up to its own and refuses newer ones by name. A writer stamps
+# the lowest format that holds what it writes: 1 for whole weights, 2 for target-relative ones (target_relative.py).
+FORMAT_VERSION = 2
+WHOLE_WEIGHTS_FORMAT = 1
 
 
 class DrafterNotBound(RuntimeError):
@@ -56,6 +58,7 @@ class OneiroDrafterConfig(PretrainedConfig):
         input_layers: tuple[int, ...] | list[int] | None = None,
         verified_context: str = "own",
         draft_vocab_size: int | None = None,
+        weights_storage: dict[str, Any] | None = None,
         *,
         oneiro_version: str = str(FORMAT_VERSION),
         format_version: int = FORMAT_VERSION,
@@ -85,6 +88,9 @@ class OneiroDrafterConfig(PretrainedConfig):
             )
         self.verified_context = verified_context
         self.draft_vocab_size = draft_vocab_size
+        # None: model.safetensors holds the weights whole; a dict: stored relative to the target
+        # (oneiro_hf.target_relative.RelativeStorage, checkpoint format 2)
+        self.weights_storage = weights_storage
         # the drafting settings' defaults: every DraftingSettings field, under its config name (settings.py)
         for name, default in config_defaults().items():
             setattr(self, name, kwargs.pop(name, default))
@@ -95,13 +101,17 @@ class OneiroDrafterConfig(PretrainedConfig):
         self.oneiro_hf_version = oneiro_hf_version
         super().__init__(**kwargs)
 
+    def written_format(self) -> int:
+        """The checkpoint format this config is saved in: the lowest that holds its weights' storage."""
+        return FORMAT_VERSION if self.weights_storage else WHOLE_WEIGHTS_FORMAT
+
     def to_dict(self) -> dict[str, Any]:
         """Stamp what this package writes: its checkpoint format and version, as transformers does for itself."""
         from .version import __version__
 
         data = super().to_dict()
-        data["format_version"] = FORMAT_VERSION
-        data["oneiro_version"] = str(FORMAT_VERSION)
+        data["format_version"] = self.written_format()
+        data["oneiro_version"] = str(self.written_format())
         data["oneiro_hf_version"] = __version__
         return data
 

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from huggingface_hub import CommitInfo
     from transformers import PreTrainedModel
 
+    from .target_relative import RelativeStorage
+
 REPO_ID_PATTERN = re.compile(r"[^/\s]+/[^/\s]+")  # what publish_drafter accepts as the repository to create
 
 __all__ = [
@@ -70,7 +72,8 @@ def prepare_upload(
     built first, so a card check failure leaves `folder` untouched. `dtype` None writes the weights in the
     dtype training saved them in (the training info's `save_dtype`), not in the dtype they follow in memory
     (a drafter bound to a float32 target holds float32 copies of bfloat16 weights); with no training info, as
-    in memory.
+    in memory. `storage` (a oneiro_hf.target_relative.RelativeStorage, among the card arguments) writes only
+    the weights' differences from the target, and the card says so.
     """
     training_info = card_kwargs.get("training_info")
     info = load_json_input(training_info, "training info") if training_info is not None else recorded_training_info(drafter)
@@ -85,16 +88,13 @@ def prepare_upload(
     clash = [p.name for p in out.iterdir()]
     if clash:
         raise FileExistsError(f"{out} is not empty ({', '.join(sorted(clash))}). Fix: pass an empty or new folder.")
-    state = {
-        k: (v.detach().to(torch_dtype) if torch_dtype is not None and v.is_floating_point() else v.detach())
-        .cpu()
-        .contiguous()
-        for k, v in drafter.state_dict().items()
-    }
-    if "draft_vocab_ids" not in state:
-        raise RuntimeError("the drafter's state has no draft_vocab_ids; its checkpoint could not be read back.")
-    # one file: a sharded checkpoint would leave stale shards next to a later single file on the Hub
-    drafter.save_pretrained(str(out), state_dict=state, safe_serialization=True, max_shard_size="1000GB")
+    storage = card_kwargs.get("storage")
+    if storage is not None:  # only the differences from the target (oneiro_hf.target_relative)
+        from .target_relative import save_target_relative
+
+        save_target_relative(drafter, out, storage, dtype=torch_dtype)
+    else:
+        _save_whole(drafter, out, torch_dtype)
     config_path = out / CONFIG_NAME
     data = json.loads(config_path.read_text())
     if torch_dtype is not None:  # save_pretrained records the in-memory dtype; record the one written
@@ -111,6 +111,20 @@ def prepare_upload(
     return sorted(p for p in out.iterdir() if p.is_file())
 
 
+def _save_whole(drafter: PreTrainedModel, out: Path, torch_dtype: torch.dtype | None) -> None:
+    """config.json and model.safetensors with every weight (in `torch_dtype`, default as in memory)."""
+    state = {
+        k: (v.detach().to(torch_dtype) if torch_dtype is not None and v.is_floating_point() else v.detach())
+        .cpu()
+        .contiguous()
+        for k, v in drafter.state_dict().items()
+    }
+    if "draft_vocab_ids" not in state:
+        raise RuntimeError("the drafter's state has no draft_vocab_ids; its checkpoint could not be read back.")
+    # one file: a sharded checkpoint would leave stale shards next to a later single file on the Hub
+    drafter.save_pretrained(str(out), state_dict=state, safe_serialization=True, max_shard_size="1000GB")
+
+
 def publish_drafter(
     drafter: PreTrainedModel,
     repo_id: str,
@@ -125,6 +139,7 @@ def publish_drafter(
     dtype: torch.dtype | str | None = None,
     template_path: str | os.PathLike | None = None,
     allow_base_model_mismatch: bool = False,
+    storage: RelativeStorage | None = None,
     private: bool | None = None,
     token: str | bool | None = None,
     revision: str | None = None,
@@ -153,6 +168,7 @@ def publish_drafter(
             datasets=datasets,
             template_path=template_path,
             allow_base_model_mismatch=allow_base_model_mismatch,
+            storage=storage,
         )
         repo = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
         operations = [CommitOperationAdd(path_in_repo=f.name, path_or_fileobj=str(f)) for f in files]

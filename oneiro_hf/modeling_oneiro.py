@@ -275,14 +275,25 @@ class OneiroDrafter(PreTrainedModel):
         hub_kwargs = {key: kwargs.pop(key) for key in HUB_KWARGS if key in kwargs}
         kwargs.pop("_commit_hash", None)  # AutoModel's; the resolved snapshot below is what gets loaded
         resolved = resolve_checkpoint(pretrained_model_name_or_path, **hub_kwargs)
-        kwargs["output_loading_info"] = True
-        drafter, info = super().from_pretrained(resolved.directory, *args, **kwargs)
-        missing = sorted(info.get("missing_keys") or [])
-        if missing:
-            raise CorruptCheckpoint(
-                f"{pretrained_model_name_or_path} lacks {len(missing)} drafter weight(s), e.g. {missing[:3]} "
-                f"(a partial save or download?). Fix: {resolved.fix()}."
-            )
+        if resolved.weights_storage() is not None:  # only the differences from the target are stored
+            from .target_relative import load_target_relative
+
+            if args or kwargs:
+                raise TypeError(
+                    f"{pretrained_model_name_or_path} is stored relative to its target, and is rebuilt in the "
+                    f"dtype it was saved in; from_pretrained does not take {sorted(kwargs) or list(args)} for it. "
+                    "Fix: drop them; the drafter follows the target's device and dtype when bound."
+                )
+            drafter = load_target_relative(cls, resolved.directory, target, allow_base_model_mismatch)
+        else:
+            kwargs["output_loading_info"] = True
+            drafter, info = super().from_pretrained(resolved.directory, *args, **kwargs)
+            missing = sorted(info.get("missing_keys") or [])
+            if missing:
+                raise CorruptCheckpoint(
+                    f"{pretrained_model_name_or_path} lacks {len(missing)} drafter weight(s), e.g. {missing[:3]} "
+                    f"(a partial save or download?). Fix: {resolved.fix()}."
+                )
         if resolved.repo_id is not None:  # name it as the user did, not by its cache folder
             drafter.name_or_path = resolved.repo_id
             drafter.config._name_or_path = resolved.repo_id

@@ -15,7 +15,7 @@ from tiny import make_model
 from transformers import TrainingArguments
 
 import oneiro_hf
-from oneiro_hf import DraftStats, OneiroDrafter, OneiroDrafterConfig, prepacked_linear
+from oneiro_hf import DraftStats, OneiroDrafter, OneiroDrafterConfig, prepacked_linear, target_relative
 from oneiro_hf.latency import load_profile, profile_verification_latency, save_profile
 from oneiro_hf.loading import default_drafter_dir, load_target_and_drafter
 from oneiro_hf.settings import settings_table
@@ -45,6 +45,8 @@ SIGNATURES: dict[str, Any] = {
     "measured_min_rows": prepacked_linear.measured_min_rows,
     "choose_min_rows": prepacked_linear.choose_min_rows,
     "thresholds": prepacked_linear.thresholds,
+    "save_target_relative": target_relative.save_target_relative,
+    "stored_size": target_relative.stored_size,
 }
 
 

@@ -26,6 +26,7 @@ from tiny import make_model
 
 from oneiro_hf import DrafterTargetMismatch, OneiroDrafter
 from oneiro_hf.checkpoint import CorruptCheckpoint, DrafterNotFound, IncompatibleCheckpoint
+from oneiro_hf.configuration_oneiro import FORMAT_VERSION
 from oneiro_hf.hub import ModelCardError, build_model_card, prepare_upload, publish_drafter, write_model_card
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -274,13 +275,14 @@ def test_newer_format_in_the_hub_cache(tmp_path, client_factory):
     model, drafter = _drafter()
     drafter.save_pretrained(tmp_path / "d")
     config = json.loads((tmp_path / "d" / "config.json").read_text())
-    config.update(format_version=2, oneiro_version="2", oneiro_hf_version="9.0.0")
+    newer = FORMAT_VERSION + 1
+    config.update(format_version=newer, oneiro_version=str(newer), oneiro_hf_version="9.0.0")
     (tmp_path / "d" / "config.json").write_text(json.dumps(config))
     _put_revision(tmp_path / "hub", REPO, COMMIT_NEW, tmp_path / "d", refs=("main",))
     with pytest.raises(IncompatibleCheckpoint) as info:
         OneiroDrafter.from_pretrained(REPO, target=model, cache_dir=tmp_path / "hub", local_files_only=True)
     message = str(info.value)
-    assert "config.json" in message and "format 2" in message and "9.0.0" in message
+    assert "config.json" in message and f"format {newer}" in message and "9.0.0" in message
     assert "pip install --upgrade oneiro-hf" in message
 
 
@@ -408,9 +410,10 @@ def test_format_rule(tmp_path):
     path.write_text(json.dumps(legacy))
     OneiroDrafter.from_pretrained(tmp_path / "d", target=model)
     # a newer format is refused even if only one of the two fields says so
-    for fields in ({"format_version": 2}, {"oneiro_version": "2"}):
+    newer = FORMAT_VERSION + 1
+    for fields in ({"format_version": newer}, {"oneiro_version": str(newer)}):
         path.write_text(json.dumps({**config, **fields}))
-        with pytest.raises(IncompatibleCheckpoint, match="format 2"):
+        with pytest.raises(IncompatibleCheckpoint, match=f"format {newer}"):
             OneiroDrafter.from_pretrained(tmp_path / "d", target=model)
     path.write_text(json.dumps({**config, "format_version": "two"}))
     with pytest.raises(CorruptCheckpoint, match="format_version"):

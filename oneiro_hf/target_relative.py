@@ -1,0 +1,240 @@
+"""Target-relative storage: a drafter checkpoint that holds only how its weights differ from its target's.
+
+A drafter's transition starts as a copy of target decoder layers, so most of what a full checkpoint stores is
+already on the user's disk, inside the target. Stored relative to the target, each copied layer matrix W is
+kept as a rank-r difference from the target's own matrix T (W ~= T + A @ B, A: (out, r), B: (r, in)); the
+fusion's token-embedding block, which starts as the identity, likewise as identity + A @ B; the fusion's state
+block (learned from nothing), the norms, biases and the draft vocabulary as they are. Loading rebuilds each
+matrix from the bound target, after the target's identity was checked (a difference only means something
+against the weights it was taken from).
+
+The truncation is lossy for the drafter (its drafts change a little; the output of strict verification does
+not): choose the ranks by held-out acceptance. On Qwen2.5-Coder-1.5B-Instruct, layer rank 32 and token rank
+256 store 11 MiB instead of 188 MiB (docs/hub.md, "Target-relative checkpoints").
+
+Tensor names in the file: `<matrix>.delta_a` and `<matrix>.delta_b` for a matrix stored as a difference
+(`fuse.weight.token.delta_*` for the fusion's token block, with `fuse.weight.states` beside it); every other
+name is a tensor of the drafter's state dict, stored as it is.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .checkpoint import WEIGHTS_NAME, CorruptCheckpoint
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+DELTA_A, DELTA_B = ".delta_a", ".delta_b"
+FUSE = "fuse.weight"
+FUSE_STATES = "fuse.weight.states"
+FUSE_TOKEN = "fuse.weight.token"
+
+
+@dataclass(frozen=True)
+class RelativeStorage:
+    """How a drafter is stored relative to its target (the config's `weights_storage`).
+
+    layer_rank: rank of each copied layer matrix's difference from the target's matrix.
+    token_rank: rank of the fusion's token-embedding block's difference from the identity; None stores the
+        whole fusion as it is.
+    """
+
+    layer_rank: int
+    token_rank: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("layer_rank", "token_rank"):
+            value = getattr(self, name)
+            if value is None and name == "token_rank":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"RelativeStorage.{name} must be an integer >= 1 (got {value!r}). Fix: pick the rank by held-out "
+                    "acceptance, e.g. layer_rank=32, token_rank=256."
+                )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "target_relative", **asdict(self)}
+
+    @classmethod
+    def from_config(cls, config: Any) -> RelativeStorage | None:
+        """The storage recorded in a drafter config (None: the weights are stored whole)."""
+        data = getattr(config, "weights_storage", None)
+        if data is None:
+            return None
+        if not isinstance(data, dict) or data.get("kind") != "target_relative":
+            raise CorruptCheckpoint(
+                f"the drafter config's weights_storage {data!r} is not one this oneiro-hf reads. Fix: pip install "
+                "--upgrade oneiro-hf, or re-save the drafter."
+            )
+        return cls(layer_rank=data["layer_rank"], token_rank=data.get("token_rank"))
+
+
+def _layer_reference(drafter: Any, target: PreTrainedModel, key: str) -> torch.Tensor | None:
+    """The target matrix a copied-layer key started from (`layers.i.<name>` -> target layer start+i), else None."""
+    parts = key.split(".")
+    if parts[0] != "layers" or len(parts) < 3:
+        return None
+    layer = type(drafter)._target_layers(target)[drafter.config.interval[0] + int(parts[1])]
+    tensor = dict(layer.named_parameters()).get(".".join(parts[2:]))
+    return None if tensor is None or tensor.dim() != 2 else tensor.detach()
+
+
+def _low_rank(delta: torch.Tensor, rank: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, B) in `dtype` with A @ B the best rank-`rank` approximation of `delta` (truncated SVD)."""
+    u, s, vh = torch.linalg.svd(delta.float().cpu(), full_matrices=False)
+    return (u[:, :rank] * s[:rank]).to(dtype).contiguous(), vh[:rank].to(dtype).contiguous()
+
+
+def _cheaper(shape: torch.Size, rank: int) -> bool:
+    return rank * (shape[0] + shape[1]) < shape[0] * shape[1]
+
+
+def relative_state(
+    drafter: Any, storage: RelativeStorage, dtype: torch.dtype | None = None
+) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """The tensors of a target-relative checkpoint of a bound drafter, and each difference's kept share.
+
+    Returns (tensors in `dtype`, default the drafter's; {matrix name: relative error ||D - A B|| / ||D||}).
+    A matrix whose rank-r factors would not be smaller than itself is stored as it is.
+    """
+    target = drafter.require_bound().model
+    state = {k: v.detach() for k, v in drafter.state_dict().items()}
+    dtype = dtype or next(drafter.parameters()).dtype
+    out: dict[str, torch.Tensor] = {}
+    errors: dict[str, float] = {}
+
+    def put_difference(name: str, value: torch.Tensor, reference: torch.Tensor, rank: int) -> None:
+        delta = value.float().cpu() - reference.float().cpu()
+        a, b = _low_rank(delta, rank, dtype)
+        out[name + DELTA_A], out[name + DELTA_B] = a, b
+        norm = float(delta.norm())
+        errors[name] = float((delta - a.float() @ b.float()).norm()) / norm if norm > 0 else 0.0
+
+    for key, value in state.items():
+        reference = _layer_reference(drafter, target, key)
+        if reference is not None and _cheaper(value.shape, storage.layer_rank):
+            put_difference(key, value, reference, storage.layer_rank)
+        elif key == FUSE and storage.token_rank is not None:
+            hidden = value.shape[0]
+            token_block = value[:, -hidden:]
+            if not _cheaper(token_block.shape, storage.token_rank):
+                out[key] = value.cpu().to(dtype).contiguous()
+                continue
+            out[FUSE_STATES] = value[:, :-hidden].cpu().to(dtype).contiguous()
+            put_difference(FUSE_TOKEN, token_block, torch.eye(hidden), storage.token_rank)
+        else:
+            out[key] = (value.cpu().to(dtype) if value.is_floating_point() else value.cpu()).contiguous()
+    return out, errors
+
+
+def absolute_state(
+    tensors: dict[str, torch.Tensor], drafter: Any, target: PreTrainedModel, dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
+    """The drafter's state dict rebuilt from a target-relative checkpoint's `tensors` and its `target`.
+
+    Each matrix is rebuilt in float32 from the target's and rounded once to `dtype` (the checkpoint's), so it
+    holds what a whole checkpoint of the same drafter would. Raises CorruptCheckpoint naming missing tensors.
+    """
+    rebuilt: dict[str, torch.Tensor] = {}
+    missing: list[str] = []
+    used: set[str] = set()
+
+    def difference(name: str) -> torch.Tensor | None:
+        if name + DELTA_A not in tensors or name + DELTA_B not in tensors:
+            return None
+        used.update((name + DELTA_A, name + DELTA_B))
+        return tensors[name + DELTA_A].float() @ tensors[name + DELTA_B].float()
+
+    for key, like in drafter.state_dict().items():
+        if key in tensors:
+            rebuilt[key] = tensors[key]
+            used.add(key)
+            continue
+        if key == FUSE and FUSE_STATES in tensors:
+            token = difference(FUSE_TOKEN)
+            if token is not None:
+                used.add(FUSE_STATES)
+                hidden = like.shape[0]
+                token = token + torch.eye(hidden)
+                rebuilt[key] = torch.cat([tensors[FUSE_STATES].float(), token], dim=1).to(dtype)
+                continue
+        delta = difference(key)
+        reference = _layer_reference(drafter, target, key)
+        if delta is None or reference is None:
+            missing.append(key)
+            continue
+        rebuilt[key] = (reference.float().cpu() + delta).to(dtype)
+    unexpected = sorted(set(tensors) - used)
+    if missing or unexpected:
+        raise CorruptCheckpoint(
+            f"the target-relative checkpoint lacks {len(missing)} tensor(s) (e.g. {missing[:3]}) and has "
+            f"{len(unexpected)} unknown one(s) (e.g. {unexpected[:3]}). Fix: save it again with "
+            "save_target_relative(drafter, folder, storage), or download it again."
+        )
+    return rebuilt
+
+
+def save_target_relative(drafter: Any, folder: str | Path, storage: RelativeStorage,
+                         dtype: torch.dtype | None = None) -> dict[str, float]:
+    """Write config.json and a target-relative model.safetensors of a bound drafter into `folder`.
+
+    Returns each stored difference's relative truncation error (see relative_state).
+    """
+    from safetensors.torch import save_file
+
+    tensors, errors = relative_state(drafter, storage, dtype)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = copy.deepcopy(drafter.config)
+    config.weights_storage = storage.to_dict()  # also stamps checkpoint format 2: older readers refuse it by name
+    config.dtype = next(t for t in tensors.values() if t.is_floating_point()).dtype
+    config.save_pretrained(folder)
+    save_file(tensors, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
+    return errors
+
+
+def load_target_relative(cls: type, directory: Path, target: PreTrainedModel,
+                         allow_base_model_mismatch: bool = False) -> Any:
+    """An unbound drafter of class `cls` rebuilt from the target-relative checkpoint in `directory`.
+
+    The target is checked first (DrafterTargetMismatch names what differs): the stored differences are only
+    meaningful against the weights they were taken from.
+    """
+    from safetensors.torch import load_file
+
+    config = cls.config_class.from_pretrained(directory)
+    drafter = cls(config)
+    drafter.name_or_path = str(directory)
+    drafter.check_target(target, allow_base_model_mismatch=allow_base_model_mismatch)
+    dtype = getattr(torch, str(getattr(config, "dtype", None) or "float32").replace("torch.", ""))
+    tensors = load_file(str(directory / WEIGHTS_NAME))
+    drafter.load_state_dict(absolute_state(tensors, drafter, target, dtype))
+    # the config describes the drafter in memory, whose weights are whole now: save_pretrained writes them so
+    drafter.config.weights_storage = None
+    return drafter.to(dtype).eval()
+
+
+def stored_size(drafter: Any, storage: RelativeStorage, dtype: torch.dtype | None = None) -> int:
+    """Bytes of the tensors a target-relative checkpoint of `drafter` holds (as relative_state would write)."""
+    dtype = dtype or next(drafter.parameters()).dtype
+    width = torch.empty((), dtype=dtype).element_size()
+    total = 0
+    for key, value in drafter.state_dict().items():
+        shape = value.shape
+        if not value.is_floating_point():
+            total += value.numel() * value.element_size()
+        elif key.startswith("layers.") and value.dim() == 2 and _cheaper(shape, storage.layer_rank):
+            total += storage.layer_rank * (shape[0] + shape[1]) * width
+        elif key == FUSE and storage.token_rank is not None and _cheaper((shape[0], shape[0]), storage.token_rank):
+            total += (shape[0] * (shape[1] - shape[0]) + storage.token_rank * 2 * shape[0]) * width
+        else:
+            total += value.numel() * width
+    return total
