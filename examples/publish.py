@@ -5,8 +5,9 @@
         --base-model HuggingFaceTB/SmolLM2-135M-Instruct --license apache-2.0 \\
         --bench-summary docs/benchmarks/current/smollm2-135m-instruct/summary.json --hardware "2-core x86_64 CPU"
 
-    # the shipped Qwen2.5-Coder-1.5B drafter, stored relative to its target (11 MiB instead of 188)
-    python examples/publish.py --target qwen2.5-coder-1.5b-instruct --layer-rank 32 --token-rank 256 \\
+    # a Qwen2.5-Coder-1.5B drafter stored relative to its target (11 MiB instead of 188 MB)
+    python examples/publish.py --target qwen2.5-coder-1.5b-instruct --drafter runs/train/qwen15 \\
+        --layer-rank 32 --token-rank 256 \\
         --repo-id your-org/qwen2.5-coder-1.5b-oneiro-drafter --license apache-2.0 --dry-run out/q15
 
     # offline: write the folder that would be uploaded (README.md included) and stop

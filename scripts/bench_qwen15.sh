@@ -5,7 +5,9 @@
 # trained drafter and with a fresh one. One lane with every core: two lanes would hold two float32 copies of the
 # target and their prepacked copies (about 13 GiB each) on a 23 GiB machine.
 #   scripts/bench_qwen15.sh            # DRAFTER (default runs/train/qwen15), THREADS (default 2), OUT
-# About an hour on the 2-core CPU.
+# EXTRA adds drafters to compare (NAME=PATH ...; each runs as oneiro-hybrid@NAME), e.g.
+#   DRAFTER=runs/ship EXTRA="full=runs/train/qwen15" scripts/bench_qwen15.sh   # a target-relative copy beside the whole one
+# About 100 minutes on the 2-core CPU; an interrupted run goes on from its last question (--resume).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCH=${BENCH:-.venv/bin/oneiro-bench}
@@ -13,11 +15,17 @@ DRAFTER=${DRAFTER:-runs/train/qwen15}
 THREADS=${THREADS:-2}
 OUT=${OUT:-runs/q15}
 QUESTIONS=${QUESTIONS:-../shared/data/spec_bench/question.jsonl}
+# the fresh drafter runs in the hybrid only: its latent drafts alone were never accepted (tau 1.00 over 10 turns)
+METHODS=greedy,oneiro-greedy,hf-lookup,oneiro-lookup,oneiro-latent,oneiro-hybrid,oneiro-tree,oneiro-hybrid@fresh
+extra=(--extra-drafter fresh=fresh)
+for pair in ${EXTRA:-}; do extra+=(--extra-drafter "$pair"); METHODS+=",oneiro-hybrid@${pair%%=*}"; done
+resume=()
+[ -d "$OUT/bench" ] && resume=(--resume)
 mkdir -p "$OUT"
-"$BENCH" profile --target qwen2.5-coder-1.5b-instruct --threads "$THREADS" --max-k 16 --context-len 200 \
+[ -f "$OUT/profile.json" ] || "$BENCH" profile --target qwen2.5-coder-1.5b-instruct --threads "$THREADS" --max-k 16 --context-len 200 \
   --repeats 5 --drafter "$DRAFTER" --out "$OUT/profile.json"
-"$BENCH" --target qwen2.5-coder-1.5b-instruct --drafter "$DRAFTER" --extra-drafter fresh=fresh \
+"$BENCH" --target qwen2.5-coder-1.5b-instruct --drafter "$DRAFTER" "${extra[@]}" "${resume[@]}" \
   --questions "$QUESTIONS" --per-category 1 --max-new-tokens 128 --threads "$THREADS" \
   --latency-profile "$OUT/profile.json" --out "$OUT/bench" \
-  --methods greedy,oneiro-greedy,hf-lookup,oneiro-lookup,oneiro-latent,oneiro-hybrid,oneiro-tree,oneiro-latent@fresh,oneiro-hybrid@fresh
+  --methods "$METHODS"
 "$BENCH" breakdown --run "$OUT/bench"

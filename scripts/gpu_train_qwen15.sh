@@ -9,9 +9,10 @@
 # each: at about 4 s of lease per call (docs/gpu.md), 8 of the 15 minutes. The lease call then has about 6 minutes:
 # convert the GGUF (1 min), answer prompts (GEN_SECONDS, default 120 s; the 0.13B target answered 12,600 tokens/s
 # there at batch 512, a 1.5B target about a tenth of that is assumed, not measured), the feature pass and the
-# ridge fit, train until DEADLINE, evaluate and save. The drafter (188 MB in bfloat16) waits in $OUT as 15 MiB tar
-# pieces; a call brings back at most 64 MiB, so the lease call returns the logs, the summary, the answers and the
-# first pieces, and the calls `prepare` prints after it fetch the rest while the machine is warm (join with cat).
+# ridge fit, train until DEADLINE, evaluate and save. The drafter comes back with the lease call stored relative to
+# the target ($OUT/drafter_relative, about 11 MiB, as shipped in drafters/); the whole one (188 MB in bfloat16) waits
+# in $OUT as 15 MiB tar pieces that the calls `prepare` prints after it fetch while the machine is warm (join with
+# cat).
 # The dry run ran every step in 88 s with the feature cache of an earlier try (about 6 minutes without).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -99,5 +100,16 @@ $PY -m oneiro_hf.training.cli "${RECIPE[@]}" "${QWEN15[@]}" --data "$WORK/answer
   --logging_steps 50 --max_seq_len "$SEQ" --eval_fraction 0.1 --train_until $(( t0 + DEADLINE - EVAL_MARGIN )) --output_dir "$WORK/drafter" "${limit[@]}" \
   > "$OUT/train.log" 2>&1 || { stamp "training failed"; tail -20 "$OUT/train.log"; exit 1; }
 cp "$WORK/drafter/training_summary.json" "$OUT/"
+# the drafter as shipped (stored relative to the target, about 11 MiB): back with the lease call itself
+$PY - "$WORK/drafter" "$OUT/drafter_relative" "$DTYPE" "$DEVICE" <<'PY' >> "$OUT/train.log" 2>&1 || stamp "relative save failed"
+import sys, torch
+from oneiro_hf import OneiroDrafter
+from oneiro_hf.loading import load_target
+from oneiro_hf.target_relative import RelativeStorage, save_target_relative
+src, dst, dtype, device = sys.argv[1:]
+target, _ = load_target("qwen2.5-coder-1.5b-instruct", dtype, device=device)
+drafter = OneiroDrafter.from_pretrained(src, target=target)
+save_target_relative(drafter, dst, RelativeStorage(layer_rank=32, token_rank=256), dtype=torch.bfloat16)
+PY
 tar -C "$WORK" --exclude 'checkpoint-*' -cf - drafter | split -b 15m - "$OUT/drafter.tar."
 stamp "done: $(ls "$OUT")"
