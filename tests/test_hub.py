@@ -807,3 +807,22 @@ def test_publish_example_dry_run(tmp_path):
     assert f'OneiroDrafter.from_pretrained("{REPO}", target=model)' in readme
     assert "dry run" in result.stdout.lower()
     shutil.rmtree(out)
+
+
+def test_publish_example_writes_a_target_relative_checkpoint(tmp_path):
+    def run(*flags):
+        return subprocess.run(
+            [sys.executable, str(ROOT / "examples" / "publish.py"), "--tiny", "--repo-id", REPO, "--license", "mit",
+             *flags],
+            check=False, capture_output=True, text=True, timeout=300,
+            env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_ENDPOINT": ENDPOINT, "OMP_NUM_THREADS": "1"},
+        )
+
+    result = run("--layer-rank", "2", "--token-rank", "4", "--dry-run", str(tmp_path / "rel"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    config = json.loads((tmp_path / "rel" / "config.json").read_text())
+    assert config["weights_storage"] == {"kind": "target_relative", "layer_rank": 2, "token_rank": 4}
+    assert config["format_version"] == 2
+    assert "rank-2 difference from the target's" in (tmp_path / "rel" / "README.md").read_text()
+    refused = run("--token-rank", "4", "--dry-run", str(tmp_path / "bad"))
+    assert refused.returncode == 2 and "--token-rank needs --layer-rank" in refused.stderr
