@@ -88,13 +88,23 @@ def _layer_reference(drafter: Any, target: PreTrainedModel, key: str) -> torch.T
 
 
 def _low_rank(delta: torch.Tensor, rank: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """(A, B) in `dtype` with A @ B the best rank-`rank` approximation of `delta` (truncated SVD)."""
-    u, s, vh = torch.linalg.svd(delta.float().cpu(), full_matrices=False)
+    """(A, B) in `dtype` with A @ B the best rank-`rank` approximation of float32 CPU `delta` (truncated SVD)."""
+    u, s, vh = torch.linalg.svd(delta, full_matrices=False)
     return (u[:, :rank] * s[:rank]).to(dtype).contiguous(), vh[:rank].to(dtype).contiguous()
 
 
-def _cheaper(shape: torch.Size, rank: int) -> bool:
+def _cheaper(shape: torch.Size | tuple[int, int], rank: int) -> bool:
     return rank * (shape[0] + shape[1]) < shape[0] * shape[1]
+
+
+def _stored_as(key: str, value: torch.Tensor, storage: RelativeStorage) -> str:
+    """How `storage` keeps a state-dict tensor: "difference" (a copied layer matrix as rank-r factors), "fuse"
+    (the fusion split into its state block and its token block's difference from identity) or "whole"."""
+    if key.startswith("layers.") and value.dim() == 2 and _cheaper(value.shape, storage.layer_rank):
+        return "difference"
+    if key == FUSE and storage.token_rank is not None and _cheaper((value.shape[0],) * 2, storage.token_rank):
+        return "fuse"
+    return "whole"
 
 
 def relative_state(
@@ -119,17 +129,13 @@ def relative_state(
         errors[name] = float((delta - a.float() @ b.float()).norm()) / norm if norm > 0 else 0.0
 
     for key, value in state.items():
-        reference = _layer_reference(drafter, target, key)
-        if reference is not None and _cheaper(value.shape, storage.layer_rank):
-            put_difference(key, value, reference, storage.layer_rank)
-        elif key == FUSE and storage.token_rank is not None:
+        kind = _stored_as(key, value, storage)
+        if kind == "difference":
+            put_difference(key, value, _layer_reference(drafter, target, key), storage.layer_rank)
+        elif kind == "fuse":
             hidden = value.shape[0]
-            token_block = value[:, -hidden:]
-            if not _cheaper(token_block.shape, storage.token_rank):
-                out[key] = value.cpu().to(dtype).contiguous()
-                continue
             out[FUSE_STATES] = value[:, :-hidden].cpu().to(dtype).contiguous()
-            put_difference(FUSE_TOKEN, token_block, torch.eye(hidden), storage.token_rank)
+            put_difference(FUSE_TOKEN, value[:, -hidden:], torch.eye(hidden), storage.token_rank)
         else:
             out[key] = (value.cpu().to(dtype) if value.is_floating_point() else value.cpu()).contiguous()
     return out, errors
@@ -211,6 +217,7 @@ def load_target_relative(cls: type, directory: Path, target: PreTrainedModel,
     from safetensors.torch import load_file
 
     config = cls.config_class.from_pretrained(directory)
+    RelativeStorage.from_config(config)  # a storage this reader does not know is refused, not guessed at
     drafter = cls(config)
     drafter.name_or_path = str(directory)
     drafter.check_target(target, allow_base_model_mismatch=allow_base_model_mismatch)
@@ -228,12 +235,12 @@ def stored_size(drafter: Any, storage: RelativeStorage, dtype: torch.dtype | Non
     width = torch.empty((), dtype=dtype).element_size()
     total = 0
     for key, value in drafter.state_dict().items():
-        shape = value.shape
+        shape, kind = value.shape, _stored_as(key, value, storage)
         if not value.is_floating_point():
             total += value.numel() * value.element_size()
-        elif key.startswith("layers.") and value.dim() == 2 and _cheaper(shape, storage.layer_rank):
+        elif kind == "difference":
             total += storage.layer_rank * (shape[0] + shape[1]) * width
-        elif key == FUSE and storage.token_rank is not None and _cheaper((shape[0], shape[0]), storage.token_rank):
+        elif kind == "fuse":
             total += (shape[0] * (shape[1] - shape[0]) + storage.token_rank * 2 * shape[0]) * width
         else:
             total += value.numel() * width

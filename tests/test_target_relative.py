@@ -124,6 +124,12 @@ def test_damaged_file_and_unsupported_arguments_are_named(tmp_path):
     save_target_relative(drafter, tmp_path / "rel", RelativeStorage(layer_rank=2, token_rank=2))
     with pytest.raises(TypeError, match="stored relative to its target"):
         OneiroDrafter.from_pretrained(tmp_path / "rel", target=model, dtype=torch.float16)
+    config_path = tmp_path / "rel" / "config.json"
+    config = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**config, "weights_storage": {"kind": "int4_relative", "layer_rank": 2}}))
+    with pytest.raises(CorruptCheckpoint, match="int4_relative.*not one this oneiro-hf reads"):
+        OneiroDrafter.from_pretrained(tmp_path / "rel", target=model)
+    config_path.write_text(json.dumps(config))
     path = tmp_path / "rel" / "model.safetensors"
     tensors = load_file(str(path))
     del tensors["layers.1.self_attn.q_proj.weight.delta_b"]
