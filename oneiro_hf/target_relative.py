@@ -97,7 +97,7 @@ def _cheaper(shape: torch.Size | tuple[int, int], rank: int) -> bool:
     return rank * (shape[0] + shape[1]) < shape[0] * shape[1]
 
 
-def _stored_as(key: str, value: torch.Tensor, storage: RelativeStorage) -> str:
+def stored_as(key: str, value: torch.Tensor, storage: RelativeStorage) -> str:
     """How `storage` keeps a state-dict tensor: "difference" (a copied layer matrix as rank-r factors), "fuse"
     (the fusion split into its state block and its token block's difference from identity) or "whole"."""
     if key.startswith("layers.") and value.dim() == 2 and _cheaper(value.shape, storage.layer_rank):
@@ -129,7 +129,7 @@ def relative_state(
         errors[name] = float((delta - a.float() @ b.float()).norm()) / norm if norm > 0 else 0.0
 
     for key, value in state.items():
-        kind = _stored_as(key, value, storage)
+        kind = stored_as(key, value, storage)
         if kind == "difference":
             put_difference(key, value, _layer_reference(drafter, target, key), storage.layer_rank)
         elif kind == "fuse":
@@ -235,7 +235,7 @@ def stored_size(drafter: Any, storage: RelativeStorage, dtype: torch.dtype | Non
     width = torch.empty((), dtype=dtype).element_size()
     total = 0
     for key, value in drafter.state_dict().items():
-        shape, kind = value.shape, _stored_as(key, value, storage)
+        shape, kind = value.shape, stored_as(key, value, storage)
         if not value.is_floating_point():
             total += value.numel() * value.element_size()
         elif kind == "difference":

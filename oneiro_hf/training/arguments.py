@@ -108,6 +108,16 @@ class OneiroTrainingArguments(TrainingArguments):
         default="bfloat16",
         metadata={"help": "dtype of the final drafter weights: bfloat16, float16 or float32"},
     )
+    relative_layer_rank: int | None = field(
+        default=None,
+        metadata={"help": "train only a rank-r difference of each copied layer matrix from the target's and save "
+                  "the drafter relative to the target (oneiro_hf/training/low_rank.py; MBs instead of whole layers)"},
+    )
+    relative_token_rank: int | None = field(
+        default=None,
+        metadata={"help": "with --relative_layer_rank: the fusion's token block as identity + rank t (default: "
+                  "trained and stored whole)"},
+    )
     remove_unused_columns: bool = field(
         default=False, metadata={"help": "kept False: batches carry extra keys"}
     )
@@ -175,6 +185,7 @@ class OneiroTrainingArguments(TrainingArguments):
             raise ValueError(f"transition_init must be one of {', '.join(TRANSITION_INITS)} "
                              f"(got {self.transition_init!r})")
         self.step_weights(self.rollout_steps)
+        self.relative_storage()
         self.parsed_interval()
         self.parsed_input_layers()
         if self.stage == "3":
@@ -188,6 +199,21 @@ class OneiroTrainingArguments(TrainingArguments):
                 raise ValueError("onpolicy_error_weight and onpolicy_prompt_offset must be >= 0")
             if self.onpolicy_buffer_policy not in ("fifo", "reservoir"):
                 raise ValueError("onpolicy_buffer_policy must be 'fifo' or 'reservoir'")
+
+    def relative_storage(self):
+        """The target-relative parametrisation to train in (a RelativeStorage), or None to train whole."""
+        from ..target_relative import RelativeStorage
+
+        if self.relative_layer_rank is None:
+            if self.relative_token_rank is not None:
+                raise ValueError("--relative_token_rank needs --relative_layer_rank (e.g. --relative_layer_rank 32 "
+                                 "--relative_token_rank 256)")
+            return None
+        if self.stage == "3":
+            raise ValueError("--relative_layer_rank trains stages 1 and 2; stage 3 refines a drafter as it is. Fix: "
+                             "drop --relative_layer_rank, and store the refined drafter relative when you publish it "
+                             "(examples/publish.py --layer-rank)")
+        return RelativeStorage(self.relative_layer_rank, self.relative_token_rank)
 
     def step_weights(self, steps: int) -> list[float]:
         return parse_step_weights(self.rollout_step_weights, steps)

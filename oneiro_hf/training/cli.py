@@ -230,6 +230,12 @@ def train_offline(model_args, data_args, args, target, tokenizer, data, resume, 
     features = pipeline.build_features(args, target, data, interval, timer, drafter.config.input_layers,
                                        drafter.context_layers)
     evals, ridge = pipeline.stage0(args, drafter, target, features, resume, timer)
+    storage = args.relative_storage()
+    if storage is not None:  # train only what a target-relative checkpoint stores (after the ridge fit)
+        from .low_rank import parametrise
+
+        trained = parametrise(drafter, storage)
+        logger.info("training %d matrices as differences from the target's (%s)", len(trained), storage.to_dict())
     trainer = OneiroTrainer(drafter, target, args, train_dataset=features.train, eval_dataset=features.eval,
                             state_mean=features.mean, state_std=features.std, provenance=data.provenance)
     before_label = "stage 0 (ridge init)" if args.ridge_init else "step 0"
@@ -256,6 +262,7 @@ def train_offline(model_args, data_args, args, target, tokenizer, data, resume, 
         "global_step": trainer.state.global_step,
         "batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
         "learning_rate": args.learning_rate, "max_seq_len": args.max_seq_len, "save_dtype": args.save_dtype,
+        "weights_storage": storage.to_dict() if storage is not None else "whole",
     }
     pipeline.save_outputs(trainer, args, info, evals, timer)
     return drafter

@@ -354,7 +354,8 @@ def save_outputs(trainer, args, info: dict[str, Any], evals: list[tuple[str, dic
     summary = info | {"evals": [{"label": a, **b} for a, b in evals]}
     # the card Hub publishing writes, for a local output: no license or Hub id is known here, so none is claimed
     card = build_model_card(trainer.drafter, repo_id=str(out), base_model=info.get("base_model"),
-                            training_info=summary, dtype=args.save_dtype, for_hub=False)
+                            training_info=summary, dtype=args.save_dtype, for_hub=False,
+                            storage=args.relative_storage())
     card.save(out / "README.md")
     (out / "training_summary.json").write_text(json.dumps(summary, indent=1, default=str))
     for label, m in evals:

@@ -596,7 +596,14 @@ class OneiroTrainer(Trainer):
             )
             for k, v in weights.items()
         }
-        missing, unexpected = drafter.load_state_dict(weights, strict=False)
+        try:
+            missing, unexpected = drafter.load_state_dict(weights, strict=False)
+        except RuntimeError as err:  # same names, other shapes: e.g. another --relative_layer_rank
+            raise CheckpointMismatch(
+                f"{ckpt}/model.safetensors does not match this drafter's shapes ({str(err).splitlines()[-1].strip()}). "
+                "Fix: resume with the settings of that run (e.g. its --relative_layer_rank), or start a new "
+                "--output_dir."
+            ) from err
         if missing or unexpected:
             raise CheckpointMismatch(
                 f"{ckpt}/model.safetensors does not match this drafter (missing {missing[:4]}, unexpected "
@@ -618,12 +625,23 @@ class OneiroTrainer(Trainer):
 
     # ---------------------------------------------------------------- final artefact
     def save_drafter(self, output_dir: str | None = None, dtype: str | None = None) -> Path:
-        """Write the trained drafter (config + safetensors, weights in ``dtype``) for ``from_pretrained``."""
+        """Write the trained drafter (config + safetensors, weights in ``dtype``) for ``from_pretrained``.
+
+        With --relative_layer_rank the low-rank parametrisation is merged first (the drafter in memory becomes a
+        plain one) and the file holds the differences from the target (oneiro_hf.target_relative)."""
         out = Path(output_dir or self.args.output_dir)
         if not self.args.should_save:
             return out
         drafter = self.drafter
         torch_dtype = getattr(torch, dtype or self.args.save_dtype)
+        storage = self.args.relative_storage()
+        if storage is not None:  # trained as differences: fold them in, store them as the differences they are
+            from ..target_relative import save_target_relative
+            from .low_rank import merge
+
+            merge(drafter)
+            save_target_relative(drafter, out, storage, dtype=torch_dtype)
+            return out
         state = {
             k: (v.detach().to(torch_dtype) if v.is_floating_point() else v.detach()).cpu().contiguous()
             for k, v in drafter.state_dict().items()

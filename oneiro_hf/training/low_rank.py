@@ -1,0 +1,110 @@
+"""Training in the target-relative parametrisation: only the differences a target-relative checkpoint stores.
+
+A drafter stored relative to its target (oneiro_hf.target_relative) keeps each copied layer matrix as the
+target's T plus a rank-r difference, and the fusion's token block as identity plus rank t. Truncating a drafter
+trained whole to those ranks afterwards loses acceptance (held-out tau 1.404 -> 1.345 on the 1.5B drafter).
+Trained in that form from the start, nothing is lost when it is saved, and a two-layer drafter's 47M copied
+weights become 2.6M trained ones, which also limits over-fitting on small self-distillation sets.
+
+    parametrise(drafter, storage)  # each stored difference becomes trainable factors; the target's matrix frozen
+    ... train ...
+    merge(drafter)                 # fold the factors into plain weights (save with save_target_relative)
+
+The rule of which tensor is stored how is target_relative.stored_as, so the trained differences are exactly
+the stored ones; every other tensor (fusion state block, norms, biases) trains whole, as without it.
+Parametrised checkpoints hold the factors under `<module>.parametrizations.weight.*`: a run resumes them only
+with the same ranks (OneiroTrainer refuses anything else by name).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+from ..target_relative import RelativeStorage, stored_as
+
+
+class LowRankDifference(nn.Module):
+    """weight = original + a @ b; `original` (the target's matrix, frozen) is the parametrised tensor.
+
+    a: (out, rank), starts at zero, so the drafter starts exactly as it was; b: (rank, in), N(0, 1/rank), so one
+    optimiser step moves an element of the weight about as far as whole training would.
+    """
+
+    def __init__(self, shape: torch.Size, rank: int, like: torch.Tensor) -> None:
+        super().__init__()
+        self.a = nn.Parameter(torch.zeros(shape[0], rank, dtype=like.dtype, device=like.device))
+        self.b = nn.Parameter(torch.randn(rank, shape[1], dtype=like.dtype, device=like.device) / math.sqrt(rank))
+
+    def forward(self, original: torch.Tensor) -> torch.Tensor:
+        return original + self.a @ self.b
+
+
+class FuseDifference(nn.Module):
+    """The fusion weight (hidden, (k + 1) * hidden) = [states block, trained whole | identity + a @ b].
+
+    The token block starts as the best rank-`rank` approximation of its current difference from the identity
+    (exact for a fresh drafter, whose token block is the identity; a ridge fit's block is truncated here).
+    """
+
+    def __init__(self, weight: torch.Tensor, rank: int) -> None:
+        super().__init__()
+        hidden = weight.shape[0]
+        token = weight[:, -hidden:].detach().float()
+        eye = torch.eye(hidden, device=weight.device)
+        u, s, vh = torch.linalg.svd(token - eye, full_matrices=False)
+        root = s[:rank].sqrt()
+        a, b = u[:, :rank] * root, root[:, None] * vh[:rank]
+        if float(s[0]) == 0.0:  # no difference yet: a zero, b random, so that a receives gradients
+            b = torch.randn(rank, hidden, device=weight.device) / math.sqrt(rank)
+        self.states = nn.Parameter(weight[:, :-hidden].detach().clone())
+        self.a = nn.Parameter(a.to(weight.dtype).contiguous())
+        self.b = nn.Parameter(b.to(weight.dtype).contiguous())
+        self.register_buffer("eye", eye.to(weight.dtype), persistent=False)
+
+    def forward(self, original: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.states, self.eye + self.a @ self.b], dim=1)
+
+
+def parametrise(drafter: nn.Module, storage: RelativeStorage) -> list[str]:
+    """Make `drafter` train only what `storage` stores: returns the names of the parametrised weights.
+
+    Each copied layer matrix stored as a difference gets a LowRankDifference (its weight frozen as the
+    reference), the fusion a FuseDifference when the token block is stored as a difference. Raises ValueError
+    (naming the fix) on a drafter that is parametrised already.
+    """
+    if is_parametrised(drafter):
+        raise ValueError("the drafter is parametrised already. Fix: merge(drafter) first, or train it as it is.")
+    modules = dict(drafter.named_modules())
+    names = []
+    for key, value in list(drafter.state_dict().items()):
+        kind = stored_as(key, value, storage)
+        if kind == "whole" or not key.endswith(".weight"):
+            continue
+        module = modules[key[: -len(".weight")]]
+        if kind == "fuse":
+            parametrize.register_parametrization(module, "weight", FuseDifference(module.weight, storage.token_rank))
+        else:
+            parametrize.register_parametrization(
+                module, "weight", LowRankDifference(module.weight.shape, storage.layer_rank, module.weight))
+        module.parametrizations.weight.original.requires_grad_(False)
+        names.append(key)
+    return names
+
+
+def is_parametrised(drafter: nn.Module) -> bool:
+    return any(parametrize.is_parametrized(m) for m in drafter.modules())
+
+
+def merge(drafter: nn.Module) -> None:
+    """Fold every low-rank parametrisation into a plain trainable weight (in place); a no-op without any."""
+    for module in drafter.modules():
+        if parametrize.is_parametrized(module, "weight"):
+            parametrize.remove_parametrizations(module, "weight", leave_parametrized=True)
+            module.weight.requires_grad_(True)
+
+
+__all__ = ["FuseDifference", "LowRankDifference", "is_parametrised", "merge", "parametrise"]
