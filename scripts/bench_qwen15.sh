@@ -7,6 +7,8 @@
 #   scripts/bench_qwen15.sh            # DRAFTER (default runs/train/qwen15), THREADS (default 2), OUT
 # EXTRA adds drafters to compare (NAME=PATH ...; each runs as oneiro-hybrid@NAME), e.g.
 #   DRAFTER=runs/ship EXTRA="full=runs/train/qwen15" scripts/bench_qwen15.sh   # a target-relative copy beside the whole one
+# METHODS replaces the method list (keep oneiro-hybrid@fresh: EXTRA and the fresh drafter always load); PROFILE
+# pins a saved t(k) profile instead of measuring one (e.g. an idle machine's, when this one is disturbed).
 # About 100 minutes on the 2-core CPU; an interrupted run goes on from its last question (--resume).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,12 +18,13 @@ THREADS=${THREADS:-2}
 OUT=${OUT:-runs/q15}
 QUESTIONS=${QUESTIONS:-../shared/data/spec_bench/question.jsonl}
 # the fresh drafter runs in the hybrid only: its latent drafts alone were never accepted (tau 1.00 over 10 turns)
-METHODS=greedy,oneiro-greedy,hf-lookup,oneiro-lookup,oneiro-latent,oneiro-hybrid,oneiro-tree,oneiro-hybrid@fresh
+METHODS=${METHODS:-greedy,oneiro-greedy,hf-lookup,oneiro-lookup,oneiro-latent,oneiro-hybrid,oneiro-tree,oneiro-hybrid@fresh}
 extra=(--extra-drafter fresh=fresh)
 for pair in ${EXTRA:-}; do extra+=(--extra-drafter "$pair"); METHODS+=",oneiro-hybrid@${pair%%=*}"; done
 resume=()
 [ -d "$OUT/bench" ] && resume=(--resume)
 mkdir -p "$OUT"
+[ -n "${PROFILE:-}" ] && [ ! -f "$OUT/profile.json" ] && cp "$PROFILE" "$OUT/profile.json"
 [ -f "$OUT/profile.json" ] || "$BENCH" profile --target qwen2.5-coder-1.5b-instruct --threads "$THREADS" --max-k 16 --context-len 200 \
   --repeats 5 --drafter "$DRAFTER" --out "$OUT/profile.json"
 "$BENCH" --target qwen2.5-coder-1.5b-instruct --drafter "$DRAFTER" "${extra[@]}" "${resume[@]}" \

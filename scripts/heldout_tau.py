@@ -1,0 +1,68 @@
+"""Held-out acceptance of several drafters of one target on the same held-out records: the split oneiro-train
+makes of --data (by id hash, so records held out once stay held out as the data grows), measured as oneiro-train
+measures it (parallel rollouts of --steps draft tokens, tau = expected tokens per target pass).
+
+    python scripts/heldout_tau.py --target qwen2.5-coder-1.5b-instruct \
+        --data data/selfdistill/qwen2.5-coder-1.5b-instruct --feature_cache_dir runs/features/qwen15 \
+        whole=runs/train/qwen15 relative=runs/train/qwen15-relative fresh=fresh
+
+A drafter is NAME=PATH (a saved drafter, either storage) or NAME=fresh (copies of the last two layers, untrained).
+Prints one line per drafter and writes them as JSON with --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from oneiro_hf import OneiroDrafter
+from oneiro_hf.training import features as feat
+from oneiro_hf.training import pipeline
+from oneiro_hf.training.cli import parse_args
+from oneiro_hf.training.trainer import evaluate_drafter
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--feature_cache_dir", required=True)
+    parser.add_argument("--eval_fraction", default="0.05")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out")
+    parser.add_argument("drafters", nargs="+", help="NAME=PATH or NAME=fresh")
+    own = parser.parse_args()
+    torch.set_num_threads(own.threads)
+    model_args, data_args, args = parse_args([
+        "--target", own.target, "--data", own.data, "--feature_cache_dir", own.feature_cache_dir,
+        "--eval_fraction", own.eval_fraction, "--output_dir", "/tmp/heldout_tau", "--report_to", "none",
+        "--feature_batch_tokens", "2048"])
+    target, tokenizer = pipeline.load_target(model_args)
+    data = pipeline.prepare_data(model_args, data_args, args, target, tokenizer, pipeline.Timer())
+    cache = feat.FeatureCache(own.feature_cache_dir, target, args.max_seq_len)
+    cache.build(data.eval, batch_tokens=2048, with_resid=False)
+    held_out = feat.CachedFeatureDataset(cache, data.eval)
+    results = {}
+    for spec in own.drafters:
+        name, path = spec.split("=", 1)
+        if path == "fresh":
+            drafter = OneiroDrafter.from_target(target).bind(target)
+        else:  # evaluated in float32, as oneiro-train evaluates the drafter it trains
+            drafter = OneiroDrafter.from_pretrained(path, target=target).float()
+        start = time.perf_counter()
+        m = evaluate_drafter(drafter, held_out, target, own.steps, None, 2048)
+        results[name] = {"path": path, **{k: m[k] for k in m if k.startswith(("eval_tau", "eval_accept"))}}
+        print(f"{name}: tau {m['eval_tau']:.3f}, first token accepted {m['eval_accept_1']:.3f} "
+              f"({m['eval_positions']:.0f} positions of {len(data.eval)} held-out records, "
+              f"{time.perf_counter() - start:.0f} s)", flush=True)
+    if own.out:
+        with open(own.out, "w") as fh:
+            json.dump({"held_out_records": len(data.eval), "steps": own.steps, "drafters": results}, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
