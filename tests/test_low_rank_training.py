@@ -103,11 +103,16 @@ def test_parametrised_run_resumes_exactly_and_refuses_other_ranks(target, record
         fresh(tmp_path / "c", rank=3).train(resume_from_checkpoint=str(tmp_path / "b" / "checkpoint-4"))
 
 
-def test_cli_saves_the_trained_differences_relative_to_the_target(target, records, tmp_path, capsys) -> None:
+def test_cli_saves_the_trained_differences_relative_to_the_target(target, records, tmp_path, monkeypatch) -> None:
+    published = []
+    monkeypatch.setattr("oneiro_hf.hub.publish_drafter", lambda drafter, repo_id, **kw: published.append(kw) or "ok")
     root = saved_target_and_data(target, records, tmp_path)
     out = tmp_path / "drafter"
-    argv = _argv(root, out, "--relative_layer_rank", "2", "--relative_token_rank", "3", "--save_dtype", "float32")
+    argv = _argv(root, out, "--relative_layer_rank", "2", "--relative_token_rank", "3", "--save_dtype", "float32",
+                 "--push_to_hub", "true", "--hub_model_id", "me/tiny-drafter", "--license", "apache-2.0",
+                 "--target_hub_id", "org/tiny-target")
     assert cli_main(argv) == 0
+    assert published[0]["storage"] == RelativeStorage(layer_rank=2, token_rank=3)  # published as it was saved
     config = json.loads((out / "config.json").read_text())
     assert config["weights_storage"] == {"kind": "target_relative", "layer_rank": 2, "token_rank": 3}
     with safe_open(str(out / "model.safetensors"), "pt") as fh:

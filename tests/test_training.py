@@ -629,6 +629,7 @@ def test_cli_push_to_hub_publishes_once_at_the_end(tiny_dir, tmp_path, monkeypat
     assert repo_id == "me/tiny-drafter" and isinstance(drafter, OneiroDrafter)
     assert kwargs["base_model"] == "org/tiny-target" and kwargs["license"] == "apache-2.0"
     assert kwargs["training_info"] == out / "training_summary.json" and kwargs["dtype"] == "bfloat16"  # --save_dtype default
+    assert kwargs["storage"] is None  # trained whole, published whole
     assert (out / "model.safetensors").is_file()  # saved locally before publishing
 
 

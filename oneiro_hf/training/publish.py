@@ -55,11 +55,14 @@ def plan_hub_push(model_args, args) -> HubPlan | None:
 
 
 def publish_trained_drafter(plan: HubPlan, target, out: Path, save_dtype: str) -> int:
-    """Publish the drafter saved in `out` (loaded onto `target`, as users will); on failure say how to retry
-    (the local drafter stays where it is)."""
-    from .. import OneiroDrafter
+    """Publish the drafter saved in `out` (loaded onto `target`, as users will), stored as it was saved (whole, or
+    relative to the target after --relative_layer_rank); on failure say how to retry (the local drafter stays
+    where it is)."""
+    from .. import OneiroDrafter, OneiroDrafterConfig
     from ..hub import publish_drafter
+    from ..target_relative import RelativeStorage
 
+    storage = RelativeStorage.from_config(OneiroDrafterConfig.from_pretrained(str(out)))
     drafter = OneiroDrafter.from_pretrained(str(out), target=target)
 
     summary = out / "training_summary.json"
@@ -71,6 +74,7 @@ def publish_trained_drafter(plan: HubPlan, target, out: Path, save_dtype: str) -
             license=plan.license,
             training_info=summary if summary.is_file() else None,
             dtype=save_dtype,
+            storage=storage,
             private=plan.private,
             token=plan.token,
             revision=plan.revision,
