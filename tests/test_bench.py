@@ -696,3 +696,22 @@ def test_questions_come_from_the_flag_or_the_environment_never_the_working_direc
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["config"]["questions"] == str((env / "questions.jsonl").resolve())
     assert summary["config"]["n_questions"] == len(QUESTIONS)
+
+
+def test_a_disturbed_profile_is_named_in_the_report_and_a_sound_one_is_not():
+    """The two signs of a disturbed one-token timing (both seen on the 1.5B target: t(2) = 0.65 t(1), and the
+    one-token pass 1.85x slower than stock while a run's same-kernel greedy was the faster): each is reported
+    with the fix; a plausible profile gets no warning."""
+    from oneiro_hf.bench.profile import profile_doubts
+    from oneiro_hf.bench.report import profile_lines
+
+    stock = {"t1_s": 0.308, "ratios": {"1": 1.0, "2": 1.03}, "kernels": "stock"}
+    sound = {"t1_s": 0.268, "ratios": {"1": 1.0, "2": 1.05}, "kernels": "oneiro", "stock": stock}
+    assert profile_doubts(sound) == []
+    assert not any("suspect" in line for line in profile_lines(sound))
+    disturbed = {**sound, "t1_s": 0.570, "ratios": {"1": 1.0, "2": 0.65}}
+    doubts = profile_doubts(disturbed)
+    assert len(doubts) == 2 and "t(2) = 0.65 t(1)" in doubts[0] and "1.85x slower" in doubts[1]
+    assert doubts[-1].endswith("(--latency-profile)")
+    assert sum("**the profile is suspect**" in line for line in profile_lines(disturbed)) == 2
+    assert profile_doubts({**sound, "ratios": {"1": 1.0, "2": 0.7}, "stock": None}) != []  # either sign alone

@@ -149,7 +149,7 @@ def profile_main(argv: list[str]) -> int:
                                           target.config())
     except BenchInputError as err:
         return _fail(err)
-    from .profile import default_profile_path, measure_profile
+    from .profile import default_profile_path, measure_profile, profile_doubts
     from .report import batch_profile_lines
 
     out = Path(args.out) if args.out else default_profile_path(target.label, args.device, args.dtype)
@@ -172,6 +172,8 @@ def profile_main(argv: list[str]) -> int:
         print(f"drafter call ({profile['drafter']}): {profile['drafter_step_s'] * 1000:.2f} ms = "
               f"{profile['drafter_step_ratio']:.3f} t(1)")
     print(f"saved {out}")
+    for doubt in profile_doubts(profile):
+        print(f"WARNING: {doubt}")
     return EXIT_OK
 
 
