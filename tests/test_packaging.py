@@ -15,8 +15,10 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "model_cards" / "drafter_card.md"
 SHIPPED_CARDS = {
-    name: ROOT / "model_cards" / "drafters" / f"{name}.md" for name in ("gemma-3-270m", "smollm2-135m-instruct")
+    name: ROOT / "model_cards" / "drafters" / f"{name}.md"
+    for name in ("gemma-3-270m", "qwen2.5-coder-1.5b-instruct", "smollm2-135m-instruct")
 }
+LARGE_TARGETS = {"qwen2.5-coder-1.5b-instruct"}  # rendering loads the 1.5B target: `make test-large` checks it
 # how the rendered card of each shipped drafter was made (examples/publish.py --dry-run with these flags)
 PUBLISH_FLAGS = {
     "smollm2-135m-instruct": [
@@ -30,6 +32,13 @@ PUBLISH_FLAGS = {
         "--license", "gemma",
         "--bench-summary", str(ROOT / "docs/benchmarks/current/gemma-3-270m/summary.json"),
         "--hardware", "2-core Intel Xeon CPU, one thread per lane",
+    ],
+    "qwen2.5-coder-1.5b-instruct": [  # scripts/ship_qwen15.sh renders it so
+        "--layer-rank", "32", "--token-rank", "256",
+        "--repo-id", "your-org/qwen2.5-coder-1.5b-oneiro-drafter", "--base-model", "Qwen/Qwen2.5-Coder-1.5B-Instruct",
+        "--license", "apache-2.0",
+        "--bench-summary", str(ROOT / "docs/benchmarks/current/qwen2.5-coder-1.5b-instruct/summary.json"),
+        "--hardware", "2-core Intel Xeon CPU, one 2-thread lane",
     ],
 }
 
@@ -96,7 +105,9 @@ def test_wheel_carries_the_template_and_publishes_a_dry_run_from_it(tmp_path):
 
 
 @pytest.mark.real_model
-@pytest.mark.parametrize("name", sorted(SHIPPED_CARDS))
+@pytest.mark.parametrize("name", [
+    pytest.param(name, marks=pytest.mark.large_model) if name in LARGE_TARGETS else name for name in sorted(SHIPPED_CARDS)
+])
 def test_rendered_card_of_each_shipped_drafter_is_current(name, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     proc = subprocess.run(
