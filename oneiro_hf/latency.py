@@ -189,3 +189,31 @@ def load_profile(path: str | Path) -> dict:
                              for b, entry in part["batch"].items()}
             part["batch_t1_per_row"] = {b: entry["t1_s"] / b for b, entry in part["batch"].items()}
     return data
+
+
+# t(2)/t(1) measured on the machines this project ran on lies between 0.85 and 1.6: a two-token pass much cheaper
+# than a one-token pass means the one-token timings were disturbed (another job, memory being reclaimed)
+MIN_PLAUSIBLE_T2_RATIO = 0.8
+# oneiro-hf's one-token pass runs the same weights as the stock one (prepacked copies pay from a few rows on)
+MAX_PLAUSIBLE_KERNEL_SLOWDOWN = 1.5
+
+
+def profile_doubts(profile: dict) -> list[str]:
+    """Why a t(k) profile may not describe its machine (an empty list when nothing is suspect), each sentence
+    ending in the fix. A cost model fed a disturbed t(1) misprices every draft: a t(1) measured too high makes
+    longer verifications look free."""
+    doubts = []
+    ratio = {int(k): v for k, v in profile.get("ratios", {}).items()}.get(2)
+    if ratio is not None and ratio < MIN_PLAUSIBLE_T2_RATIO:
+        doubts.append(f"t(2) = {ratio:.2f} t(1) on oneiro-hf's kernels: a two-token pass far cheaper than a one-token "
+                      "one says the one-token timings were disturbed")
+    stock = profile.get("stock")
+    if isinstance(stock, dict) and stock.get("t1_s") and profile.get("t1_s"):
+        slowdown = profile["t1_s"] / stock["t1_s"]
+        if slowdown > MAX_PLAUSIBLE_KERNEL_SLOWDOWN:
+            doubts.append(f"oneiro-hf's one-token pass measured {slowdown:.2f}x slower than the stock one, though both "
+                          "run the same weights")
+    if doubts:
+        doubts[-1] += (". Fix: measure again with nothing else running, or pin a profile measured on an idle machine "
+                       "(--latency-profile)")
+    return doubts

@@ -702,8 +702,8 @@ def test_a_disturbed_profile_is_named_in_the_report_and_a_sound_one_is_not():
     """The two signs of a disturbed one-token timing (both seen on the 1.5B target: t(2) = 0.65 t(1), and the
     one-token pass 1.85x slower than stock while a run's same-kernel greedy was the faster): each is reported
     with the fix; a plausible profile gets no warning."""
-    from oneiro_hf.bench.profile import profile_doubts
     from oneiro_hf.bench.report import profile_lines
+    from oneiro_hf.latency import profile_doubts
 
     stock = {"t1_s": 0.308, "ratios": {"1": 1.0, "2": 1.03}, "kernels": "stock"}
     sound = {"t1_s": 0.268, "ratios": {"1": 1.0, "2": 1.05}, "kernels": "oneiro", "stock": stock}

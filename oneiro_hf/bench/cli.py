@@ -149,7 +149,8 @@ def profile_main(argv: list[str]) -> int:
                                           target.config())
     except BenchInputError as err:
         return _fail(err)
-    from .profile import default_profile_path, measure_profile, profile_doubts
+    from ..latency import profile_doubts
+    from .profile import default_profile_path, measure_profile
     from .report import batch_profile_lines
 
     out = Path(args.out) if args.out else default_profile_path(target.label, args.device, args.dtype)
