@@ -72,3 +72,23 @@ def test_every_mode_and_cpu_kernels_give_greedys_tokens(qwen15):
             assert torch.equal(out, ref), f"{kwargs} differs from greedy on {prompt!r}"
             accepted += drafter.last_stats.accepted_tokens
     assert accepted > 0  # the rewrite prompt copies its input: drafts are accepted, not only made
+
+
+def test_shipped_drafter_loads_relative_to_its_target_and_its_drafts_are_accepted(qwen15):
+    """drafters/qwen2.5-coder-1.5b-instruct is stored as differences from this target (11 MiB): it is rebuilt from
+    the target, its latent drafts are accepted (a fresh drafter's almost never are), and every mode stays greedy."""
+    from oneiro_hf.loading import default_drafter_dir
+
+    model, tokenizer = qwen15
+    path = default_drafter_dir(NAME)
+    assert path is not None, "drafters/qwen2.5-coder-1.5b-instruct is missing (scripts/ship_qwen15.sh writes it)"
+    drafter = OneiroDrafter.from_pretrained(path, target=model)
+    ids = _ids(tokenizer, PROMPTS[0])
+    ref = model.generate(ids, max_new_tokens=32, do_sample=False)
+    latent = model.generate(ids, max_new_tokens=32, do_sample=False, assistant_model=drafter, oneiro_mode="latent",
+                            oneiro_cost_aware=False)
+    assert torch.equal(latent, ref)
+    assert drafter.last_stats.accepted_tokens > 0
+    for kwargs in ({"oneiro_mode": "hybrid"}, {"oneiro_tree": True}):
+        out = model.generate(ids, max_new_tokens=32, do_sample=False, assistant_model=drafter, **kwargs)
+        assert torch.equal(out, ref), f"{kwargs} differs from greedy"
