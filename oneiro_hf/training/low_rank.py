@@ -34,10 +34,12 @@ class LowRankDifference(nn.Module):
     optimiser step moves an element of the weight about as far as whole training would.
     """
 
-    def __init__(self, shape: torch.Size, rank: int, like: torch.Tensor) -> None:
+    def __init__(self, weight: torch.Tensor, rank: int) -> None:
         super().__init__()
-        self.a = nn.Parameter(torch.zeros(shape[0], rank, dtype=like.dtype, device=like.device))
-        self.b = nn.Parameter(torch.randn(rank, shape[1], dtype=like.dtype, device=like.device) / math.sqrt(rank))
+        out_features, in_features = weight.shape
+        self.a = nn.Parameter(torch.zeros(out_features, rank, dtype=weight.dtype, device=weight.device))
+        self.b = nn.Parameter(torch.randn(rank, in_features, dtype=weight.dtype, device=weight.device)
+                              / math.sqrt(rank))
 
     def forward(self, original: torch.Tensor) -> torch.Tensor:
         return original + self.a @ self.b
@@ -88,8 +90,7 @@ def parametrise(drafter: nn.Module, storage: RelativeStorage) -> list[str]:
         if kind == "fuse":
             parametrize.register_parametrization(module, "weight", FuseDifference(module.weight, storage.token_rank))
         else:
-            parametrize.register_parametrization(
-                module, "weight", LowRankDifference(module.weight.shape, storage.layer_rank, module.weight))
+            parametrize.register_parametrization(module, "weight", LowRankDifference(module.weight, storage.layer_rank))
         module.parametrizations.weight.original.requires_grad_(False)
         names.append(key)
     return names
