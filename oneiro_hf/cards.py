@@ -333,6 +333,7 @@ def _bench_section(summary: dict | None, base_model: str, hardware: str | None, 
                 column["label"] = f"{column['name']} *(differs from greedy)*"
     same_kernel = any("speedup_vs_same_kernel_greedy" in (methods[m].get("overall") or {}) for m in shown)
     return {
+        "speculation": _speculation_rows(methods, shown),
         "methods": columns,
         "rows": rows,
         "cell_meaning": ("speedup over greedy on the same kernels (`oneiro-greedy` for the oneiro methods, which run "
@@ -346,6 +347,23 @@ def _bench_section(summary: dict | None, base_model: str, hardware: str | None, 
         "notes": notes,
         "lossy_methods": lossy_methods,
     }
+
+
+def _speculation_rows(methods: dict, shown: list[str], positions: int = 5) -> list[dict]:
+    """Per speculative method: the drafter's share of wall time and acceptance by draft position (overall)."""
+    rows = []
+    for name in shown:
+        overall = methods[name].get("overall") or {}
+        by_position = overall.get("acceptance_by_position")
+        if not by_position:
+            continue
+        share = overall.get("draft_time_share")
+        rows.append({
+            "name": name,
+            "share": "—" if share is None else f"{100 * share:.1f}%",
+            "positions": ", ".join(f"{100 * p:.0f}%" for p in by_position[:positions]),
+        })
+    return rows
 
 
 def _bench_cell(block: dict | None) -> str:

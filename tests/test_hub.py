@@ -493,6 +493,17 @@ def test_card_metadata_usage_fit_and_measured_table():
     assert "lossy" not in text.split("## Measured speed")[1].split("## How")[0]
 
 
+def test_card_shows_draft_share_and_acceptance_by_position():
+    summary = _summary()
+    summary["methods"]["oneiro-hybrid"]["overall"].update(
+        draft_time_share=0.057, acceptance_by_position=[0.49, 0.31, 0.56, 0.52, 0.49, 0.51]
+    )
+    card = build_model_card(_drafter()[1], license="mit", bench_summary=summary)
+    assert "| oneiro-hybrid | 5.7% | 49%, 31%, 56%, 52%, 49% |" in card.content
+    no_positions = build_model_card(_drafter()[1], license="mit", bench_summary=_summary())
+    assert "acceptance by position" not in no_positions.content
+
+
 def test_card_labels_relaxed_verification_lossy():
     _, drafter = _drafter()
     card = build_model_card(drafter, license="mit", bench_summary=_summary(relaxed=True))
