@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .bench.report import is_relaxed
+from .bench.report import format_value, is_relaxed
 from .checkpoint import WEIGHTS_NAME
 from .configuration_oneiro import FORMAT_VERSION
 from .target_relative import RelativeStorage, stored_size
@@ -350,7 +350,7 @@ def _bench_section(summary: dict | None, base_model: str, hardware: str | None, 
 
 
 def _speculation_rows(methods: dict, shown: list[str], positions: int = 5) -> list[dict]:
-    """Per speculative method: the drafter's share of wall time and acceptance by draft position (overall)."""
+    """Per speculative method: the drafter's share of wall time and acceptance by draft position (overall; "—" at a position no draft reached)."""
     rows = []
     for name in shown:
         overall = methods[name].get("overall") or {}
@@ -360,8 +360,8 @@ def _speculation_rows(methods: dict, shown: list[str], positions: int = 5) -> li
         share = overall.get("draft_time_share")
         rows.append({
             "name": name,
-            "share": "—" if share is None else f"{100 * share:.1f}%",
-            "positions": ", ".join(f"{100 * p:.0f}%" for p in by_position[:positions]),
+            "share": format_value(share, ".1%"),
+            "positions": ", ".join(format_value(p, ".0%") for p in by_position[:positions]),
         })
     return rows
 

@@ -500,6 +500,9 @@ def test_card_shows_draft_share_and_acceptance_by_position():
     )
     card = build_model_card(_drafter()[1], license="mit", bench_summary=summary)
     assert "| oneiro-hybrid | 5.7% | 49%, 31%, 56%, 52%, 49% |" in card.content
+    summary["methods"]["oneiro-hybrid"]["overall"]["acceptance_by_position"] = [0.46, 0.22, None]
+    short = build_model_card(_drafter()[1], license="mit", bench_summary=summary)
+    assert "| oneiro-hybrid | 5.7% | 46%, 22%, — |" in short.content
     no_positions = build_model_card(_drafter()[1], license="mit", bench_summary=_summary())
     assert "acceptance by position" not in no_positions.content
 

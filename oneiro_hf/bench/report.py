@@ -353,7 +353,8 @@ def summarize(records: dict[str, list[dict]], questions: dict | None = None) -> 
 
 
 # ------------------------------------------------------------------------------------------- report
-def _fmt(value, spec: str = ".2f", suffix: str = "") -> str:
+def format_value(value, spec: str = ".2f", suffix: str = "") -> str:
+    """A figure of a summary as text, "—" where it was not measured (None)."""
     if value is None:
         return "—"
     return f"{value:{spec}}{suffix}"
@@ -389,7 +390,7 @@ def report_markdown(summary: dict, plots: dict[str, str] | None = None) -> str:
                 cells.append("")
                 continue
             tau = e["mean_accepted_tokens"]
-            cells.append(f"{_fmt(e.get('speedup_vs_same_kernel_greedy'))}x ({_fmt(e['speedup_vs_greedy'])}x"
+            cells.append(f"{format_value(e.get('speedup_vs_same_kernel_greedy'))}x ({format_value(e['speedup_vs_greedy'])}x"
                          + (f"; tau {tau:.2f}" if tau else "") + ")")
         lines.append(f"| {'**overall**' if cat == 'overall' else cat} | " + " | ".join(cells) + " |")
 
@@ -405,12 +406,12 @@ def report_markdown(summary: dict, plots: dict[str, str] | None = None) -> str:
         flag = " **VIOLATION**" if m in summary.get("lossless_violations", []) else ""
         lines.append(
             f"| {m} | {kind}{flag} | {entry.get('kernels', kernels_of(m))} "
-            f"| {_fmt(e.get('speedup_vs_same_kernel_greedy'))}x ({e.get('same_kernel_baseline', 'greedy')}) "
-            f"| {_fmt(e['speedup_vs_greedy'])}x | {_fmt(e['mean_accepted_tokens'])} "
-            f"| {_fmt(e.get('same_kernel_speedup_per_tau'))} "
-            f"| {_fmt(e['acceptance_rate'], '.1%')} | {e['draft_time_share']:.1%} "
-            f"| {_fmt(e['identical_to_greedy'], '.0%')} | {_fmt(e['exact_match_vs_greedy'], '.0%')} "
-            f"| {_fmt(e['rouge_l_vs_greedy'], '.3f')} |"
+            f"| {format_value(e.get('speedup_vs_same_kernel_greedy'))}x ({e.get('same_kernel_baseline', 'greedy')}) "
+            f"| {format_value(e['speedup_vs_greedy'])}x | {format_value(e['mean_accepted_tokens'])} "
+            f"| {format_value(e.get('same_kernel_speedup_per_tau'))} "
+            f"| {format_value(e['acceptance_rate'], '.1%')} | {e['draft_time_share']:.1%} "
+            f"| {format_value(e['identical_to_greedy'], '.0%')} | {format_value(e['exact_match_vs_greedy'], '.0%')} "
+            f"| {format_value(e['rouge_l_vs_greedy'], '.3f')} |"
         )
     lines += cheap_pass_lines(summary)
 
@@ -442,7 +443,7 @@ def report_markdown(summary: dict, plots: dict[str, str] | None = None) -> str:
         for m in spec_methods:
             rates = summary["methods"][m]["overall"]["acceptance_by_position"][:width]
             rates = rates + [None] * (width - len(rates))
-            lines.append(f"| {m} | " + " | ".join(_fmt(r, ".0%") for r in rates) + " |")
+            lines.append(f"| {m} | " + " | ".join(format_value(r, ".0%") for r in rates) + " |")
 
     if plots:
         lines += ["", "## Plots", ""]
