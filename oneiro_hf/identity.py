@@ -16,12 +16,23 @@ that were fine-tuned, re-quantized or otherwise changed by more than bfloat16 ro
 
 A drafter made from a quantized copy of a model (an oneiro-hf reference model is a GGUF dequantized to float32)
 also records, per tensor, the quantization its values went through (`quantization`, e.g. {"embed_tokens": "Q8_0",
-"layers.28.self_attn.q_proj.weight": "Q4_1"}; a tensor not named went through none). Such a tensor also matches
-when the target holds the original, unquantized weights: each sampled value's 32-value block along the tensor's
-last (contiguous, input) dimension is quantized and dequantized the way llama.cpp's reference quantizers do, and
-the result must agree with the recorded value within one bfloat16 step. Values exactly halfway between two
-quantization steps may round either way, so up to `MAX_QUANTIZED_MISSES` of a tensor's samples may miss both
-rules; a fine-tune or modified copy moves many values out of their quantization cell and is still refused.
+"layers.17.mlp.down_proj.weight": "Q6_K"}; a tensor not named went through none), so that the original weights the
+copy was made from bind too. A quantized value stands for a **cell**: every original value that rounds to it.
+Blocks of 32 or 16 values along the tensor's last (contiguous, input) dimension share one scale:
+
+* Q8_0, Q5_0 and Q4_1 (`REQUANTIZABLE`) are simple roundings: each sampled value's block of the target is quantized
+  and dequantized the way llama.cpp's reference quantizers do (`quantize_dequantize`), and the result must agree
+  with the recorded value within one bfloat16 step. This also checks the block's scale, so a rescaled block fails.
+* The K-quants (Q4_K, Q6_K, ...) choose their scales by a search that cannot be replayed exactly, so the drafter
+  also records each sampled value's cell (`cells`): the step between the levels of its block, read off the
+  dequantized copy (its values lie on a lattice of levels one step apart, `lattice_step`), and whether the value
+  is its block's lowest or highest level. The target's value must lie within half a step of the recorded one; at
+  a block's lowest or highest level up to `EDGE_STEPS` steps beyond it (the scale search can leave a block's
+  extremes outside its range, and llama.cpp clamps them).
+
+Up to `MAX_QUANTIZED_MISSES` of a tensor's samples may miss (rounding ties); a change that moves values out of their
+cells is refused. A change smaller than a cell cannot be told from the original: at 4 bits a cell is about a
+fifteenth of its block's range (docs/hub.md says what binds).
 
 Sampling costs one gather of 64 values per tensor (about 20 tensors), so binding stays cheap.
 """
@@ -45,8 +56,23 @@ CANONICAL_DTYPE = torch.bfloat16
 RELATIVE_TOLERANCE = 2.0**-7  # one bfloat16 step (8 significant bits)
 ABSOLUTE_TOLERANCE = 1e-6  # float16 flushes values this small to zero
 QUANT_BLOCK = 32  # values per Q8_0 / Q4_1 block, along the last dimension
-QUANTIZATIONS = ("Q8_0", "Q4_1")  # the GGUF quantizations whose originals can be recognised
+# GGUF quantization -> (values that share one scale along the last dimension, levels in such a block)
+QUANTIZATIONS: dict[str, tuple[int, int]] = {
+    "Q8_0": (32, 255),
+    "Q4_0": (32, 16),
+    "Q4_1": (32, 16),
+    "Q5_0": (32, 32),
+    "Q5_1": (32, 32),
+    "Q2_K": (16, 4),
+    "Q3_K": (16, 8),
+    "Q4_K": (32, 16),
+    "Q5_K": (32, 32),
+    "Q6_K": (16, 64),
+}
+REQUANTIZABLE = ("Q8_0", "Q5_0", "Q4_1")  # simple roundings: originals recognised by re-quantizing them
 MAX_QUANTIZED_MISSES = 2  # of SAMPLES_PER_TENSOR: ties at .5 may round to the other step
+EDGE_STEPS = 2.0  # a value at its block's lowest or highest level may lie this many steps beyond it
+LATTICE_TOLERANCE = 1e-3  # of a step: how far a dequantized value may sit from its level (float32 rounding)
 _STRIDE = 2654435761  # a large odd multiplier: spreads the sample over the whole flattened tensor
 
 
@@ -102,6 +128,7 @@ def quantize_dequantize(blocks: torch.Tensor, kind: str) -> torch.Tensor:
     """(n, QUANT_BLOCK) float32 blocks -> the same blocks quantized to `kind` and dequantized, like llama.cpp.
 
     Q8_0: d = max|x| / 127, q = round(x / d) (half away from zero), value = q * fp16(d).
+    Q5_0: d = -m / 16 for m the value of largest magnitude, q = min(31, int(x / d + 16.5)), value = (q - 16) * fp16(d).
     Q4_1: d = (max - min) / 15, q = min(15, int((x - min) / d + 0.5)), value = q * fp16(d) + fp16(min).
     """
     x = blocks.to(torch.float32)
@@ -110,6 +137,12 @@ def quantize_dequantize(blocks: torch.Tensor, kind: str) -> torch.Tensor:
         inverse = torch.where(d > 0, 1.0 / d, torch.zeros_like(d))
         q = _round_half_away(x * inverse)
         return q * d.to(torch.float16).to(torch.float32)
+    if kind == "Q5_0":
+        peak = x.gather(1, x.abs().argmax(dim=1, keepdim=True))  # the value of largest magnitude, with its sign
+        d = peak / -16
+        inverse = torch.where(d != 0, 1.0 / d, torch.zeros_like(d))
+        q = torch.clamp(torch.trunc(x * inverse + 16.5), max=31)
+        return (q - 16) * d.to(torch.float16).to(torch.float32)
     if kind == "Q4_1":
         low, high = x.amin(dim=1, keepdim=True), x.amax(dim=1, keepdim=True)
         d = (high - low) / 15
@@ -117,9 +150,23 @@ def quantize_dequantize(blocks: torch.Tensor, kind: str) -> torch.Tensor:
         q = torch.clamp(torch.trunc((x - low) * inverse + 0.5), max=15)
         return q * d.to(torch.float16).to(torch.float32) + low.to(torch.float16).to(torch.float32)
     raise ValueError(
-        f"unknown quantization {kind!r} in base_model_fingerprint; this oneiro-hf knows {', '.join(QUANTIZATIONS)}. "
-        "Fix: pip install --upgrade oneiro-hf."
+        f"cannot re-quantize to {kind!r}: only {', '.join(REQUANTIZABLE)} are re-quantized; other quantizations are "
+        "recognised by their recorded cells. Fix: re-save the drafter with this oneiro-hf while it is bound to the "
+        "reference copy it was made from, so that its fingerprint records cells."
     )
+
+
+def _sampled_blocks(tensor: torch.Tensor, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The block of `block` values (along the last dimension) around each sampled value.
+
+    Returns (SAMPLES_PER_TENSOR, block) float32 blocks and the (SAMPLES_PER_TENSOR,) position of each sampled value
+    in its block.
+    """
+    flat = tensor.detach().reshape(-1)
+    index = sample_indices(flat.numel())
+    starts = (index // block) * block
+    blocks = flat[(starts[:, None] + torch.arange(block)).to(flat.device)].to("cpu", torch.float32)
+    return blocks, index % block
 
 
 def _quantized_sample(tensor: torch.Tensor, kind: str) -> torch.Tensor | None:
@@ -129,11 +176,76 @@ def _quantized_sample(tensor: torch.Tensor, kind: str) -> torch.Tensor | None:
     """
     if tensor.shape[-1] % QUANT_BLOCK:
         return None
-    flat = tensor.detach().reshape(-1)
-    index = sample_indices(flat.numel())
-    starts = (index // QUANT_BLOCK) * QUANT_BLOCK
-    blocks = flat[(starts[:, None] + torch.arange(QUANT_BLOCK)).to(flat.device)].to("cpu", torch.float32)
-    return quantize_dequantize(blocks, kind)[torch.arange(index.numel()), index % QUANT_BLOCK]
+    blocks, position = _sampled_blocks(tensor, QUANT_BLOCK)
+    return quantize_dequantize(blocks, kind)[torch.arange(position.numel()), position]
+
+
+def lattice_step(blocks: torch.Tensor, levels: int) -> torch.Tensor:
+    """(n, b) dequantized blocks -> (n,) the step between adjacent quantization levels of each block.
+
+    Each block's values lie on levels `low + step * q`, q in 0..levels-1: the step is the largest s such that every
+    value's distance from the block's lowest value is a whole number of s (within LATTICE_TOLERANCE of s), found among
+    the smallest gap between distinct values divided by 1, 2, ... A block of one value has step 0; a block whose
+    values lie on no such lattice has step NaN.
+    """
+    values = blocks.to(torch.float64).sort(dim=1).values
+    offsets = values - values[:, :1]
+    span = offsets[:, -1]
+    gaps = offsets[:, 1:] - offsets[:, :-1]
+    gaps = torch.where(gaps > span[:, None] * 1e-6, gaps, torch.full_like(gaps, float("inf")))
+    smallest = gaps.min(dim=1).values
+    step = torch.where(span == 0, torch.zeros_like(span), torch.full_like(span, float("nan")))
+    open_rows = torch.nonzero(span > 0).flatten()
+    for divisor in range(1, levels):
+        if open_rows.numel() == 0:
+            break
+        candidate = smallest[open_rows] / divisor
+        position = offsets[open_rows] / candidate[:, None]
+        on_lattice = (position - position.round()).abs().amax(dim=1) <= LATTICE_TOLERANCE
+        fits = on_lattice & (position[:, -1].round() <= levels - 1)
+        step[open_rows[fits]] = candidate[fits]
+        open_rows = open_rows[~fits]
+    return step.to(torch.float32)
+
+
+_EDGES = {(False, False): ".", (True, False): "-", (False, True): "+", (True, True): "="}
+
+
+def quantization_cells(tensor: torch.Tensor, kind: str, name: str = "tensor") -> dict[str, str] | None:
+    """The cells of the sampled values of a dequantized quantized tensor: {"step": encoded steps, "edge": "-+=."}.
+
+    edge per sample: "-" the value is its block's lowest level, "+" its highest, "=" both (one level), "." neither.
+    None when the values do not lie on the lattice `kind` makes: they are not a dequantized copy (fine-tuned since),
+    or were read in a narrower dtype than the copy's float32.
+    """
+    block, levels = QUANTIZATIONS[kind]
+    if tensor.shape[-1] % block:
+        raise ValueError(
+            f"{name} has a last dimension of {tensor.shape[-1]}, not a multiple of {kind}'s block of {block} values, "
+            f"so it cannot have been quantized to {kind}. Fix: correct the quantization record of {name}."
+        )
+    blocks, position = _sampled_blocks(tensor, block)
+    step = lattice_step(blocks, levels)
+    if bool(step.isnan().any()):
+        return None
+    value = blocks[torch.arange(position.numel()), position]
+    low, high = value == blocks.amin(dim=1), value == blocks.amax(dim=1)
+    edge = "".join(_EDGES[(bool(lo), bool(hi))] for lo, hi in zip(low, high))
+    return {"step": _encode(step), "edge": edge}
+
+
+def _outside_cells(expected: torch.Tensor, actual: torch.Tensor, cells: dict[str, str]) -> torch.Tensor:
+    """Per value: whether `actual` lies outside the recorded quantization cell of `expected` (plus one bf16 step)."""
+    step = _decode(cells["step"])
+    actual = actual.to(CANONICAL_DTYPE).to(torch.float32)
+    slack = RELATIVE_TOLERANCE * torch.maximum(expected.abs(), actual.abs()) + ABSOLUTE_TOLERANCE
+    half = step * (0.5 + RELATIVE_TOLERANCE)  # the step itself was stored in bfloat16
+    below = torch.tensor([edge in "-=" for edge in cells["edge"]])
+    above = torch.tensor([edge in "+=" for edge in cells["edge"]])
+    lower = torch.where(below, step * EDGE_STEPS, half) + slack
+    upper = torch.where(above, step * EDGE_STEPS, half) + slack
+    gap = actual - expected
+    return (gap > upper) | (-gap > lower)
 
 
 def _outside_tolerance(expected: torch.Tensor, actual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -149,8 +261,8 @@ def compute_fingerprint(
 ) -> dict[str, Any]:
     """The JSON-ready fingerprint of `tensors` (see the module docstring); `source` says what the weights were.
 
-    quantization: tensor name -> the quantization ("Q8_0", "Q4_1") the weights went through when they are a
-    dequantized quantized copy; names not in `tensors` are dropped.
+    quantization: tensor name -> the quantization (a key of QUANTIZATIONS) the weights went through when they are a
+    dequantized quantized copy; names not in `tensors` are dropped. Each such tensor's cells are recorded too.
     """
     samples = {}
     for name, tensor in tensors.items():
@@ -174,7 +286,25 @@ def compute_fingerprint(
     for kind in set(quantization.values()) - set(QUANTIZATIONS):
         raise ValueError(f"unknown quantization {kind!r}. Fix: use one of {', '.join(QUANTIZATIONS)} or none.")
     if quantization:
-        fingerprint["quantization"] = dict(sorted(quantization.items()))
+        cells = {name: quantization_cells(tensors[name], kind, name) for name, kind in sorted(quantization.items())}
+        off_lattice = sorted(name for name, found in cells.items() if found is None)
+        if off_lattice:
+            warnings.warn(
+                f"{len(off_lattice)} tensors of the base model ({', '.join(off_lattice[:3])}"
+                f"{', ...' if len(off_lattice) > 3 else ''}) are recorded as quantized but their values do not lie on "
+                "quantization levels: the model was changed since it was dequantized, or loaded in a narrower dtype. "
+                "The drafter records their values as they are, so it binds these weights only, not the original model "
+                "behind the quantized copy. Fix: to bind the original too, make the drafter from the reference copy "
+                "loaded in float32.",
+                UserWarning,
+                stacklevel=2,
+            )
+        kept = {name: kind for name, kind in sorted(quantization.items()) if cells[name] is not None}
+        if kept:
+            fingerprint["quantization"] = kept
+        by_cells = {name: cells[name] for name, kind in kept.items() if kind not in REQUANTIZABLE}
+        if by_cells:
+            fingerprint["cells"] = by_cells
     return fingerprint
 
 
@@ -196,8 +326,9 @@ class WeightDifference:
 def compare_fingerprint(recorded: dict[str, Any], tensors: dict[str, torch.Tensor]) -> list[WeightDifference]:
     """Every fingerprinted tensor whose sample in `tensors` differs from `recorded` beyond the tolerance.
 
-    A tensor recorded with a quantization also matches when the target's values quantize-dequantize to the
-    recorded ones, with up to MAX_QUANTIZED_MISSES samples missing (rounding ties; see the module docstring).
+    A tensor recorded with a quantization also matches when the target's values lie in the recorded cells (or, for
+    a record without cells, quantize-dequantize to the recorded values), with up to MAX_QUANTIZED_MISSES samples
+    missing (see the module docstring).
     """
     if int(recorded.get("version", 0)) != FINGERPRINT_VERSION:
         raise ValueError(
@@ -217,18 +348,29 @@ def compare_fingerprint(recorded: dict[str, Any], tensors: dict[str, torch.Tenso
             found.append(WeightDifference(name, -1, expected.numel(), float("inf")))
             continue
         bad, relative = _outside_tolerance(expected, actual)
-        kind = recorded.get("quantization", {}).get(name)
-        if bool(bad.any()) and kind is not None:
-            requantized = _quantized_sample(tensor, kind)
-            if requantized is not None:
-                bad_quantized, relative_quantized = _outside_tolerance(expected, requantized)
-                bad = bad & bad_quantized
-                relative = torch.minimum(relative, relative_quantized)
-                if int(bad.sum()) <= MAX_QUANTIZED_MISSES:
-                    continue
+        if bool(bad.any()):
+            bad = bad & _outside_quantization(recorded, name, tensor, expected, actual)
+            if name in recorded.get("quantization", {}) and int(bad.sum()) <= MAX_QUANTIZED_MISSES:
+                continue
         if bool(bad.any()):
             found.append(WeightDifference(name, int(bad.sum()), expected.numel(), float(relative.max())))
     return found
+
+
+def _outside_quantization(
+    recorded: dict[str, Any], name: str, tensor: torch.Tensor, expected: torch.Tensor, actual: torch.Tensor
+) -> torch.Tensor:
+    """Per value: whether it also fails to be the original of the recorded quantized value (all True: not quantized).
+
+    Q8_0, Q5_0, Q4_1 (REQUANTIZABLE): re-quantized like llama.cpp, it differs. Other kinds: outside its recorded cell.
+    """
+    kind = recorded.get("quantization", {}).get(name)
+    everywhere = torch.ones_like(expected, dtype=torch.bool)
+    if kind in REQUANTIZABLE:
+        requantized = _quantized_sample(tensor, kind)
+        return everywhere if requantized is None else _outside_tolerance(expected, requantized)[0]
+    cells = recorded.get("cells", {}).get(name)
+    return everywhere if kind is None or cells is None else _outside_cells(expected, actual, cells)
 
 
 _warned_unfingerprinted: set[str] = set()

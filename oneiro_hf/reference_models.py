@@ -103,6 +103,75 @@ class ReferenceModelSpec:
         return found
 
 
+# GGUF tensor names -> oneiro_hf.identity's names (the tensors a drafter's fingerprint samples)
+_GGUF_MODEL_TENSORS = {"token_embd.weight": "embed_tokens", "output.weight": "lm_head", "output_norm.weight": "norm.weight"}
+_GGUF_LAYER_TENSORS = {
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+}
+_UNQUANTIZED_GGUF_TYPES = ("F32", "F16", "BF16", "F64")
+
+
+def _q4_k_m_table(
+    more_bits_layers: Sequence[int], embed: str, head: str | None, value: tuple[str, str], down: tuple[str, str],
+    others: str, **per_tensor: str,
+) -> tuple[tuple[str, str], ...]:
+    """A Q4_K_M file's quantization table: llama.cpp gives `v_proj` and `down_proj` more bits in some layers.
+
+    value, down: (kind in `more_bits_layers`, kind elsewhere); others: every other projection's kind, unless
+    `per_tensor` names it (e.g. o_proj="Q4_K").
+    """
+    table = [("embed_tokens", embed)] + ([("lm_head", head)] if head else [])
+    for i in more_bits_layers:
+        table += [(f"layers.{i}.self_attn.v_proj.weight", value[0]), (f"layers.{i}.mlp.down_proj.weight", down[0])]
+    table += [("layers.*.self_attn.v_proj.weight", value[1]), ("layers.*.mlp.down_proj.weight", down[1])]
+    table += [(f"layers.*.self_attn.{name}.weight", kind) for name, kind in per_tensor.items()]
+    table += [("layers.*.self_attn.[qko]_proj.weight", others), ("layers.*.mlp.*_proj.weight", others)]
+    return tuple(table)
+
+
+def gguf_quantization(gguf_path: str | Path) -> dict[str, str]:
+    """Each quantized tensor of a GGUF file that a drafter's fingerprint samples: identity name -> GGUF type."""
+    from gguf import GGUFReader
+
+    found = {}
+    for tensor in GGUFReader(str(gguf_path)).tensors:
+        name = identity_name(tensor.name)
+        if name is not None and tensor.tensor_type.name not in _UNQUANTIZED_GGUF_TYPES:
+            found[name] = tensor.tensor_type.name
+    return found
+
+
+def identity_name(gguf_name: str) -> str | None:
+    """The name oneiro_hf.identity gives the GGUF tensor `gguf_name` (e.g. blk.3.ffn_down.weight), if it samples it."""
+    match = re.fullmatch(r"blk\.(\d+)\.(.+)", gguf_name)
+    if match:
+        layer_tensor = _GGUF_LAYER_TENSORS.get(match.group(2))
+        return None if layer_tensor is None else f"layers.{match.group(1)}.{layer_tensor}"
+    return _GGUF_MODEL_TENSORS.get(gguf_name)
+
+
+def check_quantization_table(spec: ReferenceModelSpec, gguf_path: str | Path) -> None:
+    """Fail when `spec.quantization` does not say what the GGUF file really holds (drafters record that table)."""
+    actual = gguf_quantization(gguf_path)
+    declared = spec.quantization_of(actual)
+    wrong = sorted(name for name in actual if declared.get(name) != actual[name])
+    if wrong:
+        shown = ", ".join(f"{name}: file {actual[name]}, table {declared.get(name)}" for name in wrong[:5])
+        raise RuntimeError(
+            f"The quantization table of reference model {spec.name!r} disagrees with {spec.gguf_file} on "
+            f"{len(wrong)} tensors ({shown}). Drafters made from this copy would record the wrong cells. Fix: correct "
+            f"`quantization` for {spec.name!r} in REFERENCE_MODELS (oneiro_hf/reference_models.py)."
+        )
+
+
 REFERENCE_MODELS: dict[str, ReferenceModelSpec] = {
     spec.name: spec
     for spec in (
@@ -132,6 +201,10 @@ REFERENCE_MODELS: dict[str, ReferenceModelSpec] = {
             has_chat_template=True,
             architecture="Qwen2ForCausalLM",
             hub_id="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+            quantization=_q4_k_m_table(
+                (0, 1, 3, 6, 7, 8, 9, 10, 13, 16, 19, 21), embed="Q5_0", head="Q8_0", value=("Q8_0", "Q5_0"),
+                down=("Q6_K", "Q4_K"), others="Q5_0",
+            ),
         ),
         ReferenceModelSpec(
             name="qwen2.5-coder-1.5b-instruct",
@@ -145,6 +218,10 @@ REFERENCE_MODELS: dict[str, ReferenceModelSpec] = {
             has_chat_template=True,
             architecture="Qwen2ForCausalLM",
             hub_id="Qwen/Qwen2.5-Coder-1.5B-Instruct",
+            quantization=_q4_k_m_table(
+                (0, 1, 5, 6, 7, 8, 9, 10, 13, 16, 19, 21, 24, 27), embed="Q4_K", head="Q6_K", value=("Q6_K", "Q4_K"),
+                down=("Q6_K", "Q4_K"), others="Q4_K",
+            ),
         ),
         ReferenceModelSpec(
             name="gemma-3-270m",
@@ -159,6 +236,10 @@ REFERENCE_MODELS: dict[str, ReferenceModelSpec] = {
             has_chat_template=False,
             architecture="Gemma3ForCausalLM",
             hub_id="google/gemma-3-270m",
+            quantization=_q4_k_m_table(
+                (0, 1, 4, 7, 10, 13, 15, 16, 17), embed="Q8_0", head=None, value=("Q8_0", "Q5_0"),
+                down=("Q6_K", "Q4_K"), others="Q5_0", o_proj="Q4_K",
+            ),
         ),
     )
 }
@@ -363,6 +444,7 @@ def fetch_reference_model(name: str, cache_dir: str | Path | None = None, gguf: 
             else:
                 t1 = time.perf_counter()
                 sha = _copy_local_gguf(spec, Path(gguf), gguf_dir / spec.gguf_file)
+            check_quantization_table(spec, gguf_dir / spec.gguf_file)
             t2 = time.perf_counter()
             staged = work / HF_SUBDIR
             _convert_to_safetensors(spec, gguf_dir, staged)

@@ -146,9 +146,12 @@ def test_canonical_id_of_a_reference_copy_comes_from_its_marker(tmp_path):
     assert canonical_model_id(model) == str(tmp_path)
     (tmp_path / MARKER_FILE).write_text(json.dumps({"name": "smollm2-135m-instruct"}))
     assert canonical_model_id(model) == "HuggingFaceTB/SmolLM2-135M-Instruct"
-    drafter = OneiroDrafter.from_target(model)
+    # random weights marked as the reference copy are not its dequantized values: recorded as they are, and said so
+    with pytest.warns(UserWarning, match="do not lie on quantization levels"):
+        drafter = OneiroDrafter.from_target(model)
     assert drafter.config.base_model_name_or_path == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert "reference copy 'smollm2-135m-instruct'" in drafter.config.base_model_fingerprint["source"]
+    assert "quantization" not in drafter.config.base_model_fingerprint
 
 
 @pytest.mark.real_model
