@@ -77,7 +77,23 @@ def test_benchmark_writes_a_summary_and_prints_it(tmp_path):
     assert "lossless violations: none" in out
 
 
-@pytest.mark.parametrize("name", ["quickstart.py", "train_drafter.py", "benchmark.py"])
+def test_demo_measures_every_mode_against_greedy_on_the_same_kernels():
+    out = run_example("demo.py", "--rounds", "1", "--max-new-tokens", "12")
+    assert "speedups are over oneiro-greedy: plain greedy inside oneiro_hf.cpu_kernels" in out
+    for prompt in out.split("PROMPT: ")[1:]:
+        lines = {line.split(":")[0].strip(): line for line in prompt.splitlines() if " tok/s " in line}
+        assert list(lines) == ["greedy", "oneiro-greedy", "lookup", "latent", "hybrid"]
+        # the baseline's own ratio over itself is exactly 1, and every text equals stock greedy's
+        assert "1.00x same-kernel greedy" in lines["oneiro-greedy"]
+        for method, line in lines.items():
+            assert line.endswith("identical to greedy: True"), line
+            same_kernel = float(line.split("x same-kernel greedy")[0].split()[-1])
+            stock = float(line.split("x vs stock)")[0].split("(")[-1])
+            tps = float(line.split(":")[1].split()[0])
+            assert same_kernel > 0 and stock > 0 and tps > 0, method
+
+
+@pytest.mark.parametrize("name", ["quickstart.py", "train_drafter.py", "benchmark.py", "demo.py"])
 def test_examples_document_their_tiny_flag(name):
     text = (EXAMPLES / name).read_text()
     assert text.startswith('"""') and "--tiny" in text.split('"""')[1]
