@@ -170,8 +170,8 @@ class DraftingSettings:
     prepack_max_memory: float | None = setting(
         None, check=_prepack_max_memory_check,
         doc="with `prepack_cpu_weights`: the reordered copies take at most this fraction of the target's own bytes, "
-        "the layers that save the most time per byte first (0.45 held a float32 Qwen2.5-Coder-1.5B + copies at "
-        "1.52x its weights); `None`: every layer that gains is copied",
+        "the layers that save the most time per byte first (at 0.45 a float32 Qwen2.5-Coder-1.5B ran 107 of its 197 "
+        "linear layers prepacked); `None`: every layer that gains is copied",
     )
     context_window: int | None = setting(
         1024, check=_context_window_check,
