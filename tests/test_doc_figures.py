@@ -107,12 +107,12 @@ def test_the_readme_headline_is_the_current_runs():
     latent, same = smol["oneiro-latent"], "speedup_vs_same_kernel_greedy"
     expected = [
         f"profile t(2..8)/t(1) = {profile['2']:.2f}-{profile['8']:.2f} on the same kernels",
-        f"the hybrid is **{hybrid[same]:.2f}x** same-kernel greedy ({hybrid['speedup_vs_greedy']:.2f}x stock "
+        (f"the hybrid is **{hybrid[same]:.2f}x** same-kernel greedy ({hybrid['speedup_vs_greedy']:.2f}x stock "
         f"greedy; {hybrid['mean_accepted_tokens']:.2f} tokens per target pass), the tree {tree[same]:.2f}x, "
         f"oneiro's prompt lookup {lookup[same]:.2f}x, and the latent drafter alone {latent[same]:.2f}x "
-        f"({latent['acceptance_by_position'][0]:.0%} of its first draft tokens accepted)",
-        f"transformers' prompt lookup is {smol['hf-lookup']['speedup_vs_greedy']:.2f}x stock greedy, and "
-        f"{smol['hf-lookup-kernels'][same]:.2f}x when run inside the same kernels",
+        f"({latent['acceptance_by_position'][0]:.0%} of its first draft tokens accepted)"),
+        (f"transformers' prompt lookup is {smol['hf-lookup']['speedup_vs_greedy']:.2f}x stock greedy, and "
+        f"{smol['hf-lookup-kernels'][same]:.2f}x when run inside the same kernels"),
         f"hybrid {gemma['oneiro-hybrid'][same]:.2f}x same-kernel greedy",
         f"The hybrid is {hybrid['tokens_per_s'] / lookup['tokens_per_s']:.2f}x oneiro's prompt lookup on SmolLM2",
     ]
@@ -134,3 +134,37 @@ def test_the_readme_batch_caveat_is_the_worst_batched_row():
     )
     assert worst[1:] == ("oneiro-tree", 16)
     assert f"with a batch of 16 prompts the tree measured {worst[0]:.2f}x batched greedy on the same kernels" in readme
+
+
+def _run_pinned(run: Path) -> bool:
+    configs = [json.loads((run / "run_config.json").read_text())] if (run / "run_config.json").is_file() else []
+    configs.append(json.loads((run / "summary.json").read_text()).get("config", {}))
+    return any(config.get("pin_profile") == "h200" for config in configs)
+
+
+def test_a_committed_h200_breakdown_says_pinned_only_for_a_pinned_run():
+    from oneiro_hf.tree.cost import H200_NOT_PINNED, H200_PINNED
+
+    breakdowns = sorted((DOCS / "benchmarks").rglob("breakdown_h200*.md"))
+    assert breakdowns
+    for path in breakdowns:
+        text = path.read_text()
+        if H200_PINNED in text or H200_NOT_PINNED in text:
+            assert (H200_PINNED in text) == _run_pinned(path.parent), path
+
+
+def test_a_breakdown_states_pinned_decisions_from_the_runs_config(tmp_path):
+    from oneiro_hf.bench.cli import h200_assumptions
+    from oneiro_hf.tree.cost import H200_NOT_PINNED, H200_PINNED, H200_PROFILE
+
+    for pin, expected in ((None, H200_NOT_PINNED), ("h200", H200_PINNED)):
+        run = tmp_path / str(pin)
+        run.mkdir()
+        (run / "run_config.json").write_text(json.dumps({"pin_profile": pin}))
+        assumptions = h200_assumptions(run, H200_PROFILE)
+        assert expected in assumptions and len(assumptions) == len(H200_PROFILE["assumptions"])
+    older = tmp_path / "older"  # a run_config.json from before pin_profile was stored: summary.json's config
+    older.mkdir()
+    (older / "run_config.json").write_text(json.dumps({"target": "t"}))
+    (older / "summary.json").write_text(json.dumps({"config": {"pin_profile": "h200"}}))
+    assert H200_PINNED in h200_assumptions(older, H200_PROFILE)

@@ -196,6 +196,21 @@ def _breakdown_parser() -> argparse.ArgumentParser:
     return p
 
 
+def h200_assumptions(run: str | Path, profile: dict) -> list[str]:
+    """The H200 profile's assumptions as they hold for `run`: its decisions were pinned to the profile only when
+    the run was made with --pin-profile h200 (recorded in run_config.json or summary.json's config)."""
+    from ..tree.cost import H200_NOT_PINNED, H200_PINNED
+
+    configs = []
+    for name in ("run_config.json", "summary.json"):
+        path = Path(run) / name
+        if path.is_file():
+            data = json.loads(path.read_text())
+            configs.append(data.get("config", {}) if name == "summary.json" else data)
+    pinned = any(config.get("pin_profile") == "h200" for config in configs)
+    return [H200_NOT_PINNED if a == H200_PINNED and not pinned else a for a in profile["assumptions"]]
+
+
 def breakdown_main(argv: list[str]) -> int:
     args = _breakdown_parser().parse_args(argv)
     from ..latency import load_profile
@@ -224,7 +239,7 @@ def breakdown_main(argv: list[str]) -> int:
         text = f"What-if: every drafter call priced at {ratio:g} x t(1) (modelled).\n\n" + text
     if h200:
         text = ("Modelled on the H200 profile (docs/gpu.md); measured columns are this machine's. The model's "
-                "assumptions:\n" + "".join(f"- {a}\n" for a in profile["assumptions"]) + "\n" + text)
+                "assumptions:\n" + "".join(f"- {a}\n" for a in h200_assumptions(args.run, profile)) + "\n" + text)
     run = Path(args.run)
     name = ("breakdown_h200" if h200 else "breakdown") + (f"_call{ratio:g}" if ratio is not None else "")
     (run / f"{name}.md").write_text(text)

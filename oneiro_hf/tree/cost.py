@@ -28,11 +28,15 @@ H200_RATIOS: dict[int, float] = {1: 1.0, 2: 1.167, 3: 1.155, 4: 1.159, 6: 1.177,
 # target. The only raw record (drafter_step_ratio 2.04) predates a fix to the step; 0.15-0.18 is what the lease's
 # log reported afterwards (docs/gpu.md). The next GPU lease records it (scripts/device_profile_step.py).
 H200_DRAFTER_CALL_RATIO = 0.18
-# every modelled H200 figure rests on these; `assumptions` travels with the profile into breakdowns and reports
+# every modelled H200 figure rests on these; `assumptions` travels with the profile into breakdowns and reports.
+# A breakdown of a run made without --pin-profile h200 swaps H200_PINNED for H200_NOT_PINNED (bench/cli.py).
+H200_PINNED = "draft and tree decisions pinned to this profile (--pin-profile h200), acceptance from the CPU run's drafts"
+H200_NOT_PINNED = ("draft and tree decisions NOT pinned: the run chose them from this CPU's own t(k) (no --pin-profile "
+                   "h200), so the H200 profile prices passes it did not choose; acceptance from the CPU run's drafts")
 H200_ASSUMPTIONS = (
     "t(k)/t(1) measured on one H200 for a SmolLM2-135M-shaped target, bf16, 512 cached tokens; Gemma reuses it",
     "drafter call priced at 0.18 t(1): assumed (no raw record after the step's fix)",
-    "draft and tree decisions pinned to this profile (--pin-profile h200), acceptance from the CPU run's drafts",
+    H200_PINNED,
     "not modelled: the decoding loop's own overhead, sampling, kernel launch and synchronisation beyond t(k)",
 )
 H200_PROFILE = {"t1_s": 0.02004, "ratios": H200_RATIOS, "drafter_step_ratio": H200_DRAFTER_CALL_RATIO,
