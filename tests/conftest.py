@@ -6,6 +6,7 @@ import os
 
 import pytest
 import torch
+from expected_skips import expected_skip
 from tiny import (  # noqa: F401 - also importable from conftest for test files written before tests/tiny.py
     ARCHS,
     MODEL_CLASSES,
@@ -27,15 +28,37 @@ _ONE_THREAD_MODULES = {"test_core_equality", "test_bad_inputs", "test_save_load"
                        "test_drafter_window"}
 
 
+def _fail_on_unexpected_skips() -> bool:
+    return os.environ.get("ONEIRO_FAIL_ON_SKIP") == "1"
+
+
+def _skip_reason(report) -> str:
+    return report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+
+
+def _unexpected(report, nodeid: str) -> None:
+    """With ONEIRO_FAIL_ON_SKIP=1 (`make test`, CI): turn a skip that tests/expected_skips.py does not list into a
+    failure that names its reason."""
+    if not (report.skipped and _fail_on_unexpected_skips()) or hasattr(report, "wasxfail"):
+        return
+    reason = _skip_reason(report)
+    if expected_skip(nodeid, reason) is None:
+        report.outcome = "failed"
+        report.longrepr = (f"unexpected skip of {nodeid} (ONEIRO_FAIL_ON_SKIP=1): {reason}\nFix: make it run here, "
+                           "or list it with the reason it is legitimate in tests/expected_skips.py.")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    """With ONEIRO_FAIL_ON_SKIP=1 (CI), a skipped test marked `required` counts as a failure, naming the reason."""
     outcome = yield
-    report = outcome.get_result()
-    if report.skipped and os.environ.get("ONEIRO_FAIL_ON_SKIP") == "1" and item.get_closest_marker("required"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        report.outcome = "failed"
-        report.longrepr = f"required test skipped (ONEIRO_FAIL_ON_SKIP=1): {reason}"
+    _unexpected(outcome.get_result(), item.nodeid)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """A module that skips as a whole (a module-level skip or importorskip) is judged like a test."""
+    outcome = yield
+    _unexpected(outcome.get_result(), collector.nodeid)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -46,8 +46,7 @@ def test_smollm2_all_modes_identical_to_greedy(smollm2, drafter_kind):
     model, tokenizer, name = smollm2
     if drafter_kind == "shipped":
         path = default_drafter_dir(name)
-        if path is None:
-            pytest.skip("no trained drafter shipped for this target yet")
+        assert path is not None, f"drafters/{name} (the shipped drafter) is missing"
         drafter = OneiroDrafter.from_pretrained(path, target=model)
     else:
         # A reduced draft vocabulary keeps the untrained drafter's readout cheap; any subset is lossless.
