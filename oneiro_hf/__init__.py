@@ -10,6 +10,7 @@ from . import assistant_guard
 from .compat import UnsupportedTransformersVersion, check_transformers_version
 from .configuration_oneiro import OneiroDrafterConfig
 from .cpu_kernels import Kernels, cpu_kernels
+from .generate_inputs import UnsupportedGenerateCall
 from .modeling_oneiro import DrafterBusy, OneiroDrafter
 from .stats import DraftStats
 from .targets import DrafterTargetMismatch, UnsupportedTarget
@@ -27,6 +28,7 @@ __all__ = [
     "Kernels",
     "OneiroDrafter",
     "OneiroDrafterConfig",
+    "UnsupportedGenerateCall",
     "UnsupportedTarget",
     "UnsupportedTransformersVersion",
     "check_transformers_version",

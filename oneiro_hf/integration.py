@@ -20,6 +20,7 @@ from typing import Any
 
 from .compat import check_transformers_version
 from .cpu_kernels import cpu_kernels
+from .generate_inputs import check_no_custom_generate, check_unmasked_batch, left_padding, pad_token_id
 from .settings import DraftingSettings
 
 _HOOK_MARK = "_oneiro_hooked"
@@ -76,6 +77,7 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
         )
     input_ids = kwargs.get("input_ids", kwargs.get("inputs", args[0] if args else None))
     rows = input_ids.shape[0] if input_ids is not None and input_ids.dim() == 2 else 1
+    _check_inputs(self, input_ids, kwargs, rows)
     if rows > 1:  # several prompts: the batched loop, with tree or chain settings alike
         _check_batch_call(settings, kwargs, rows)
         from .compat import check_tree_supported
@@ -93,8 +95,6 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
 
         check_tree_supported()
 
-        if kwargs.get("custom_generate") is not None:
-            raise ValueError("oneiro_tree=True runs its own custom_generate. Fix: drop custom_generate, or oneiro_tree.")
         tree_settings = TreeSettings.from_drafting_settings(settings)
         kwargs.pop("assistant_model")  # generate prepares plain greedy/sampling; the drafter travels in the closure
         kwargs["custom_generate"] = tree_generate_function(drafter, tree_settings, kwargs.get("streamer"))
@@ -107,8 +107,20 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
         return type(self).generate(self, *args, **kwargs)
 
 
+def _check_inputs(model, input_ids, kwargs: dict[str, Any], rows: int) -> None:
+    """What no call with a drafter takes (`generate_inputs`): its own `custom_generate`, padding only or padding
+    that is not on the left in the attention mask passed, a batch without one whose rows end with the pad token."""
+    check_no_custom_generate(kwargs, rows)
+    if input_ids is None or input_ids.dim() != 2:
+        return
+    if kwargs.get("attention_mask") is not None:
+        left_padding(kwargs["attention_mask"], input_ids)
+    else:
+        check_unmasked_batch(input_ids, pad_token_id(kwargs, model.generation_config))
+
+
 def _check_batch_call(settings: DraftingSettings, kwargs: dict[str, Any], rows: int) -> None:
-    """What a batch of prompts cannot do with a drafter: stream, use a lossy criterion, or bring its own loop."""
+    """What a batch of prompts cannot do with a drafter: stream, or use a lossy criterion."""
     if kwargs.get("streamer") is not None:
         raise ValueError(
             f"a streamer shows one sequence, but this call generates {rows} (transformers' TextStreamer refuses "
@@ -119,9 +131,6 @@ def _check_batch_call(settings: DraftingSettings, kwargs: dict[str, Any], rows: 
             f"verification={settings.verification!r} is a lossy chain criterion for one sequence; a batch of prompts "
             "is verified strictly. Fix: drop oneiro_verification, or call generate once per prompt."
         )
-    if kwargs.get("custom_generate") is not None:
-        raise ValueError("a batch with a drafter runs its own custom_generate. Fix: drop custom_generate, or "
-                         "assistant_model.")
 
 
 def _oneiro_get_candidate_generator(self, generation_config, *args: Any, **kwargs: Any):
@@ -130,6 +139,9 @@ def _oneiro_get_candidate_generator(self, generation_config, *args: Any, **kwarg
         return type(self)._get_candidate_generator(self, generation_config, *args, **kwargs)
     from .candidate_generator import OneiroCandidateGenerator
 
+    model_kwargs = kwargs.get("model_kwargs") or {}
+    if model_kwargs.get("attention_mask") is not None:  # as generate made it (from pad tokens) where none was passed
+        left_padding(model_kwargs["attention_mask"], kwargs.get("input_ids", model_kwargs["attention_mask"]))
     return OneiroCandidateGenerator(  # it finds the call's session itself (drafter.session_for_call)
         assistant,
         generation_config,

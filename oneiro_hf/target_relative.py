@@ -153,26 +153,30 @@ def absolute_state(
     missing: list[str] = []
     used: set[str] = set()
 
-    def difference(name: str) -> torch.Tensor | None:
+    def difference(name: str, shape: tuple[int, int]) -> torch.Tensor | None:
         if name + DELTA_A not in tensors or name + DELTA_B not in tensors:
             return None
         used.update((name + DELTA_A, name + DELTA_B))
-        return tensors[name + DELTA_A].float() @ tensors[name + DELTA_B].float()
+        a, b = tensors[name + DELTA_A], tensors[name + DELTA_B]
+        _check_factors(name, a, b, shape)
+        return a.float() @ b.float()
 
     for key, like in drafter.state_dict().items():
         if key in tensors:
+            _check_shape(key, tensors[key], tuple(like.shape))
             rebuilt[key] = tensors[key]
             used.add(key)
             continue
         if key == FUSE and FUSE_STATES in tensors:
-            token = difference(FUSE_TOKEN)
+            hidden = like.shape[0]
+            token = difference(FUSE_TOKEN, (hidden, hidden))
             if token is not None:
                 used.add(FUSE_STATES)
-                hidden = like.shape[0]
+                _check_shape(FUSE_STATES, tensors[FUSE_STATES], (hidden, like.shape[1] - hidden))
                 token = token + torch.eye(hidden)
                 rebuilt[key] = torch.cat([tensors[FUSE_STATES].float(), token], dim=1).to(dtype)
                 continue
-        delta = difference(key)
+        delta = difference(key, tuple(like.shape)) if like.dim() == 2 else None
         reference = _layer_reference(drafter, target, key)
         if delta is None or reference is None:
             missing.append(key)
@@ -186,6 +190,32 @@ def absolute_state(
             "save_target_relative(drafter, folder, storage), or download it again."
         )
     return rebuilt
+
+
+_SHAPE_FIX = ("Fix: download the drafter again, or save it again with save_target_relative(drafter, folder, storage) "
+              "from the drafter it was made from.")
+
+
+def _check_shape(name: str, tensor: torch.Tensor, shape: tuple[int, ...]) -> None:
+    """CorruptCheckpoint unless a tensor stored as it is has the shape the drafter's state dict needs."""
+    if tuple(tensor.shape) != shape:
+        raise CorruptCheckpoint(
+            f"the target-relative checkpoint's {name} has shape {tuple(tensor.shape)}, but this drafter (as its "
+            f"config.json describes it) needs {shape}. {_SHAPE_FIX}"
+        )
+
+
+def _check_factors(name: str, a: torch.Tensor, b: torch.Tensor, shape: tuple[int, int]) -> None:
+    """CorruptCheckpoint unless `a` @ `b` can rebuild the difference of an (out, in) = `shape` matrix: a of
+    (out, r), b of (r, in)."""
+    rows, cols = shape
+    if a.dim() == 2 and b.dim() == 2 and a.shape[0] == rows and b.shape[1] == cols and a.shape[1] == b.shape[0]:
+        return
+    raise CorruptCheckpoint(
+        f"the target-relative checkpoint's difference factors of {name} have shapes {tuple(a.shape)} "
+        f"({name}{DELTA_A}) and {tuple(b.shape)} ({name}{DELTA_B}); rebuilding its {rows}x{cols} matrix needs "
+        f"({rows}, r) and (r, {cols}) for one rank r. {_SHAPE_FIX}"
+    )
 
 
 def save_target_relative(drafter: Any, folder: str | Path, storage: RelativeStorage,

@@ -16,6 +16,7 @@ import oneiro_hf
 from oneiro_hf import (
     DrafterTargetMismatch,
     OneiroDrafter,
+    UnsupportedGenerateCall,
     UnsupportedTarget,
 )
 from oneiro_hf.checkpoint import CorruptCheckpoint
@@ -350,3 +351,107 @@ def test_weights_missing_a_tensor(saved_llama, tmp_path):
     save_file(state, str(weights), metadata={"format": "pt"})
     with pytest.raises((CorruptCheckpoint, ValueError, RuntimeError), match="q_proj"):
         OneiroDrafter.from_pretrained(broken, target=model)
+
+
+# ------------------------------------------------------------------- target-relative checkpoints
+
+
+@pytest.fixture
+def relative_llama(tmp_path):
+    from oneiro_hf.target_relative import RelativeStorage, save_target_relative
+
+    model = make_model("llama", name="org/base-a")
+    drafter = OneiroDrafter.from_target(model)
+    with torch.no_grad():  # a trained-like difference from the target in every copied layer
+        for name, p in drafter.named_parameters():
+            if name.startswith("layers.") and p.dim() == 2:
+                p.add_(0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(0)))
+    save_target_relative(drafter, tmp_path / "rel", RelativeStorage(layer_rank=2, token_rank=2))
+    return model, tmp_path / "rel"
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ("rank", "difference factors of layers.0.self_attn.q_proj.weight"),  # a (out, 3) against b (2, in)
+        ("rows", "difference factors of layers.0.self_attn.q_proj.weight"),  # a (out - 1, 2): another matrix
+        ("whole", "layers.0.input_layernorm.weight has shape"),  # a tensor stored whole, of another shape
+        ("states", "fuse.weight.states has shape"),
+    ],
+)
+def test_target_relative_factors_of_the_wrong_shape_are_named(relative_llama, change, named):
+    """Before: a raw torch error (a matmul, broadcast or load_state_dict size mismatch) naming no tensor and no fix."""
+    model, path = relative_llama
+    weights = path / "model.safetensors"
+    tensors = load_file(str(weights))
+    a = "layers.0.self_attn.q_proj.weight.delta_a"
+    if change == "rank":
+        tensors[a] = torch.cat([tensors[a], tensors[a][:, :1]], dim=1)
+    elif change == "rows":
+        tensors[a] = tensors[a][:-1].contiguous()
+    elif change == "whole":
+        tensors["layers.0.input_layernorm.weight"] = tensors["layers.0.input_layernorm.weight"][:-1].contiguous()
+    else:
+        tensors["fuse.weight.states"] = tensors["fuse.weight.states"][:, :-1].contiguous()
+    save_file(tensors, str(weights), metadata={"format": "pt"})
+    with pytest.raises(CorruptCheckpoint, match=named) as info:
+        OneiroDrafter.from_pretrained(path, target=model)
+    assert "Fix: download the drafter again, or save it again with save_target_relative" in str(info.value)
+
+
+# ------------------------------------------------------------------------------ generate inputs
+
+
+def test_a_row_of_padding_only_is_refused_with_the_fix(hooked):
+    """Before: a batch got a plain ValueError; one prompt of padding only decoded from nothing, silently."""
+    model, drafter = hooked
+    batch = torch.tensor([[5, 6, 7, 8], [0, 0, 0, 0]])
+    with pytest.raises(UnsupportedGenerateCall, match="row 1 of the input is padding only.*Fix: drop that row"):
+        model.generate(batch, attention_mask=(batch != 0).long(), assistant_model=drafter, max_new_tokens=3)
+    one = torch.tensor([[0, 0, 0]])
+    for tree in (False, True):
+        with pytest.raises(UnsupportedGenerateCall, match="row 0 of the input is padding only"):
+            model.generate(one, attention_mask=torch.zeros_like(one), assistant_model=drafter, max_new_tokens=3,
+                           oneiro_tree=tree)
+    with pytest.raises(UnsupportedGenerateCall, match="padding only"):  # the mask generate makes from pad tokens
+        model.generate(one, pad_token_id=0, eos_token_id=2, assistant_model=drafter, max_new_tokens=3)
+
+
+def test_right_padding_without_an_attention_mask_is_refused_with_the_fix(hooked):
+    """Without a mask, a batch whose rows end with the pad token cannot be told from right padding. Before: where
+    the pad id is the EOS id (so generate cannot make a mask from it), the pad tokens were decoded as text."""
+    model, drafter = hooked
+    right = torch.tensor([[5, 6, 7, 2], [5, 6, 7, 8]])
+    fix = r'Fix: pad on the left \(tokenizer.padding_side = "left"\) and pass the tokenizer\'s attention_mask'
+    for pad in ({"pad_token_id": 2, "eos_token_id": 2}, {"pad_token_id": 2, "eos_token_id": 1}):
+        with pytest.raises(UnsupportedGenerateCall, match=rf"row 0 of the batch ends with the pad token \(id 2\).*{fix}"):
+            model.generate(right, assistant_model=drafter, max_new_tokens=3, **pad)
+    # the same batch with its mask is right padding, named as such; left padding with its mask decodes
+    with pytest.raises(UnsupportedGenerateCall, match=f"row 0 of the input has right padding.*{fix}"):
+        model.generate(right, attention_mask=(right != 2).long(), assistant_model=drafter, max_new_tokens=3)
+    left = torch.tensor([[2, 5, 6, 7], [5, 6, 7, 8]])
+    mask = (left != 2).long()
+    plain = model.generate(left, attention_mask=mask, pad_token_id=2, max_new_tokens=3, do_sample=False)
+    out = model.generate(left, attention_mask=mask, pad_token_id=2, max_new_tokens=3, do_sample=False,
+                         assistant_model=drafter)
+    assert torch.equal(out, plain)
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+@pytest.mark.parametrize("tree", [False, True])
+def test_custom_generate_with_a_drafter_is_refused_with_the_fix(hooked, rows, tree):
+    """Before: with one prompt and chain settings the caller's loop ran and the drafter was silently never called;
+    with a batch, a plain ValueError."""
+    model, drafter = hooked
+    ids = torch.cat([random_prompt(5, seed) for seed in range(rows)])
+    ran = []
+
+    def custom(model, input_ids, *args, **kwargs):
+        ran.append(input_ids.shape)
+        return input_ids
+
+    with pytest.raises(UnsupportedGenerateCall, match="custom_generate replaces.*Fix: drop custom_generate") as info:
+        model.generate(ids, attention_mask=torch.ones_like(ids), assistant_model=drafter, max_new_tokens=3,
+                       custom_generate=custom, oneiro_tree=tree)
+    assert ran == []
+    assert ("never be called" if rows == 1 else "batch of 2 prompts") in str(info.value)

@@ -34,7 +34,7 @@ from transformers import (
 from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper
 
-from oneiro_hf import OneiroDrafter, UnsupportedTransformersVersion
+from oneiro_hf import OneiroDrafter, UnsupportedGenerateCall, UnsupportedTransformersVersion
 from oneiro_hf.compat import check_tree_supported
 from oneiro_hf.draft_policy import DraftPolicyState
 from oneiro_hf.tree.cache import compact_rows, drop_leading_columns, realign_rows
@@ -336,10 +336,10 @@ def bound():
 def test_right_padding_is_refused_with_the_fix(bound) -> None:
     model, drafter = bound
     ids = torch.tensor([[5, 6, 7, 0], [5, 6, 7, 8]])
-    with pytest.raises(ValueError, match='right padding.*Fix: tokenizer.padding_side = "left"'):
+    with pytest.raises(UnsupportedGenerateCall, match=r'right padding.*Fix: pad on the left \(tokenizer.padding_side = "left"\)'):
         _generate(model, ids, (ids != 0).long(), 3, assistant_model=drafter)
     inner = torch.tensor([[5, 0, 7, 8], [5, 6, 7, 8]])
-    with pytest.raises(ValueError, match="inner padding.*Fix: "):
+    with pytest.raises(UnsupportedGenerateCall, match="inner padding.*Fix: "):
         _generate(model, inner, (inner != 0).long(), 3, assistant_model=drafter)
 
 

@@ -139,7 +139,9 @@ def test_documented_signatures_match_the_code(api, name):
 def test_every_error_class_is_documented(api):
     from oneiro_hf.bench import BenchInputError
     from oneiro_hf.checkpoint import CorruptCheckpoint
+    from oneiro_hf.generate_inputs import UnsupportedGenerateCall
     from oneiro_hf.training.trainer import CheckpointMismatch, OutputDirHasDrafter
 
-    for cls in (BenchInputError, CorruptCheckpoint, CheckpointMismatch, OutputDirHasDrafter):
+    for cls in (BenchInputError, CorruptCheckpoint, CheckpointMismatch, OutputDirHasDrafter,
+                UnsupportedGenerateCall):
         assert f"`{cls.__name__}`" in api, cls.__name__

@@ -32,6 +32,7 @@ from transformers.cache_utils import DynamicSlidingWindowLayer
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from ..draft import Draft, eos_token_ids
+from ..generate_inputs import left_padding
 from ..stats import DraftStats
 from .attention import target_masks
 from .cache import compact_rows, drop_leading_columns, realign_rows, trim_sliding_layers
@@ -56,27 +57,6 @@ def batch_generate_function(drafter, settings: TreeSettings) -> Callable:
                             generation_config, model_kwargs)
 
     return oneiro_batch_generate
-
-
-def left_padding(attention_mask: torch.Tensor | None, input_ids: torch.LongTensor) -> list[int]:
-    """Each row's count of leading padding columns; refuses right padding and padding inside a prompt."""
-    rows = input_ids.shape[0]
-    if attention_mask is None:
-        return [0] * rows
-    mask = attention_mask.to(torch.long).cpu()
-    pads = (mask.cumsum(-1) == 0).sum(-1).tolist()
-    for row, pad in enumerate(pads):
-        if pad == mask.shape[1]:
-            raise ValueError(f"row {row} of the batch is all padding (its attention_mask is all zeros). Fix: drop "
-                             "that row, or give it a prompt.")
-        if not bool((mask[row, pad:] == 1).all()):
-            side = "right" if int(mask[row, -1]) == 0 else "inner"
-            raise ValueError(
-                f"row {row} of the batch has {side} padding; batched speculative decoding needs prompts padded on the "
-                "left, as batched generation of decoder-only models does. Fix: tokenizer.padding_side = \"left\" "
-                "before tokenizing the batch."
-            )
-    return pads
 
 
 @dataclass
