@@ -261,9 +261,15 @@ class OneiroDrafter(PreTrainedModel):
         *args: Any,
         target=None,
         allow_base_model_mismatch: bool = False,
+        rebuild_on_mismatched_base: bool = False,
         **kwargs: Any,
     ):
-        """Load a trained drafter and bind it to `target` (required: the drafter shares its head)."""
+        """Load a trained drafter and bind it to `target` (required: the drafter shares its head).
+
+        `allow_base_model_mismatch=True` binds a drafter stored whole to a target with other base weights (a
+        fine-tune). A target-relative checkpoint is rebuilt from the target's weights, so on another base it would be
+        another drafter: refused unless `rebuild_on_mismatched_base=True`, which rebuilds it there and warns
+        (`RebuiltOnOtherWeights`)."""
         check_transformers_version()
         if target is None:
             raise ValueError(
@@ -284,8 +290,16 @@ class OneiroDrafter(PreTrainedModel):
                     f"dtype it was saved in; from_pretrained does not take {sorted(kwargs) or list(args)} for it. "
                     "Fix: drop them; the drafter follows the target's device and dtype when bound."
                 )
-            drafter = load_target_relative(cls, resolved.directory, target, allow_base_model_mismatch)
+            drafter = load_target_relative(cls, resolved.directory, target, rebuild_on_mismatched_base,
+                                           name=str(pretrained_model_name_or_path))
+            allow_base_model_mismatch = allow_base_model_mismatch or rebuild_on_mismatched_base
         else:
+            if rebuild_on_mismatched_base:
+                raise TypeError(
+                    f"rebuild_on_mismatched_base applies to drafters stored relative to their target, but "
+                    f"{pretrained_model_name_or_path} stores its weights whole (nothing is rebuilt). Fix: drop it; "
+                    "allow_base_model_mismatch=True binds a whole drafter to a fine-tune of its base."
+                )
             kwargs["output_loading_info"] = True
             drafter, info = super().from_pretrained(resolved.directory, *args, **kwargs)
             missing = sorted(info.get("missing_keys") or [])

@@ -20,6 +20,7 @@ name is a tensor of the drafter's state dict, stored as it is.
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from .checkpoint import WEIGHTS_NAME, CorruptCheckpoint
+from .targets import DrafterTargetMismatch
+
+# what a fine-tune changes: the base model's name or weights (other fields are shapes and architecture)
+BASE_FIELDS = ("base_model", "base_weights")
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -237,12 +242,60 @@ def save_target_relative(drafter: Any, folder: str | Path, storage: RelativeStor
     return errors
 
 
+class RelativeDrafterOnOtherBase(DrafterTargetMismatch):
+    """A target-relative drafter was asked to load on a target whose base model or weights are not the ones its
+    differences were taken from: rebuilt there it would be another drafter. `differences` as DrafterTargetMismatch."""
+
+    def __init__(self, differences: list, drafter_name: str) -> None:
+        self.differences = list(differences)
+        lines = "\n  - ".join(d.describe() for d in self.differences)
+        ValueError.__init__(
+            self,
+            f"'{drafter_name}' is stored relative to its base model's weights (each layer kept as a difference from "
+            f"them), and this target is not that base:\n  - {lines}\nRebuilt on this target's weights it would be "
+            "another drafter than the one trained and published (allow_base_model_mismatch=True does not rebuild "
+            "one). Fix: load it with the model it was made from; or pass rebuild_on_mismatched_base=True to rebuild "
+            "it on this target's weights anyway (the output stays lossless; how many drafts are accepted there is "
+            "untested).",
+        )
+
+
+def _check_base(drafter: Any, target: PreTrainedModel, name: str, rebuild_on_mismatched_base: bool) -> None:
+    """The target check of a relative checkpoint, always with the weights checked: differences in shape or
+    architecture raise DrafterTargetMismatch; in the base model or its weights RelativeDrafterOnOtherBase, unless
+    `rebuild_on_mismatched_base`, which warns that the drafter is rebuilt on other weights."""
+    try:
+        drafter.check_target(target)
+    except DrafterTargetMismatch as err:
+        base_only = bool(err.differences) and all(d.field in BASE_FIELDS for d in err.differences)
+        if not base_only:
+            raise
+        if not rebuild_on_mismatched_base:
+            raise RelativeDrafterOnOtherBase(err.differences, name) from None
+        target_name = getattr(target, "name_or_path", None) or type(target).__name__
+        warnings.warn(
+            f"'{name}' was rebuilt on other weights: its differences were taken from "
+            f"{drafter.config.base_model_name_or_path or 'its base model'}, and were added to the weights of "
+            f"'{target_name}' (rebuild_on_mismatched_base=True). This is another drafter than the one published; "
+            "the output stays lossless, its acceptance there is untested.",
+            RebuiltOnOtherWeights,
+            stacklevel=4,
+        )
+
+
+class RebuiltOnOtherWeights(UserWarning):
+    """Warned when a target-relative drafter is rebuilt on a target that is not its base model
+    (`rebuild_on_mismatched_base=True`)."""
+
+
 def load_target_relative(cls: type, directory: Path, target: PreTrainedModel,
-                         allow_base_model_mismatch: bool = False) -> Any:
+                         rebuild_on_mismatched_base: bool = False, name: str | None = None) -> Any:
     """An unbound drafter of class `cls` rebuilt from the target-relative checkpoint in `directory`.
 
-    The target is checked first (DrafterTargetMismatch names what differs): the stored differences are only
-    meaningful against the weights they were taken from.
+    The target is checked first, weights included: the stored differences are only meaningful against the
+    weights they were taken from. Another base model or other weights are refused (RelativeDrafterOnOtherBase)
+    unless `rebuild_on_mismatched_base`, which rebuilds on the target's weights with a RebuiltOnOtherWeights
+    warning; `name` is how messages call the drafter (default: the directory).
     """
     from safetensors.torch import load_file
 
@@ -250,7 +303,7 @@ def load_target_relative(cls: type, directory: Path, target: PreTrainedModel,
     RelativeStorage.from_config(config)  # a storage this reader does not know is refused, not guessed at
     drafter = cls(config)
     drafter.name_or_path = str(directory)
-    drafter.check_target(target, allow_base_model_mismatch=allow_base_model_mismatch)
+    _check_base(drafter, target, name or str(directory), rebuild_on_mismatched_base)
     dtype = getattr(torch, str(getattr(config, "dtype", None) or "float32").replace("torch.", ""))
     tensors = load_file(str(directory / WEIGHTS_NAME))
     drafter.load_state_dict(absolute_state(tensors, drafter, target, dtype))

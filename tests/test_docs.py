@@ -140,8 +140,9 @@ def test_every_error_class_is_documented(api):
     from oneiro_hf.bench import BenchInputError
     from oneiro_hf.checkpoint import CorruptCheckpoint
     from oneiro_hf.generate_inputs import UnsupportedGenerateCall
+    from oneiro_hf.target_relative import RebuiltOnOtherWeights, RelativeDrafterOnOtherBase
     from oneiro_hf.training.trainer import CheckpointMismatch, OutputDirHasDrafter
 
-    for cls in (BenchInputError, CorruptCheckpoint, CheckpointMismatch, OutputDirHasDrafter,
-                UnsupportedGenerateCall):
+    for cls in (BenchInputError, CorruptCheckpoint, CheckpointMismatch, OutputDirHasDrafter, UnsupportedGenerateCall,
+                RelativeDrafterOnOtherBase, RebuiltOnOtherWeights):
         assert f"`{cls.__name__}`" in api, cls.__name__

@@ -4,6 +4,7 @@ the drafter is rebuilt from the bound target, and a target it was not made from 
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 import torch
@@ -13,7 +14,13 @@ from tiny import make_model, random_prompt
 from oneiro_hf import DrafterTargetMismatch, OneiroDrafter
 from oneiro_hf.checkpoint import CorruptCheckpoint
 from oneiro_hf.configuration_oneiro import FORMAT_VERSION
-from oneiro_hf.target_relative import RelativeStorage, save_target_relative, stored_size
+from oneiro_hf.target_relative import (
+    RebuiltOnOtherWeights,
+    RelativeDrafterOnOtherBase,
+    RelativeStorage,
+    save_target_relative,
+    stored_size,
+)
 
 HIDDEN = 64
 
@@ -115,6 +122,44 @@ def test_another_target_is_refused_before_rebuilding(tmp_path):
     other = make_model("qwen2", seed=1, name="org/base")  # same architecture and name, other weights
     with pytest.raises(DrafterTargetMismatch):
         OneiroDrafter.from_pretrained(tmp_path / "rel", target=other)
+
+
+def test_another_base_is_refused_even_when_mismatches_are_allowed_and_names_the_rebuild_argument(tmp_path):
+    """Before: allow_base_model_mismatch=True silently rebuilt the drafter on the other weights."""
+    _, drafter = _trained_like()
+    save_target_relative(drafter, tmp_path / "rel", RelativeStorage(layer_rank=2, token_rank=2))
+    finetune = make_model("qwen2", seed=1, name="org/base")  # same name and shapes, other weights
+    for allow in (False, True):
+        with pytest.raises(RelativeDrafterOnOtherBase) as info:
+            OneiroDrafter.from_pretrained(tmp_path / "rel", target=finetune, allow_base_model_mismatch=allow)
+        message = str(info.value)
+        assert "base weights" in message and "another drafter" in message
+        assert "Fix: load it with the model it was made from; or pass rebuild_on_mismatched_base=True" in message
+        assert [d.field for d in info.value.differences] == ["base_weights"]
+    assert isinstance(info.value, DrafterTargetMismatch)
+
+
+def test_rebuilding_on_another_base_on_purpose_warns_that_the_drafter_changed(tmp_path):
+    model, drafter = _trained_like()
+    save_target_relative(drafter, tmp_path / "rel", RelativeStorage(layer_rank=2, token_rank=2))
+    finetune = make_model("qwen2", seed=1, name="org/finetune")
+    with pytest.warns(RebuiltOnOtherWeights, match="was rebuilt on other weights.*org/base.*org/finetune"):
+        rebuilt = OneiroDrafter.from_pretrained(tmp_path / "rel", target=finetune, rebuild_on_mismatched_base=True)
+    assert rebuilt.target is finetune
+    # the differences now sit on the fine-tune's matrix
+    name, target_name = "layers.0.mlp.up_proj.weight", f"model.layers.{drafter.config.interval[0]}.mlp.up_proj.weight"
+    on_base = drafter.get_parameter(name) - model.get_parameter(target_name)
+    on_finetune = rebuilt.get_parameter(name) - finetune.get_parameter(target_name)
+    torch.testing.assert_close(on_finetune, on_base, atol=1e-5, rtol=0)
+    ids = random_prompt(10, seed=4)  # still lossless on the target it was rebuilt on
+    out = finetune.generate(ids, max_new_tokens=12, do_sample=False, assistant_model=rebuilt)
+    assert torch.equal(out, finetune.generate(ids, max_new_tokens=12, do_sample=False))
+    with warnings.catch_warnings():  # on its own base: no warning, and the argument changes nothing
+        warnings.simplefilter("error")
+        OneiroDrafter.from_pretrained(tmp_path / "rel", target=model, rebuild_on_mismatched_base=True)
+    drafter.save_pretrained(tmp_path / "whole")
+    with pytest.raises(TypeError, match="stores its weights whole.*Fix: drop it"):
+        OneiroDrafter.from_pretrained(tmp_path / "whole", target=model, rebuild_on_mismatched_base=True)
 
 
 def test_damaged_file_and_unsupported_arguments_are_named(tmp_path):
