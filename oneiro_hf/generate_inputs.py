@@ -1,10 +1,11 @@
 """What a generate call with a drafter cannot take, refused before decoding starts (`UnsupportedGenerateCall`).
 
-* Padding. Speculative decoding appends drafted tokens after each row's last column, so every row's prompt must
-  end there: padding goes on the left (`left_padding` reads it from the attention mask, given or made by
-  generate from the pad token). A row with no prompt at all (padding only) has nothing to continue. A batch
-  passed without an attention mask cannot tell padding from text; a row that ends with the pad token there is
-  taken for right padding.
+* Padding. A batch's rows are decoded side by side, drafted tokens appended after the last column, so every
+  row's prompt must end there: padding goes on the left (`left_padding` reads it from the attention mask, given
+  or made by generate from the pad token). A batch passed without an attention mask cannot tell padding from
+  text; a row that ends with the pad token there is taken for right padding. One sequence runs transformers'
+  own loop, which takes any mask as plain generate does; a row with no prompt at all (padding only) has nothing
+  to continue, alone or in a batch.
 * `custom_generate`. It replaces generate's decoding loop: with one prompt the drafter would never be called
   (the caller's loop runs instead), with several the batch's own loop could not run.
 """
@@ -17,8 +18,9 @@ import torch
 
 
 class UnsupportedGenerateCall(ValueError):
-    """A generate call with a drafter whose inputs or arguments its decoding cannot run as asked (padding only,
-    padding that is not on the left, `custom_generate`); the message names the problem and ends with the fix."""
+    """A generate call with a drafter whose inputs or arguments its decoding cannot run as asked (a row of padding
+    only, a batch padded other than on the left, `custom_generate`); the message names the problem and ends with
+    the fix."""
 
 
 PAD_LEFT_FIX = (
@@ -27,20 +29,27 @@ PAD_LEFT_FIX = (
 )
 
 
+def check_not_padding_only(attention_mask: torch.Tensor) -> None:
+    """Refuse a row whose attention mask (B, C) is all zeros: it holds no prompt to continue."""
+    empty = (attention_mask.to(torch.long).cpu().sum(-1) == 0).nonzero().flatten().tolist()
+    if empty:
+        raise UnsupportedGenerateCall(
+            f"row {empty[0]} of the input is padding only (its attention_mask is all zeros): there is no prompt to "
+            "continue. Fix: drop that row, or give it a prompt."
+        )
+
+
 def left_padding(attention_mask: torch.Tensor | None, input_ids: torch.LongTensor) -> list[int]:
     """Each row's count of leading padding columns (from `attention_mask`, (B, C); None: no padding); refuses a
-    row of padding only, right padding and padding inside a prompt."""
+    row of padding only, right padding and padding inside a prompt (a batch's rows share the columns drafts are
+    appended to; one sequence decoded by transformers' own loop takes any mask, as plain generate does)."""
     rows = input_ids.shape[0]
     if attention_mask is None:
         return [0] * rows
+    check_not_padding_only(attention_mask)
     mask = attention_mask.to(torch.long).cpu()
     pads = (mask.cumsum(-1) == 0).sum(-1).tolist()
     for row, pad in enumerate(pads):
-        if pad == mask.shape[1]:
-            raise UnsupportedGenerateCall(
-                f"row {row} of the input is padding only (its attention_mask is all zeros): there is no prompt to "
-                "continue. Fix: drop that row, or give it a prompt."
-            )
         if not bool((mask[row, pad:] == 1).all()):
             side = "right" if int(mask[row, -1]) == 0 else "inner"
             raise UnsupportedGenerateCall(

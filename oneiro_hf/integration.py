@@ -20,7 +20,13 @@ from typing import Any
 
 from .compat import check_transformers_version
 from .cpu_kernels import cpu_kernels
-from .generate_inputs import check_no_custom_generate, check_unmasked_batch, left_padding, pad_token_id
+from .generate_inputs import (
+    check_no_custom_generate,
+    check_not_padding_only,
+    check_unmasked_batch,
+    left_padding,
+    pad_token_id,
+)
 from .settings import DraftingSettings
 
 _HOOK_MARK = "_oneiro_hooked"
@@ -108,15 +114,18 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
 
 
 def _check_inputs(model, input_ids, kwargs: dict[str, Any], rows: int) -> None:
-    """What no call with a drafter takes (`generate_inputs`): its own `custom_generate`, padding only or padding
-    that is not on the left in the attention mask passed, a batch without one whose rows end with the pad token."""
+    """What no call with a drafter takes (`generate_inputs`): its own `custom_generate`, a row of padding only, a
+    batch padded other than on the left, or without an attention mask and rows that end with the pad token."""
     check_no_custom_generate(kwargs, rows)
     if input_ids is None or input_ids.dim() != 2:
         return
-    if kwargs.get("attention_mask") is not None:
-        left_padding(kwargs["attention_mask"], input_ids)
-    else:
+    mask = kwargs.get("attention_mask")
+    if mask is None:
         check_unmasked_batch(input_ids, pad_token_id(kwargs, model.generation_config))
+    elif rows > 1:
+        left_padding(mask, input_ids)
+    else:
+        check_not_padding_only(mask)
 
 
 def _check_batch_call(settings: DraftingSettings, kwargs: dict[str, Any], rows: int) -> None:
@@ -141,7 +150,7 @@ def _oneiro_get_candidate_generator(self, generation_config, *args: Any, **kwarg
 
     model_kwargs = kwargs.get("model_kwargs") or {}
     if model_kwargs.get("attention_mask") is not None:  # as generate made it (from pad tokens) where none was passed
-        left_padding(model_kwargs["attention_mask"], kwargs.get("input_ids", model_kwargs["attention_mask"]))
+        check_not_padding_only(model_kwargs["attention_mask"])
     return OneiroCandidateGenerator(  # it finds the call's session itself (drafter.session_for_call)
         assistant,
         generation_config,

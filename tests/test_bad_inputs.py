@@ -415,6 +415,10 @@ def test_a_row_of_padding_only_is_refused_with_the_fix(hooked):
                            oneiro_tree=tree)
     with pytest.raises(UnsupportedGenerateCall, match="padding only"):  # the mask generate makes from pad tokens
         model.generate(one, pad_token_id=0, eos_token_id=2, assistant_model=drafter, max_new_tokens=3)
+    # one prompt with the pad id inside it: generate's mask has a hole, which its own loop takes as plain generate does
+    holed = torch.tensor([[5, 0, 7, 8, 9]])
+    kwargs = {"pad_token_id": 0, "eos_token_id": 2, "max_new_tokens": 4, "do_sample": False}
+    assert torch.equal(model.generate(holed, assistant_model=drafter, **kwargs), model.generate(holed, **kwargs))
 
 
 def test_right_padding_without_an_attention_mask_is_refused_with_the_fix(hooked):
