@@ -18,6 +18,7 @@ import oneiro_hf
 from oneiro_hf import DraftStats, OneiroDrafter, OneiroDrafterConfig, prepacked_linear, target_relative
 from oneiro_hf.latency import load_profile, profile_verification_latency, save_profile
 from oneiro_hf.loading import default_drafter_dir, load_target_and_drafter
+from oneiro_hf.serving import vllm_export
 from oneiro_hf.settings import settings_table
 from oneiro_hf.training.cli import DataArguments, ModelArguments
 from oneiro_hf.training.trainer import OneiroTrainingArguments
@@ -47,6 +48,7 @@ SIGNATURES: dict[str, Any] = {
     "thresholds": prepacked_linear.thresholds,
     "save_target_relative": target_relative.save_target_relative,
     "stored_size": target_relative.stored_size,
+    "export_for_vllm": vllm_export.export_for_vllm,
 }
 
 
@@ -122,6 +124,8 @@ def test_every_cli_flag_is_documented(api):
     from oneiro_hf.bench import cli
     flags = (_parser_flags(cli._run_parser()) + _parser_flags(cli._profile_parser())
              + _parser_flags(cli._breakdown_parser()) + _parser_flags(cli._merge_parser()))
+    from oneiro_hf.serving import cli as export_cli
+    flags += _parser_flags(export_cli._vllm_parser())
     inherited = {f.name for f in dataclasses.fields(TrainingArguments)}
     for cls in (ModelArguments, DataArguments, OneiroTrainingArguments):
         flags += [f"--{f.name}" for f in dataclasses.fields(cls) if f.name not in inherited]

@@ -1,0 +1,175 @@
+"""`oneiro-export vllm`: a drafter written as a folder vLLM loads as an EAGLE-3-style draft model.
+
+The folder holds what the vLLM model class (`oneiro_hf.serving.vllm_model`, registered by the `oneiro-hf[vllm]`
+plugin) needs to compute the drafter's own function: the copied decoder layers (HF tensor names), the fusion
+`fuse.weight` / `fuse.bias`, the target's final norm (`norm.weight`), the target's LM-head rows of the draft
+vocabulary (`lm_head.weight`) and those rows' target ids (`draft_vocab_ids`). The token embedding is the
+target's, shared by vLLM at load time. A target-relative drafter is rebuilt from its target and written whole.
+
+Nothing here imports vLLM: exporting needs only transformers and the target.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+VLLM_ARCHITECTURE = "OneiroDrafterEagle3"  # ends in "Eagle3": vLLM's EAGLEConfig keeps such a name as it is
+VLLM_METHOD = "eagle3"  # the hidden-state path whose target passes return the drafter's input layers
+VLLM_CONFIG_KEY = "oneiro_vllm"  # the drafter's own fields inside the exported config.json
+VLLM_FORMAT = 1
+VLLM_TARGET_TYPES = ("llama", "qwen2")  # targets whose vLLM decoder layers the plugin rebuilds and was tested on
+WEIGHTS_FILE = "model.safetensors"
+
+
+class VllmExportRefused(ValueError):
+    """A drafter (or output folder) that `oneiro-export vllm` cannot turn into a folder vLLM runs exactly."""
+
+
+def vllm_refusal(config: Any) -> str | None:
+    """Why vLLM cannot run the drafter with this OneiroDrafterConfig exactly (ending with "Fix: ..."), or None."""
+    target = dict(config.target_config or {})
+    model_type = target.get("model_type")
+    if model_type not in VLLM_TARGET_TYPES:
+        return (
+            f"the drafter's target is a '{model_type}' model; the vLLM plugin rebuilds the copied layers with "
+            f"vLLM's own decoder layers for {', '.join(VLLM_TARGET_TYPES)} only (vLLM's Gemma3 model, for one, "
+            "cannot return the intermediate target states the drafter reads: it lacks vLLM's SupportsEagle3). "
+            "Fix: serve this drafter with transformers' generate, or use a drafter for a "
+            f"{' or '.join(VLLM_TARGET_TYPES)} target."
+        )
+    if getattr(config, "verified_context", "own") != "own":
+        return (
+            "the drafter attends to exact verified context (verified_context='exact'): its keys and values at "
+            "verified positions come from the target's inputs to the copied layers, which vLLM's draft path "
+            "never hands a draft model (it passes one state per position). Fix: use a drafter trained with "
+            "verified_context='own' (the default), or serve this one with transformers' generate."
+        )
+    start, end = config.interval
+    types = target.get("layer_types") or []
+    windowed = [types[i] for i in range(start, end) if i < len(types) and types[i] != "full_attention"]
+    if windowed or target.get("use_sliding_window"):
+        return (
+            f"the copied layers {start}..{end - 1} use sliding-window attention, which the plugin does not map "
+            "onto vLLM's layers. Fix: serve this drafter with transformers' generate."
+        )
+    return None
+
+
+def _lossless_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`tensor` in `dtype` when that loses nothing (the drafter's saved dtype), else in float32."""
+    if not tensor.is_floating_point():
+        return tensor.contiguous()
+    narrow = tensor.to(dtype)
+    if torch.equal(narrow.to(tensor.dtype), tensor):
+        return narrow.contiguous()
+    return tensor.to(torch.float32).contiguous()
+
+
+def vllm_tensors(drafter: Any) -> dict[str, torch.Tensor]:
+    """The exported tensors of a bound drafter: its layers and fusion, and the target's final norm and LM-head
+    rows of the draft vocabulary, each in the drafter's saved dtype where that is lossless (else float32)."""
+    bound = drafter.require_bound()
+    saved = str(getattr(drafter.config, "dtype", None) or "float32").replace("torch.", "")
+    dtype = getattr(torch, saved, torch.float32)
+    tensors = {f"layers.{name}": value for name, value in drafter.layers.state_dict().items()}
+    tensors["fuse.weight"] = drafter.fuse.weight
+    tensors["fuse.bias"] = drafter.fuse.bias
+    tensors["norm.weight"] = bound.norm.weight
+    tensors["lm_head.weight"] = bound.readout_weight
+    tensors["draft_vocab_ids"] = drafter.draft_vocab_ids.to(torch.long)
+    return {name: _lossless_dtype(value.detach().cpu(), dtype) for name, value in tensors.items()}
+
+
+def vllm_config(drafter: Any) -> dict[str, Any]:
+    """config.json of the exported folder: the target's text config with the drafter's layers as its layers,
+    the architecture the plugin registers, the target states to return (`eagle_aux_hidden_state_layer_ids`: vLLM
+    index i is the residual stream entering decoder layer i, index L the one after the last layer, as in
+    transformers' `output_hidden_states` before its final norm) and the drafter's own fields."""
+    config = drafter.config
+    data = dict(config.target_config)
+    data.pop("oneiro_reference", None)
+    start, end = config.interval
+    num_layers = int(config.num_target_layers or data["num_hidden_layers"])
+    if data.get("layer_types"):
+        data["layer_types"] = list(data["layer_types"][start:end])
+    if data.get("max_window_layers") is not None:
+        data["max_window_layers"] = end - start
+    data.update(
+        architectures=[VLLM_ARCHITECTURE],
+        num_hidden_layers=end - start,
+        draft_vocab_size=int(drafter.draft_vocab_ids.numel()),
+        eagle_aux_hidden_state_layer_ids=sorted(drafter.input_layers),
+    )
+    data[VLLM_CONFIG_KEY] = {
+        "format": VLLM_FORMAT,
+        "interval": [start, end],
+        "num_target_layers": num_layers,
+        "input_layers": [int(i) for i in drafter.input_layers],  # slot order of the fusion's state blocks
+        "base_model_name_or_path": config.base_model_name_or_path,
+        "method": VLLM_METHOD,
+    }
+    return data
+
+
+def _readme(out_dir: Path, target: str, base: str | None, k: int) -> str:
+    spec = json.dumps({"method": VLLM_METHOD, "model": str(out_dir), "num_speculative_tokens": k})
+    return f"""# OneiroDraft drafter for vLLM
+
+Exported by `oneiro-export vllm` for the target `{base or target}` (exported against `{target}`). It is a draft
+model for that target only: serve the same target weights it was made from.
+
+Needs `pip install 'oneiro-hf[vllm]'` in vLLM's environment: its plugin registers the `{VLLM_ARCHITECTURE}`
+architecture. vLLM runs chain drafts of `num_speculative_tokens` tokens; lookup, hybrid and tree drafting are
+transformers-side (`generate`) features.
+
+```python
+from vllm import LLM, SamplingParams
+
+llm = LLM(model="TARGET", speculative_config={spec})
+print(llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=64))[0].outputs[0].text)
+```
+
+```bash
+vllm serve TARGET --speculative-config '{spec}'
+```
+
+`TARGET` is the target model's folder or Hub id. The method must be `{VLLM_METHOD}`: it is the vLLM path that
+hands a draft model the target's intermediate states. See oneiro-hf's docs/serving.md.
+"""
+
+
+def export_for_vllm(drafter_dir: str | Path, out_dir: str | Path, target: str,
+                    num_speculative_tokens: int = 3) -> Path:
+    """Write `out_dir`, a folder vLLM loads as a draft model for `target` (a reference model name or a model
+    directory / Hub id): config.json, model.safetensors and README.md. The drafter is loaded and bound to the
+    target first (its identity checked; a target-relative one rebuilt). `num_speculative_tokens` is the k the
+    README's commands use. Raises VllmExportRefused for a drafter vLLM cannot run exactly, or a non-empty
+    `out_dir`."""
+    from safetensors.torch import save_file
+
+    from ..configuration_oneiro import OneiroDrafterConfig
+    from ..loading import load_target
+    from ..modeling_oneiro import OneiroDrafter
+
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()):
+        raise VllmExportRefused(f"{out} exists and is not empty. Fix: pass a new or empty OUT_DIR.")
+    reason = vllm_refusal(OneiroDrafterConfig.from_pretrained(drafter_dir))
+    if reason is not None:
+        raise VllmExportRefused(f"{drafter_dir} cannot be served by vLLM: {reason}")
+    model, _ = load_target(target, "float32", tokenizer_required=False)
+    drafter = OneiroDrafter.from_pretrained(drafter_dir, target=model)
+    tensors = vllm_tensors(drafter)
+    config = vllm_config(drafter)
+    config["dtype"] = str(tensors["fuse.weight"].dtype).replace("torch.", "")
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
+    (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    readme = _readme(out.resolve(), str(target), drafter.config.base_model_name_or_path, num_speculative_tokens)
+    (out / "README.md").write_text(readme, encoding="utf-8")
+    drafter.unbind()
+    return out
