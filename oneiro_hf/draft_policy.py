@@ -150,15 +150,18 @@ class DraftPolicyState:
             table = self.verify_batch_s.setdefault(int(rows), {})
             table.update({int(k): float(r) * float(entry["t1_s"]) for k, r in entry["ratios"].items()})
 
-    def pin_profile(self, ratios: dict[int, float], t1_s: float, draft_step_ratio: float) -> None:
-        """Decide as on the machine a profile was measured on: t(k) and the drafter step cost stay as given.
+    def pin_profile(self, ratios: dict[int, float], t1_s: float, draft_step_ratio: float | None,
+                    batch: dict | None = None) -> None:
+        """Decide as on the machine a profile was measured on: t(k), t(k, B) (`batch`, as in `load_profile`) and the
+        drafter step cost (draft_step_ratio x t(1); None: the unmeasured default, 0.1 x t(1)) stay as given; no
+        measured time enters a decision (drafting's cost is its drafter calls at that price).
 
         Used to make a run's cost decisions those of other hardware (e.g. the H200 profile of docs/gpu.md), whose
-        speedup is then modelled from the run's acceptance (oneiro-bench --pin-profile).
+        speedup is then modelled from the run's acceptance (oneiro-bench --pin-profile), and to make them the same
+        on every run whatever the machine's load (`drafter.use_latency_profile(profile, learn=False)`).
         """
-        self.verify_s, self.verify_batch_s = {}, {}
-        self.load_profile(ratios, t1_s)
-        self.draft_step_s = float(draft_step_ratio) * float(t1_s)
+        self.verify_s, self.verify_batch_s, self.draft_step_s = {}, {}, None
+        self.load_profile(ratios, t1_s, draft_step_ratio, batch=batch)
         self.pinned = True
 
     def verify_time(self, k: int) -> float:

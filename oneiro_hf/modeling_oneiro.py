@@ -729,13 +729,19 @@ class OneiroDrafter(PreTrainedModel):
         """Forget the learned latencies and acceptance calibration (e.g. after moving to other hardware)."""
         self.policy_state = None
 
-    def use_latency_profile(self, profile: dict) -> None:
+    def use_latency_profile(self, profile: dict, learn: bool = True) -> None:
         """Seed the cost-aware draft length with a measured t(k) profile (see oneiro_hf.latency), and the price of a
         drafter call with its `drafter_step_ratio` where the profile measured this drafter's (`oneiro-bench profile
         --drafter`), and t(k, B) per batch size B from its optional `"batch"` field (`oneiro-bench profile
-        --batch-sizes`; `DraftPolicyState.load_profile`)."""
-        self._ensure_policy_state().load_profile(profile["ratios"], profile["t1_s"], profile.get("drafter_step_ratio"),
-                                                 batch=profile.get("batch"))
+        --batch-sizes`; `DraftPolicyState.load_profile`).
+
+        `learn=False` decides on the profile alone from now on: no measured time enters a decision (a drafter call
+        costs `drafter_step_ratio` x t(1), 0.1 x t(1) where the profile has none), so the same prompts draft the
+        same way on every run, however loaded the machine (`DraftPolicyState.pin_profile`); acceptance is still
+        learned. `reset_drafting_policy()` goes back to learning."""
+        state = self._ensure_policy_state()
+        seed = state.load_profile if learn else state.pin_profile
+        seed(profile["ratios"], profile["t1_s"], profile.get("drafter_step_ratio"), batch=profile.get("batch"))
 
     @property
     def policy_state(self) -> DraftPolicyState | None:

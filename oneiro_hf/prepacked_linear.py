@@ -30,7 +30,7 @@ import math
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -50,6 +50,8 @@ _packed: weakref.WeakKeyDictionary[torch.nn.Linear, tuple[tuple[int, int], torch
 # count from which each runs prepacked)
 _users: weakref.WeakKeyDictionary[torch.nn.Module, tuple[int, dict]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
+# rules given by `decided_min_rows` blocks (the last one applies): rows from which a layer runs prepacked, untimed
+_rule: list[Callable[[torch.nn.Linear], float]] = []
 
 
 def applies(model: torch.nn.Module) -> bool:
@@ -87,7 +89,11 @@ def _linear_on_packed(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor 
 
 def _measured(layer: torch.nn.Linear) -> tuple[float, float]:
     """(row threshold, seconds saved per call summed over the timed row counts >= it) of `layer`'s shape on this
-    CPU at the current thread count: timed once per weight shape in a process."""
+    CPU at the current thread count: timed once per weight shape in a process. Inside `decided_min_rows`: the
+    block's rule, and a saving of 1 for a layer that runs prepacked (0 otherwise), nothing timed."""
+    if _rule:
+        rows = float(_rule[-1](layer))
+        return rows, 0.0 if rows == NEVER else 1.0
     key = (layer.out_features, layer.in_features, layer.bias is not None, torch.get_num_threads())
     if key not in _min_rows:
         start = time.perf_counter()
@@ -98,6 +104,22 @@ def _measured(layer: torch.nn.Linear) -> tuple[float, float]:
         logger.info("prepacked linear %dx%d (%d threads): from %s rows on (timed in %.2f s)", layer.out_features,
                     layer.in_features, key[3], threshold, time.perf_counter() - start)
     return _min_rows[key]
+
+
+@contextmanager
+def decided_min_rows(rule: Callable[[torch.nn.Linear], float]) -> Iterator[None]:
+    """Inside the block, a layer runs prepacked from `rule(layer)` rows on (`NEVER`: not at all) instead of from the
+    row count timed on this machine, so which kernels run, and with them float32 rounding, no longer depends on
+    the machine's load (reproducible runs; the test suite). Under a memory cap the layers then count as saving
+    alike, so the smallest go first. Blocks nest (the innermost rule applies); a `prepacked_linears` block already
+    entered keeps its layers."""
+    with _lock:
+        _rule.append(rule)
+    try:
+        yield
+    finally:
+        with _lock:
+            _rule.remove(rule)
 
 
 def measured_min_rows(layer: torch.nn.Linear) -> float:

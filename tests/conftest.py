@@ -7,6 +7,8 @@ import os
 import pytest
 import torch
 from expected_skips import expected_skip
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
 from tiny import (  # noqa: F401 - also importable from conftest for test files written before tests/tiny.py
     ARCHS,
     MODEL_CLASSES,
@@ -20,7 +22,14 @@ from tiny import (  # noqa: F401 - also importable from conftest for test files 
     tiny_config,
 )
 
+from oneiro_hf.prepacked_linear import NEVER, decided_min_rows
+
 make_config = tiny_config  # the name test files written before tests/tiny.py use
+
+# hypothesis judges no test by time: no per-example deadline, no "too slow" health check (a busy machine is slow)
+hypothesis_settings.register_profile("oneiro", deadline=None,
+                                     suppress_health_check=[HealthCheck.too_slow])
+hypothesis_settings.load_profile("oneiro")
 
 # Tiny matmuls: threading overhead dominates, so these modules run single-threaded (restored after).
 _ONE_THREAD_MODULES = {"test_core_equality", "test_bad_inputs", "test_save_load", "test_components", "test_bench",
@@ -66,6 +75,23 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("real_model"):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _kernels_decided_not_timed():
+    """No layer of a test's target runs on prepacked weights unless the test says so (its own rule, or a
+    monkeypatched `measured_min_rows`): timed, the choice (and so float32 rounding) would follow the machine's load.
+    Tiny layers never gain on an idle CPU, so this is the choice an idle machine makes."""
+    with decided_min_rows(lambda layer: NEVER):
+        yield
+
+
+@pytest.fixture
+def prepacked_from_one_row():
+    """Every linear layer of a float32 CPU target on prepacked weights, from one row on (what a CPU that gains
+    everywhere picks): the real-model modules' kernels, decided rather than timed."""
+    with decided_min_rows(lambda layer: 1):
+        yield
 
 
 @pytest.fixture(autouse=True)

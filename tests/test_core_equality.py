@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny import ARCHS, greedy, make_cyclic_model, make_model, random_prompt, repeat_prompt
+from tiny import ARCHS, FLAT_PROFILE, greedy, make_cyclic_model, make_model, random_prompt, repeat_prompt
 from transformers import GenerationConfig, LogitsProcessorList
 from transformers.generation.streamers import BaseStreamer
 
@@ -155,6 +155,7 @@ def test_partially_right_drafter_exercises_accept_and_reject(arch):
 def test_lookup_drafts_are_proposed_and_accepted_on_repetitive_prompt(arch):
     model, ids = target(arch, "per_token")
     drafter = OneiroDrafter.from_target(model)
+    drafter.use_latency_profile(FLAT_PROFILE, learn=False)  # the cost model's picks, not this machine's load
     ref = greedy(model, ids, 24)
     for mode in ("lookup", "hybrid"):
         for cost_aware in (False, True):
@@ -175,6 +176,7 @@ def test_no_draft_is_longer_than_num_drafting_tokens(monkeypatch):
     verification pass and its crop; every draft of a call must fit it (lookup copies long spans here)."""
     model, ids = target("llama", "per_token")
     drafter = OneiroDrafter.from_target(model)
+    drafter.use_latency_profile(FLAT_PROFILE, learn=False)  # long lookup drafts pay whatever the machine's load
     seen: list[tuple[int, int]] = []
     propose = OneiroCandidateGenerator._propose
 

@@ -46,6 +46,7 @@ SIGNATURES: dict[str, Any] = {
     "measured_min_rows": prepacked_linear.measured_min_rows,
     "choose_min_rows": prepacked_linear.choose_min_rows,
     "thresholds": prepacked_linear.thresholds,
+    "decided_min_rows": prepacked_linear.decided_min_rows,
     "save_target_relative": target_relative.save_target_relative,
     "stored_size": target_relative.stored_size,
     "export_for_vllm": vllm_export.export_for_vllm,

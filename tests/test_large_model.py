@@ -14,7 +14,9 @@ from oneiro_hf import OneiroDrafter, cpu_kernels
 from oneiro_hf.chat import encode_prompt
 from oneiro_hf.reference_models import load_reference_model
 
-pytestmark = [pytest.mark.large_model, pytest.mark.real_model, pytest.mark.slow]
+# every linear prepacked from one row on (tests/conftest.py): kernels decided, not timed
+pytestmark = [pytest.mark.large_model, pytest.mark.real_model, pytest.mark.slow,
+              pytest.mark.usefixtures("prepacked_from_one_row")]
 
 NAME = "qwen2.5-coder-1.5b-instruct"
 PROMPTS = [

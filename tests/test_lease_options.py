@@ -53,12 +53,26 @@ def _args(tmp_path, minutes):
                                    use_cpu=True)
 
 
+class Clock:
+    """Seconds that pass only when the test says so: the time box is judged on them, not on this machine's load."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_time_limit_stops_training_once_it_is_reached(tmp_path):
-    args = _args(tmp_path, 1e-5)  # 0.6 ms
+    args = _args(tmp_path, 1.0)  # 60 s
     state, control = TrainerState(), TrainerControl()
-    callback = _TimeLimitCallback()
+    clock = Clock()
+    callback = _TimeLimitCallback(clock)
     callback.on_train_begin(args, state, control)
-    time.sleep(0.01)
+    clock.now += 59.9
+    callback.on_step_end(args, state, control)
+    assert not control.should_training_stop
+    clock.now += 0.2
     callback.on_step_end(args, state, control)
     assert control.should_training_stop
 
@@ -66,7 +80,7 @@ def test_time_limit_stops_training_once_it_is_reached(tmp_path):
 def test_time_limit_lets_training_go_on_before_it_is_reached(tmp_path):
     args = _args(tmp_path, 60.0)
     state, control = TrainerState(), TrainerControl()
-    callback = _TimeLimitCallback()
+    callback = _TimeLimitCallback()  # the real clock: an hour cannot pass here
     callback.on_train_begin(args, state, control)
     callback.on_step_end(args, state, control)
     assert not control.should_training_stop
@@ -93,10 +107,12 @@ def test_train_until_stops_training_at_the_wall_clock_deadline(tmp_path):
 def test_the_earlier_of_minutes_and_deadline_bounds_training(tmp_path):
     from oneiro_hf.training.trainer import training_time_budget
 
-    soon = time.time() + 60
+    now = time.time()
+    soon = now + 60
     both = OneiroTrainingArguments(output_dir=str(tmp_path), max_train_minutes=10.0, train_until=soon,
                                    report_to="none", use_cpu=True)
-    assert 55 < training_time_budget(both) <= 60
+    assert training_time_budget(both, now=now) == pytest.approx(60.0)
+    assert training_time_budget(both, now=soon + 5) == 0.0  # the deadline has passed
     minutes = OneiroTrainingArguments(output_dir=str(tmp_path), max_train_minutes=0.5, train_until=soon + 3600,
                                       report_to="none", use_cpu=True)
     assert training_time_budget(minutes) == 30.0
@@ -132,17 +148,19 @@ def test_time_box_starts_stage_2_at_its_share_of_the_minutes(tmp_path):
     """With --max_train_minutes a run that would not reach stage 1's share of the steps still trains stage 2."""
     from oneiro_hf.training.trainer import _StageCallback
 
-    args = OneiroTrainingArguments(output_dir=str(tmp_path), max_train_minutes=1e-4, stage1_fraction=0.5,
-                                   report_to="none", use_cpu=True)  # stage 1 gets 3 ms
+    args = OneiroTrainingArguments(output_dir=str(tmp_path), max_train_minutes=1.0, stage1_fraction=0.5,
+                                   report_to="none", use_cpu=True)  # stage 1 gets 30 s
     trainer = SimpleNamespace(switch_step=None, eval_dataset=None)
     trainer._set_switch_step = lambda max_steps: setattr(trainer, "switch_step", round(max_steps * 0.5))
     state, control = TrainerState(max_steps=1000, global_step=3), TrainerControl()
-    callback = _StageCallback(trainer)
+    clock = Clock()
+    callback = _StageCallback(trainer, clock)
     callback.on_train_begin(args, state, control)
     assert trainer.switch_step == 500
+    clock.now += 29.9
     callback.on_step_end(args, state, control)  # too early: stage 1 goes on
     assert trainer.switch_step == 500
-    time.sleep(0.01)
+    clock.now += 0.2
     state.global_step = 4
     callback.on_step_end(args, state, control)
     assert trainer.switch_step == 4

@@ -13,7 +13,9 @@ from oneiro_hf.prepacked_linear import (
     ROW_GRID,
     applies,
     choose_min_rows,
+    decided_min_rows,
     measured_min_rows,
+    measured_saving,
     packed_weight,
     prepacked_forward,
     prepacked_linears,
@@ -79,6 +81,7 @@ def test_thresholds_are_measured_once_per_shape_and_only_gaining_layers_are_swap
 
     monkeypatch.setattr(prepacked_linear, "_time_rows", spy)
     monkeypatch.setattr(prepacked_linear, "_min_rows", {})
+    monkeypatch.setattr(prepacked_linear, "_rule", [])  # timed here, outside the suite's decided kernels
     model = make_model("llama")
     linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
     shapes = {(m.out_features, m.in_features) for m in linears}
@@ -89,6 +92,20 @@ def test_thresholds_are_measured_once_per_shape_and_only_gaining_layers_are_swap
         for m in linears:
             assert ("forward" in vars(m)) == (thresholds[m] != NEVER), "a layer that never gains keeps F.linear"
     assert len(timed) == len(shapes), "a generate call reuses what was measured"
+
+
+def test_a_decided_rule_replaces_the_timing_inside_its_block(monkeypatch) -> None:
+    monkeypatch.setattr(prepacked_linear, "_time_rows", lambda *a, **k: pytest.fail("timed inside a decided block"))
+    model = make_model("llama")
+    linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    lm_head = model.get_output_embeddings()
+    with decided_min_rows(lambda layer: 1 if layer is lm_head else NEVER):
+        assert measured_min_rows(lm_head) == 1 and measured_saving(lm_head) > 0
+        with decided_min_rows(lambda layer: 4):  # the innermost block's rule applies
+            assert {measured_min_rows(m) for m in linears} == {4}
+        with prepacked_linears(model):
+            assert [m for m in linears if "forward" in vars(m)] == [lm_head]
+        assert all(measured_min_rows(m) == NEVER and measured_saving(m) == 0 for m in linears if m is not lm_head)
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -13,7 +13,7 @@ from oneiro_hf import OneiroDrafter, cpu_kernels
 from oneiro_hf.loading import default_drafter_dir
 from oneiro_hf.reference_models import load_reference_model
 
-pytestmark = pytest.mark.real_model
+pytestmark = [pytest.mark.real_model, pytest.mark.usefixtures("prepacked_from_one_row")]
 
 PROMPTS = [
     (
@@ -69,8 +69,9 @@ def test_smollm2_all_modes_identical_to_greedy(smollm2, drafter_kind):
 
 
 def test_plain_greedy_on_cpu_kernels_is_stock_greedy_on_smollm2(smollm2):
-    """The same-kernel baseline (`oneiro-greedy`) on a real target with the thresholds measured on this machine:
-    the same tokens as stock greedy, and the model stock again afterwards."""
+    """The same-kernel baseline (`oneiro-greedy`) on a real target, every linear prepacked from one row on (the
+    module's kernels, decided rather than timed): the same tokens as stock greedy, and the model stock again
+    afterwards."""
     model, tokenizer, _ = smollm2
     for prompt in PROMPTS:
         ids = _chat_ids(tokenizer, prompt)
@@ -78,7 +79,8 @@ def test_plain_greedy_on_cpu_kernels_is_stock_greedy_on_smollm2(smollm2):
         with cpu_kernels(model) as kernels:
             out = model.generate(ids, max_new_tokens=48, do_sample=False)
         assert torch.equal(out, ref), f"greedy on {kernels} differs from stock greedy on {prompt!r}"
-    assert kernels.grouped_attention and all("forward" not in vars(m) for m in model.modules())
+    assert kernels.grouped_attention and kernels.prepacked == kernels.linears == kernels.from_one_row
+    assert all("forward" not in vars(m) for m in model.modules())
 
 
 @pytest.mark.parametrize("name", ["qwen2.5-coder-0.5b-instruct", "gemma-3-270m"])

@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -285,12 +286,15 @@ def evaluate_drafter(
 
 # ============================================================================================ trainer
 class _StageCallback(TrainerCallback):
-    def __init__(self, trainer: OneiroTrainer) -> None:
+    """Switches to stage 2 at stage1_fraction of the steps, or of the time box (seconds read from `clock`)."""
+
+    def __init__(self, trainer: OneiroTrainer, clock: Callable[[], float] = time.perf_counter) -> None:
         self.trainer = trainer
+        self.clock = clock
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.trainer._set_switch_step(state.max_steps)
-        self.start = time.perf_counter()
+        self.start = self.clock()
         self.budget = training_time_budget(args)
         return control
 
@@ -300,7 +304,7 @@ class _StageCallback(TrainerCallback):
             self.budget is not None
             and tr.switch_step is not None
             and state.global_step < tr.switch_step
-            and time.perf_counter() - self.start > args.stage1_fraction * self.budget
+            and self.clock() - self.start > args.stage1_fraction * self.budget
         ):
             logger.info("step %d: %.0f%% of the training time box spent in stage 1", state.global_step,
                         100 * args.stage1_fraction)
@@ -321,31 +325,33 @@ class _StageCallback(TrainerCallback):
         return control
 
 
-def training_time_budget(args) -> float | None:
-    """Seconds of training left from now under --max_train_minutes and --train_until (the earlier), or None."""
+def training_time_budget(args, now: float | None = None) -> float | None:
+    """Seconds of training left at `now` (Unix seconds; default: the current time) under --max_train_minutes and
+    --train_until (the earlier), or None."""
     limits = []
     if args.max_train_minutes:
         limits.append(args.max_train_minutes * 60.0)
     if args.train_until is not None:
-        limits.append(max(0.0, args.train_until - time.time()))
+        limits.append(max(0.0, args.train_until - (time.time() if now is None else now)))
     return min(limits) if limits else None
 
 
 class _TimeLimitCallback(TrainerCallback):
-    """Ends training once its time box (`training_time_budget` at the start of training) has passed; the caller
-    then evaluates and saves as usual."""
+    """Ends training once its time box (`training_time_budget` at the start of training) has passed, by `clock`
+    (seconds); the caller then evaluates and saves as usual."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
         self.start: float | None = None
         self.max_seconds: float | None = None
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.start = time.perf_counter()
+        self.start = self.clock()
         self.max_seconds = training_time_budget(args)
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.max_seconds is not None and time.perf_counter() - self.start > self.max_seconds:
+        if self.max_seconds is not None and self.clock() - self.start > self.max_seconds:
             logger.warning("step %d of %d: the training time box (%.1f min) is over; training stops here",
                            state.global_step, state.max_steps, self.max_seconds / 60)
             control.should_training_stop = True
