@@ -416,7 +416,7 @@ def _weights_row(fingerprint: dict | None) -> str:
         kinds = "/".join(sorted(set(fingerprint["quantization"].values())))
         row += (
             f"; the base is a {kinds}-quantized copy, so the original (unquantized) weights are accepted too "
-            "(they quantize to the recorded values)"
+            "(they fall in the quantization cells of the recorded values)"
         )
     source = fingerprint.get("source")
     return f"{row}; trained on {source}" if source else row
