@@ -6,7 +6,6 @@
 
 from transformers import AutoConfig, AutoModel
 
-from . import assistant_guard
 from .compat import UnsupportedTransformersVersion, check_transformers_version
 from .configuration_oneiro import OneiroDrafterConfig
 from .cpu_kernels import Kernels, cpu_kernels
@@ -18,8 +17,6 @@ from .version import __version__ as __version__
 
 AutoConfig.register(OneiroDrafterConfig.model_type, OneiroDrafterConfig, exist_ok=True)
 AutoModel.register(OneiroDrafterConfig, OneiroDrafter, exist_ok=True)
-# transformers' own generate refuses a drafter it is given without being bound to it (assistant_guard.py)
-assistant_guard.install()
 
 __all__ = [
     "DraftStats",

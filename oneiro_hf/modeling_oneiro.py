@@ -27,6 +27,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AutoConfig, PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
+from .assistant_guard import acquire_guard, release_guard
 from .compat import cache_keyword, check_transformers_version, hidden_states_selection
 from .configuration_oneiro import DrafterNotBound, OneiroDrafterConfig, not_bound_message
 from .draft_policy import DraftPolicyState
@@ -454,6 +455,7 @@ class OneiroDrafter(PreTrainedModel):
         rotary = base.rotary_emb
         takes_layer_type = "layer_type" in inspect.signature(rotary.forward).parameters
         softcap = getattr(text_config(model), "final_logit_softcapping", None)
+        acquire_guard(self)  # transformers' assistant check is guarded while any drafter is bound (idempotent)
         object.__setattr__(
             self,
             "_bound",
@@ -481,10 +483,10 @@ class OneiroDrafter(PreTrainedModel):
         with self.exclusive_use("unbind"):
             from .integration import remove_generate_hook
 
-            if self._bound is None:
-                return
-            remove_generate_hook(self._bound.model, self)
-            object.__setattr__(self, "_bound", None)
+            if self._bound is not None:
+                remove_generate_hook(self._bound.model, self)
+                object.__setattr__(self, "_bound", None)
+                release_guard(self)  # after the last bound drafter, transformers' own assistant check is back
 
     @property
     def generation_config(self):

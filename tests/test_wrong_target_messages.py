@@ -43,13 +43,38 @@ def test_the_guard_reads_the_assistant_argument_and_leaves_the_config_plain():
     drafter's config keeps transformers' own get_text_config, and other assistants pass through unchanged."""
     assert "get_text_config" not in vars(OneiroDrafterConfig)
     assert OneiroDrafterConfig.get_text_config is PretrainedConfig.get_text_config
-    guarded = GenerationMixin._validate_generation_mode
-    assistant_guard.install()  # idempotent: one wrapper however often it is installed
-    assert GenerationMixin._validate_generation_mode is guarded
     model = make_model("llama", strength="prefix")
+    drafter = OneiroDrafter.from_target(model)  # bound: the guard is in place
+    assert assistant_guard.installed()
     assistant = make_model("llama", seed=3)  # a plain assistant model: transformers' own assisted decoding
     ids = random_prompt(6, seed=2)
     assert torch.equal(greedy(model, ids, 6, assistant_model=assistant), greedy(model, ids, 6))
+    drafter.unbind()
+
+
+def test_the_guard_wraps_transformers_only_while_a_drafter_is_bound():
+    """Bound drafters are counted: transformers' own method is back after the last unbind, and only then."""
+    while assistant_guard._holders:  # drafters other tests left bound
+        next(iter(assistant_guard._holders)).unbind()
+    original = GenerationMixin._validate_generation_mode
+    assert not assistant_guard.installed()
+    first = OneiroDrafter.from_target(make_model("llama", name="org/base-a"))
+    guarded = GenerationMixin._validate_generation_mode
+    assert guarded is not original and guarded.__wrapped__ is original
+    second = OneiroDrafter.from_target(make_model("llama", seed=2))
+    second.bind(second.target)  # re-binding the same drafter counts it once
+    assert GenerationMixin._validate_generation_mode is guarded  # one wrapper however many drafters
+    first.unbind()
+    first.unbind()  # unbinding an unbound drafter changes nothing
+    assert GenerationMixin._validate_generation_mode is guarded  # `second` is still bound
+    with pytest.raises(DrafterNotBound, match="'org/base-a'"):  # and an unbound drafter is still refused
+        greedy(make_model("llama", seed=4), random_prompt(6, seed=1), 4, assistant_model=first)
+    second.unbind()
+    assert GenerationMixin._validate_generation_mode is original
+    first.bind(make_model("llama", seed=5), allow_base_model_mismatch=True)
+    assert assistant_guard.installed()
+    first.unbind()
+    assert GenerationMixin._validate_generation_mode is original
 
 
 def _gpt2():
