@@ -175,9 +175,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
         if draft.source == "latent":
             for j in range(min(n + 1, split)):
                 policy.latent_rate(draft.confidences[j]).add(j < n)
-            t1 = policy.verify_time(1)
-            spent = policy.verify_time(length + 1) + policy.drafting_cost(draft.seconds, draft.calls)
-            policy.backoff.observe((n + 1) * t1 - spent)
+            policy.observe_drafter(n + 1, length + 1, draft.seconds, draft.calls, policy.verify_time)
 
     # ------------------------------------------------------------------ drafting
     def _budget(self, input_ids: torch.LongTensor) -> int:
@@ -195,7 +193,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
                 return copied
             if self.mode == "lookup":
                 return Draft()
-        if not self._drafter_worth_trying():
+        if not self.policy.backoff.admit(self.cost_aware):
             return Draft()
         draft = self._draft_latent(input_ids, budget)
         if self.mode == "hybrid" and self.settings.lookup_after_latent:
@@ -215,16 +213,6 @@ class OneiroCandidateGenerator(CandidateGenerator):
             return None
         tokens = cut_at_eos(tokens[:length], self.eos_ids)
         return Draft(tokens, self._one_hot_logits(tokens, input_ids), "lookup", ngram)
-
-    def _drafter_worth_trying(self) -> bool:
-        """The back-off's verdict (cost model on): whether the drafter is not losing time overall, or is due a
-        retry; counts the steps it sits out."""
-        backoff = self.policy.backoff
-        if self.cost_aware and not backoff.worth_trying():
-            backoff.steps_since_try += 1
-            return False
-        backoff.steps_since_try = 0
-        return True
 
     @torch.no_grad()
     def _draft_latent(self, input_ids: torch.LongTensor, budget: int) -> Draft:

@@ -18,6 +18,9 @@ cut to its best length with the drafter steps already spent counted as spent.
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 # Upper edges of the readout-confidence bins (the last bin runs to 1). Dense below 0.1, where most of a tree's
@@ -103,6 +106,16 @@ class Backoff:
     def worth_trying(self) -> bool:
         """On, or off long enough that a retry is due."""
         return self.profit_s >= 0 or self.steps_since_try >= self.explore_every
+
+    def admit(self, cost_aware: bool, pays: Callable[[], bool] | None = None) -> bool:
+        """Whether the drafter is called this step, counting the steps it sits out (what a retry waits for).
+
+        Cost model off: always. On: the drafter must not be losing time overall, or a retry is due; `pays` (the
+        tree's pricing of a latent branch beside lookup's) may veto a call that is not a retry."""
+        called = not cost_aware or (self.worth_trying() and (
+            pays is None or self.steps_since_try >= self.explore_every or pays()))
+        self.steps_since_try = 0 if called else self.steps_since_try + 1
+        return called
 
     def observe(self, seconds_saved: float) -> None:
         if self.profit_s < 0:  # off: this attempt was a retry
@@ -263,10 +276,30 @@ class DraftPolicyState:
     def _rates(self, probs: list[float], steps: list[int], sunk_steps: int) -> list[float]:
         """Expected tokens per second of verifying the first L drafts, L = 0..len(probs); steps[L] drafter steps."""
         step = self.draft_step_time()
-        rates = [1.0 / (self.verify_time(1) + (steps[0] + sunk_steps) * step)]
-        expected, survive = 1.0, 1.0
-        for j, p in enumerate(probs):
-            survive *= p
-            expected += survive
-            rates.append(expected / (self.verify_time(j + 2) + (steps[j + 1] + sunk_steps) * step))
-        return rates
+        survive = list(itertools.accumulate(probs, operator.mul))  # P(the first j drafts all accepted)
+        return pass_rates([survive], self.verify_time, lambda n: (steps[n] + sunk_steps) * step)
+
+    # -------------------------------------------------------------- the back-off's evidence
+    def observe_drafter(self, kept: int, pass_tokens: int, seconds: float, calls: int,
+                        verify_time: Callable[[int], float]) -> None:
+        """Teach the back-off what one verified round the drafter drafted saved: the `kept` tokens it yielded at
+        t(1) each, minus its pass of `pass_tokens` tokens and its drafting (`drafting_cost`). verify_time: t(k),
+        or a batch row's share of t(k, B)."""
+        spent = verify_time(pass_tokens) + self.drafting_cost(seconds, calls)
+        self.backoff.observe(kept * verify_time(1) - spent)
+
+
+def pass_rates(rows: Sequence[Sequence[float]], verify_time: Callable[[int], float],
+               fixed: Callable[[int], float]) -> list[float]:
+    """The one cost formula of chains, trees and batches: expected tokens per unit time of a pass verifying the
+    first n of each row's values beside its root, n = 0..the longest row.
+
+    A value is P(that token is on the accepted path) (a chain's j-th token: the product of the first j
+    acceptances); a pass yields per row 1 + the sum of its first n values and costs verify_time(n + 1) + fixed(n)
+    (drafter calls; a row with fewer values verifies what it has, padded to the pass's width)."""
+    width = max((len(values) for values in rows), default=0)
+    rates, expected = [len(rows) / (verify_time(1) + fixed(0))], float(len(rows))
+    for n in range(1, width + 1):
+        expected += sum(values[n - 1] for values in rows if len(values) >= n)
+        rates.append(expected / (verify_time(n + 1) + fixed(n)))
+    return rates

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from ..draft_policy import pass_rates
 from .tree import TokenTree
 
 # t(k)/t(1) measured on one H200 for a SmolLM2-135M-shaped target in bf16 with 512 cached tokens (docs/gpu.md,
@@ -57,21 +58,8 @@ def choose_nodes(tree: TokenTree, verify_time: Callable[[int], float] | None, ma
 
 
 def _prefix_rates(values: Sequence[float], verify_time: Callable[[int], float], fixed: float) -> list[float]:
-    """Expected tokens per unit time of verifying the first n of `values` (likeliest first), n = 0..len(values);
-    `fixed` is time every choice pays besides the pass (drafter calls)."""
-    return _width_rates([values], verify_time, fixed)
-
-
-def _width_rates(rows: Sequence[Sequence[float]], verify_time: Callable[[int], float], fixed: float) -> list[float]:
-    """Expected tokens per unit time of a pass verifying the first n of each row's values (likeliest first) beside
-    its root, n = 0..the longest row: the rows' tokens, 1 + the sum of their first n values each, over
-    verify_time(n + 1) + fixed (a row with fewer values verifies what it has, padded to the pass's width)."""
-    width = max((len(values) for values in rows), default=0)
-    rates, expected = [len(rows) / (verify_time(1) + fixed)], float(len(rows))
-    for n in range(1, width + 1):
-        expected += sum(values[n - 1] for values in rows if len(values) >= n)
-        rates.append(expected / (verify_time(n + 1) + fixed))
-    return rates
+    """`pass_rates` of one row; `fixed` is time every choice pays besides the pass (drafter calls)."""
+    return pass_rates([values], verify_time, lambda _: fixed)
 
 
 def choose_width(rows: Sequence[Sequence[float]], verify_time: Callable[[int], float] | None, max_nodes: int) -> int:
@@ -83,7 +71,7 @@ def choose_width(rows: Sequence[Sequence[float]], verify_time: Callable[[int], f
     width = max((len(values) for values in rows), default=0)
     if verify_time is None:
         return width
-    rates = _width_rates(rows, verify_time, 0.0)
+    rates = pass_rates(rows, verify_time, lambda _: 0.0)
     return max(range(len(rates)), key=rates.__getitem__)
 
 

@@ -90,10 +90,8 @@ class SequenceDrafter:
         settings, policy = self.settings, self.policy
         if depth <= 0 or self.latent is None:
             return 0, None
-        if not self._latent_pays(tree, depth, verify_time):
-            policy.backoff.steps_since_try += 1
+        if not policy.backoff.admit(settings.cost_aware, lambda: self._latent_pays(tree, depth, verify_time)):
             return 0, None
-        policy.backoff.steps_since_try = 0
         calls, lead = self.latent.expand(
             tree, input_ids, max_depth=depth, topk=settings.topk, beam=settings.beam, min_value=settings.min_value,
             policy=policy, eos_ids=self.eos_ids, max_nodes=settings.max_nodes, cost_aware=settings.cost_aware,
@@ -105,22 +103,17 @@ class SequenceDrafter:
         return calls, lead
 
     def _latent_pays(self, tree: TokenTree, depth: int, verify_time: VerifyTime) -> bool:
-        """Whether to call the drafter this step, given the lookup branches already in `tree`.
+        """Whether a call beside the lookup branches already in `tree` pays (asked by the back-off, `Backoff.admit`,
+        only when the drafter is not losing time overall and no retry is due).
 
-        Cost model on: the drafter must not be losing time overall (the back-off the chain uses too). Where lookup
-        hung no branch, that is all: the first readout's confidence then decides how far to draft, which an
-        average acceptance cannot see. Beside lookup branches a latent branch must also promise more tokens per
-        second than the lookup tree alone, its calls priced (`cost.drafting_pays`; where lookup is confident
-        little is left to gain, so a CPU whose drafter call costs a tenth of a pass skips it). Every
-        `explore_every` skipped steps the drafter is tried anyway, so that what it is worth keeps being measured.
+        Where lookup hung no branch it does: the first readout's confidence then decides how far to draft, which
+        an average acceptance cannot see. Beside lookup branches a latent branch must promise more tokens per
+        second than the lookup tree alone, its calls priced (`cost.drafting_pays`; where lookup is confident little
+        is left to gain, so a CPU whose drafter call costs a tenth of a pass skips it).
         """
-        policy, backoff = self.policy, self.policy.backoff
-        if not self.settings.cost_aware:
+        if len(tree) == 1:
             return True
-        if not backoff.worth_trying():
-            return False
-        if backoff.steps_since_try >= backoff.explore_every or len(tree) == 1:  # a retry, or no lookup branch
-            return True
+        policy = self.policy
         levels = latent_levels_below_root(tree, policy.latent_lead.value, depth)
         values = [node.value for node in tree.nodes[1:]]
         return drafting_pays(values, levels, verify_time, policy.draft_step_time(), 0, self.settings.max_nodes)
@@ -137,7 +130,6 @@ class SequenceDrafter:
         if draft.lead_token is not None:
             policy.latent_lead.add(verdict.tokens[0] == draft.lead_token)
         if draft.drafted_alone and self.settings.cost_aware:
-            spent = verify_time(len(tree)) + policy.drafting_cost(draft.seconds, draft.calls)
-            policy.backoff.observe(kept * verify_time(1) - spent)
+            policy.observe_drafter(kept, len(tree), draft.seconds, draft.calls, verify_time)
         # as in chains: the last token a pass yields counts as the target's own
         self.stats.record_round(draft, verdict.path[: kept - 1])
