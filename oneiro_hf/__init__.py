@@ -8,7 +8,7 @@ from transformers import AutoConfig, AutoModel
 
 from .compat import UnsupportedTransformersVersion, check_transformers_version
 from .configuration_oneiro import OneiroDrafterConfig
-from .cpu_kernels import Kernels, cpu_kernels
+from .cpu_kernels import Kernels, cpu_kernels, release_cpu_kernels
 from .generate_inputs import UnsupportedGenerateCall
 from .modeling_oneiro import DrafterBusy, OneiroDrafter
 from .stats import DraftStats
@@ -30,4 +30,5 @@ __all__ = [
     "UnsupportedTransformersVersion",
     "check_transformers_version",
     "cpu_kernels",
+    "release_cpu_kernels",
 ]

@@ -14,6 +14,9 @@ Two substitutions, each measured to pay and each restored when the block ends (n
   (`max_memory` caps it: with `cpu_kernels(model, max_memory=0.45)` a float32 Qwen2.5-Coder-1.5B ran 107 of its
   197 linear layers prepacked).
 
+The prepacked copies stay with the model for later blocks; `release_cpu_kernels(model)` frees them (the model keeps
+working on stock kernels until a block makes them again).
+
 A drafter's `generate` always runs the target inside these kernels. Plain greedy inside them is therefore the
 baseline that separates speculation from the kernels: `oneiro-bench` runs it as the method `oneiro-greedy`.
 Results differ from stock kernels' by float32 summation order only; greedy tokens stay identical in practice
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from .grouped_attention import ATTENTION_NAME, grouped_attention
-from .prepacked_linear import prepacked_layers, prepacked_linears
+from .prepacked_linear import prepacked_layers, prepacked_linears, release_packed
 
 STOCK = "stock"
 
@@ -75,3 +78,14 @@ def cpu_kernels(model: torch.nn.Module, prepack: bool = True, max_memory: float 
             from_one_row=sum(rows <= 1 for rows in layers.values()),
             linears=sum(type(m) is torch.nn.Linear for m in model.modules()),
         )
+
+
+def release_cpu_kernels(model: torch.nn.Module) -> int:
+    """Free the prepacked weight copies that `cpu_kernels` blocks (and a drafter's generate calls) keep with `model`,
+    up to the size of its linear layers' weights again; returns the bytes freed (0 when none were held). The model is
+    untouched and keeps working; a later block or generate call that prepacks makes the copies again (keep memory
+    down for good with `prepack=False` / `prepack_cpu_weights=False`). RuntimeError inside such a block."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"release_cpu_kernels takes a torch.nn.Module, got {type(model).__name__}. "
+                        "Fix: pass the model given to cpu_kernels or bound to the drafter.")
+    return release_packed(model)

@@ -15,7 +15,8 @@ run prepacked too. Shapes that never gain keep F.linear everywhere and keep no c
 else keep F.linear too.
 
 The reordered copies cost as much memory as the weights they copy; they are made when a block first swaps the
-layers in, kept for later blocks, made again if a weight changes, and go with the layer (weak references).
+layers in, kept for later blocks, made again if a weight changes, and go with the layer (weak references) or
+earlier with `release_packed(model)` (public as `oneiro_hf.release_cpu_kernels`).
 `max_copy_bytes` caps them: the layers that save the most time per byte (measured, `measured_saving`) get a copy
 until the cap is reached, the others keep F.linear (a Qwen2.5-Coder-1.5B target in float32 holds 7.1 GB of
 weights, 6.2 GB of them in linear layers: copies of all of them double its memory).
@@ -225,6 +226,20 @@ def _swap_in(model: torch.nn.Module, max_copy_bytes: int | None = None) -> dict[
         _swap_out(patched)
         raise
     return chosen
+
+
+def release_packed(model: torch.nn.Module) -> int:
+    """Drop the reordered copies of `model`'s linear layers (they are made again by the next block that runs them
+    prepacked); returns the bytes they held. Refused (RuntimeError) inside a block running `model` prepacked."""
+    with _lock:
+        if model in _users:
+            raise RuntimeError(
+                "release_cpu_kernels: the model is running on prepacked linears right now (inside cpu_kernels or a "
+                "drafter's generate call), which would make the copies again. Fix: call it after that block or "
+                "generate call has returned."
+            )
+        dropped = [_packed.pop(m) for m in model.modules() if type(m) is torch.nn.Linear and m in _packed]
+    return sum(packed.numel() * packed.element_size() for _, packed in dropped)
 
 
 def thresholds() -> dict[str, int | None]:

@@ -113,3 +113,29 @@ def test_a_bfloat16_target_keeps_stock_linears() -> None:
         assert kernels.prepacked == 0 and kernels.grouped_attention
         assert not any("forward" in vars(m) for m in _linears(model))
     assert _is_stock(model)
+
+
+def test_release_frees_the_prepacked_copies_and_leaves_the_model_working(monkeypatch) -> None:
+    model = make_model("llama")
+    ids = random_prompt(10, seed=5)
+    with torch.no_grad():
+        logits = model(ids).logits
+    ref = greedy(model, ids, 12)
+    monkeypatch.setattr(prepacked_linear, "measured_min_rows", lambda layer: 1)
+    with cpu_kernels(model):
+        assert torch.equal(greedy(model, ids, 12), ref)
+        with pytest.raises(RuntimeError, match="Fix: call it after"):  # it would make them again
+            oneiro_hf.release_cpu_kernels(model)
+    held = [m for m in _linears(model) if m in prepacked_linear._packed]
+    assert held == _linears(model)  # kept with the model after the block
+    weight_bytes = sum(m.weight.numel() * m.weight.element_size() for m in held)
+    assert oneiro_hf.release_cpu_kernels(model) == weight_bytes
+    assert not any(m in prepacked_linear._packed for m in model.modules()) and _is_stock(model)
+    assert oneiro_hf.release_cpu_kernels(model) == 0
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, logits)  # stock kernels, the same outputs as before any prepacking
+    assert torch.equal(greedy(model, ids, 12), ref)
+    with cpu_kernels(model) as kernels:  # a later block makes the copies again
+        assert kernels.prepacked == len(_linears(model)) and torch.equal(greedy(model, ids, 12), ref)
+    with pytest.raises(TypeError, match="Fix:"):
+        oneiro_hf.release_cpu_kernels("model")
