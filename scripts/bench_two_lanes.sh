@@ -19,4 +19,4 @@ wait
 $OB merge $OUT/laneA $OUT/laneB --into $OUT/merged
 $OB breakdown --run $OUT/merged > $OUT/merged/breakdown.md
 $OB breakdown --run $OUT/merged --latency-profile h200 > $OUT/merged/breakdown_h200.md
-python3 scripts/paired_ratios.py $OUT/laneA $OUT/laneB --csv $OUT/per_question.csv > $OUT/paired.txt
+$OB paired $OUT/laneA $OUT/laneB --csv $OUT/per_question.csv > $OUT/paired.txt

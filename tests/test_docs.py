@@ -124,7 +124,8 @@ def _parser_flags(parser) -> list[str]:
 def test_every_cli_flag_is_documented(api):
     from oneiro_hf.bench import cli
     flags = (_parser_flags(cli._run_parser()) + _parser_flags(cli._profile_parser())
-             + _parser_flags(cli._breakdown_parser()) + _parser_flags(cli._merge_parser()))
+             + _parser_flags(cli._breakdown_parser()) + _parser_flags(cli._merge_parser())
+             + _parser_flags(cli._paired_parser()) + _parser_flags(cli._summarize_parser()))
     from oneiro_hf.serving import cli as export_cli
     flags += _parser_flags(export_cli._vllm_parser())
     inherited = {f.name for f in dataclasses.fields(TrainingArguments)}

@@ -5,6 +5,9 @@
     oneiro-bench --per-category 1 --batch-size 1,2,4,8,16         # throughput of left-padded batches of B prompts
     oneiro-bench breakdown --run DIR                              # where a finished run's time went
     oneiro-bench merge RUN_A RUN_B --into DIR                     # shards split by --categories, as one run
+    oneiro-bench paired RUN_A RUN_B --csv per_question.csv        # paired per-question ratios of finished runs
+    oneiro-bench table DIR/summary.json                           # docs/benchmarks.md's current-figures table
+    oneiro-bench summarize DIR --questions FILE                   # summary of a run stopped part-way
 
 Methods run interleaved per question (the order rotates from one question to the next), after a
 warm-up, so their ratios hold on a noisy machine. Every ratio is against plain greedy decoding measured
@@ -277,6 +280,76 @@ def merge_main(argv: list[str]) -> int:
     return EXIT_OK
 
 
+def _paired_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="oneiro-bench paired",
+        description="Paired per-question ratios of finished runs (one run, or lanes of one run): each method's "
+                    "speedup, tau and identical answers, and the geometric mean and median over questions of "
+                    "method-to-method seconds-per-token ratios. No model is loaded.",
+    )
+    p.add_argument("runs", nargs="+", help="the --out directories (lanes of one benchmark)")
+    p.add_argument("--csv", default=None, help="also write one row per question and method to this file")
+    return p
+
+
+def paired_main(argv: list[str]) -> int:
+    args = _paired_parser().parse_args(argv)
+    from .tables import paired_ratios, paired_text, write_csv
+
+    try:
+        result = paired_ratios(args.runs)
+    except BenchInputError as err:
+        return _fail(err)
+    print(paired_text(result))
+    if args.csv:
+        write_csv(result, args.csv)
+    return EXIT_OK
+
+
+def _table_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="oneiro-bench table",
+                                description="The current-figures table of docs/benchmarks.md from runs' summary.json.")
+    p.add_argument("summaries", nargs="+", help="summary.json files (or the run directories holding them)")
+    return p
+
+
+def table_main(argv: list[str]) -> int:
+    args = _table_parser().parse_args(argv)
+    from .tables import current_table
+
+    for path in map(Path, args.summaries):
+        path = path / "summary.json" if path.is_dir() else path
+        if not path.is_file():
+            return _fail(BenchInputError(f"{path} does not exist. Fix: pass a finished run's summary.json."))
+        print(current_table(json.loads(path.read_text())))
+    return EXIT_OK
+
+
+def _summarize_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="oneiro-bench summarize",
+        description="summary.json and report.md of a run stopped before its last question (one stopped with "
+                    "Ctrl-C writes them itself), from the questions every method answered, marked partial.",
+    )
+    p.add_argument("run", help="the run's --out directory")
+    p.add_argument("--questions", required=True, help="the questions file the run read")
+    p.add_argument("--profile", default=None, help="the t(k) JSON the run was given with --latency-profile")
+    return p
+
+
+def summarize_main(argv: list[str]) -> int:
+    args = _summarize_parser().parse_args(argv)
+    from .merge import MergeError, summarize_partial_run
+
+    try:
+        summary = summarize_partial_run(args.run, args.questions, args.profile)
+    except (MergeError, BenchInputError) as err:
+        return _fail(err)
+    print(f"oneiro-bench: {summary['config']['n_questions']} questions every method answered; wrote "
+          f"{Path(args.run) / 'summary.json'}", file=sys.stderr)
+    return EXIT_OK
+
+
 def run_main(argv: list[str]) -> int:
     args = _run_parser().parse_args(argv)
     from . import runner
@@ -301,9 +374,10 @@ def run_main(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`oneiro-bench [run|profile|breakdown|merge] ...`; returns the exit status."""
+    """`oneiro-bench [run|profile|breakdown|merge|paired|table|summarize] ...`; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    subcommands = {"run": run_main, "profile": profile_main, "breakdown": breakdown_main, "merge": merge_main}
+    subcommands = {"run": run_main, "profile": profile_main, "breakdown": breakdown_main, "merge": merge_main,
+                   "paired": paired_main, "table": table_main, "summarize": summarize_main}
     if argv and argv[0] in subcommands:
         return subcommands[argv[0]](argv[1:])
     return run_main(argv)

@@ -1,4 +1,5 @@
-"""Merges benchmark runs that split one question set between them (`oneiro-bench merge`).
+"""Merges benchmark runs that split one question set between them (`oneiro-bench merge`), and summarises a run
+stopped before its last question (`oneiro-bench summarize`).
 
 A long run can be sharded by `--categories` over several processes or machines; each shard interleaves
 the same methods per question against its own greedy, so the ratios stay side by side. Merging is only
@@ -82,4 +83,29 @@ def merge_runs(runs: list[str | Path], out: str | Path, plots: bool = True,
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     figures = make_plots(summary, records, out) if plots else {}
     (out / "report.md").write_text(report_markdown(summary, figures))
+    return summary
+
+
+def summarize_partial_run(run: str | Path, questions: str | Path, profile: str | Path | None = None) -> dict:
+    """Write summary.json and report.md of `run` from the questions every method answered (a run killed mid-question
+    has answers from some methods only), marked "partial"; `profile`: the t(k) JSON the run was given. A run stopped
+    with Ctrl-C writes these itself; one stopped otherwise (SIGTERM, a lost machine) is summarised here."""
+    run = Path(run)
+    if not (run / "run_config.json").is_file():
+        raise MergeError(f"{run} is not an oneiro-bench run (no run_config.json). Fix: pass a run's --out directory.")
+    records = read_run_answers(run)
+    answered = [{r["question_id"] for r in recs} for recs in records.values()]
+    complete = set.intersection(*answered) if answered else set()
+    if not complete:
+        raise MergeError(f"{run}: no question was answered by every method. Fix: let the run finish one question.")
+    selected = {q["question_id"]: q for q in load_questions(questions) if q["question_id"] in complete}
+    records = {m: [r for r in recs if r["question_id"] in selected] for m, recs in records.items()}
+    summary = summarize(records, selected)
+    summary["partial"] = True
+    if profile is not None:
+        summary["profile"] = json.loads(Path(profile).read_text())
+    summary["config"] = {**json.loads((run / "run_config.json").read_text()), "questions": str(questions),
+                         "n_questions": len(selected), "categories": sorted({q["category"] for q in selected.values()})}
+    (run / "summary.json").write_text(json.dumps(summary, indent=2))
+    (run / "report.md").write_text(report_markdown(summary, {}))
     return summary
