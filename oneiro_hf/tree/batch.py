@@ -24,21 +24,29 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from transformers.cache_utils import DynamicSlidingWindowLayer
-from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from ..draft import Draft, eos_token_ids
 from ..generate_inputs import left_padding
 from ..stats import DraftStats
 from .attention import target_masks
 from .cache import compact_rows, drop_leading_columns, realign_rows, trim_sliding_layers
+from .core import (
+    Row,
+    append_verdict,
+    check_model_kwargs,
+    generate_output,
+    next_tokens,
+    node_scores,
+    prefill,
+    row_view,
+    start_empty,
+)
 from .cost import choose_nodes, choose_width
 from .drafting import SequenceDrafter
-from .loop import check_model_kwargs, node_scores, sample_or_argmax, start_empty
 from .settings import TreeSettings
 from .tree import TokenTree, window_mask
 from .verify import Verdict, greedy_walk, sampling_walk
@@ -57,29 +65,6 @@ def batch_generate_function(drafter, settings: TreeSettings) -> Callable:
                             generation_config, model_kwargs)
 
     return oneiro_batch_generate
-
-
-@dataclass
-class Row:
-    """One prompt of the batch and its decoding: its columns, its drafting, its outputs."""
-
-    ids: torch.LongTensor  # (1, columns): left padding, prompt, tokens so far (what the stopping criteria see)
-    pad: int  # leading padding columns of ids
-    drafting: SequenceDrafter
-    stats: DraftStats
-    scores: list[torch.Tensor] = field(default_factory=list)  # (1, V) processed scores per new token
-    logits: list[torch.Tensor] = field(default_factory=list)  # (1, V) raw logits per new token
-    flagged: int | None = None  # columns when a stopping criterion fired for this row
-    stop_at: int | None = None  # columns at which the row ends
-
-    @property
-    def tokens(self) -> torch.LongTensor:
-        """(1, T) the row's sequence without its padding."""
-        return self.ids[:, self.pad:]
-
-    @property
-    def done(self) -> bool:
-        return self.stop_at is not None and self.ids.shape[1] >= self.stop_at
 
 
 class BatchDecoder:
@@ -114,13 +99,9 @@ class BatchDecoder:
     # ------------------------------------------------------------------ passes
     def prefill(self, input_ids: torch.LongTensor, attention_mask, position_ids) -> None:
         """Plain batched decoding's first step; each row's prompt states go to its drafter."""
-        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         cache=self.cache, use_cache=True, output_hidden_states=self.hidden_flag, logits_to_keep=1)
-        trim_sliding_layers(self.cache)
+        raw = prefill(self.model, self.cache, self.hidden_flag, self.rows, input_ids, attention_mask, position_ids)
         self.columns, self.holes = input_ids.shape[1], [0] * len(self.rows)
-        for b, row in enumerate(self.rows):
-            row.drafting.observe(_row_view(out.hidden_states, b), slice(row.pad, None))
-        self._next_tokens(out.logits[:, -1].float())
+        self._next_tokens(raw)
 
     def step(self) -> None:
         """Draft every active row, verify them in one pass (or take a plain batched step), drop finished rows."""
@@ -188,26 +169,15 @@ class BatchDecoder:
         raw = out.logits[:, -1].float()
         verdicts = []
         for b, (row, token, scores) in enumerate(zip(self.active, *self._next_tokens(raw))):
-            row.drafting.observe(_row_view(out.hidden_states, b), [0])
+            row.drafting.observe(row_view(out.hidden_states, b), [0])
             verdicts.append(Verdict([], [token], [scores]))
         return verdicts, [1] * len(verdicts)
 
     def _next_tokens(self, raw: torch.Tensor) -> tuple[list[int], list[torch.Tensor]]:
-        """Each active row's next token from raw logits (B, V), appended under the stopping criteria; the tokens and
-        the (1, V) processed scores. Rows of one length (no row has accepted more than another) are processed and
-        checked in one call, as plain batched decoding does; otherwise row by row, each on its own prefix."""
-        do_sample, raws = self.generation_config.do_sample, raw.clone() if self.keep_logits else raw
-        if len({row.ids.shape[1] for row in self.active}) == 1:
-            ids = torch.cat([row.ids for row in self.active])
-            scores = self.logits_processor(ids, raws)
-            tokens = sample_or_argmax(scores, do_sample)
-            stops = self.stopping_criteria(torch.cat([ids, tokens.unsqueeze(1)], dim=1), scores).tolist()
-            rows = [scores[b : b + 1] for b in range(len(self.active))]
-            tokens = tokens.tolist()
-        else:
-            rows = [self.logits_processor(row.ids, raws[b : b + 1]) for b, row in enumerate(self.active)]
-            tokens = [int(sample_or_argmax(scores, do_sample)[0]) for scores in rows]
-            stops = [None] * len(rows)
+        """Each active row's next token from raw logits (B, V) (`core.next_tokens`), appended under the stopping
+        criteria; the tokens and the (1, V) processed scores."""
+        tokens, rows, stops = next_tokens(self.active, raw, self.logits_processor, self.stopping_criteria,
+                                          self.generation_config.do_sample)
         for b, row in enumerate(self.active):
             self._append(row, tokens[b], rows[b], raw[b : b + 1], stops[b])
         return tokens, rows
@@ -227,18 +197,14 @@ class BatchDecoder:
         verdicts, kept, keeps = [], [], []
         for b, (row, tree) in enumerate(zip(self.active, trees)):
             verdict = self.walk(tree, node_scores(tree, row.ids, logits[b], self.logits_processor))
-            n = 0
-            for token, (node, scores) in zip(verdict.tokens, zip([0, *verdict.path], verdict.scores)):
-                n += 1
-                if self._append(row, token, scores, logits[b, node : node + 1]):
-                    break
+            n = append_verdict(verdict, logits[b], lambda token, scores, raw, row=row: self._append(row, token, scores, raw))
             verdicts.append(verdict)
             kept.append(n)
             keeps.append([0, *verdict.path[: n - 1]])  # the root and the accepted nodes whose successor was appended
         self.holes = compact_rows(self.cache, keeps, width, self.holes)
         self.columns += max(len(keep) for keep in keeps)
         for b, (row, keep) in enumerate(zip(self.active, keeps)):
-            row.drafting.observe(_row_view(out.hidden_states, b), keep)
+            row.drafting.observe(row_view(out.hidden_states, b), keep)
         return verdicts, kept
 
     # ------------------------------------------------------------------ rows
@@ -246,11 +212,7 @@ class BatchDecoder:
         """Append one token to a row; whether the row takes no more tokens from this pass (it stopped, or a
         stopping criterion fired and finished rows are padded). Criteria are checked per token, per row, unless
         `stop` brings their verdict for this token (checked for the batch at once)."""
-        row.ids = torch.cat([row.ids, row.ids.new_tensor([[token]])], dim=1)
-        if self.keep_scores:
-            row.scores.append(scores)
-        if self.keep_logits:
-            row.logits.append(raw)
+        row.append(token, scores if self.keep_scores else None, raw if self.keep_logits else None)
         if row.stop_at is not None:
             return row.done
         if stop is None:
@@ -291,31 +253,10 @@ class BatchDecoder:
     def finished(self) -> bool:
         return not self.active
 
-    def outputs(self, prompt_columns: int) -> tuple[torch.LongTensor, list[torch.Tensor], list[torch.Tensor]]:
-        """sequences (B, columns) padded with pad_token_id as plain batched decoding pads finished rows, and the
-        per-step (B, V) processed scores and raw logits (a finished row's rows: a point mass on the pad id)."""
-        pad = self.generation_config._pad_token_tensor
-        pad_id = int(pad) if pad is not None else 0
-        for row in self.rows:
-            new = row.ids.shape[1] - prompt_columns
-            del row.scores[new:], row.logits[new:]
-        width = max(row.ids.shape[1] for row in self.rows)
-        sequences = torch.cat([torch.nn.functional.pad(row.ids, (0, width - row.ids.shape[1]), value=pad_id)
-                               for row in self.rows])
-        steps = width - prompt_columns
-        scores = _per_step([row.scores for row in self.rows], steps, pad_id) if self.keep_scores else []
-        logits = _per_step([row.logits for row in self.rows], steps, pad_id) if self.keep_logits else []
-        return sequences, scores, logits
-
 
 def _values(tree: TokenTree) -> list[float]:
     """A tree's candidate values, likeliest first."""
     return sorted((node.value for node in tree.nodes[1:]), reverse=True)
-
-
-def _row_view(hidden_states: tuple | None, b: int) -> tuple:
-    """Row b of a batched pass's hidden states, each entry (1, n, H) (None entries kept)."""
-    return tuple(h[b : b + 1] if h is not None else None for h in (hidden_states or ()))
 
 
 def _flatten(trees: list[TokenTree], width: int, device) -> tuple[torch.LongTensor, torch.LongTensor, torch.BoolTensor]:
@@ -353,14 +294,6 @@ def _batch_allowed(columns: int, roots: torch.LongTensor, holes: torch.LongTenso
     return allowed
 
 
-def _per_step(per_row: list[list[torch.Tensor]], steps: int, pad_id: int) -> list[torch.Tensor]:
-    """(B, V) per step from each row's (1, V) rows; a row that ended earlier gets a point mass on `pad_id`."""
-    like = next(rows[0] for rows in per_row if rows)
-    filler = torch.full_like(like, float("-inf"))
-    filler[0, pad_id] = 0.0
-    return [torch.cat([rows[t] if t < len(rows) else filler for rows in per_row]) for t in range(steps)]
-
-
 @torch.no_grad()
 def batch_decode(model, drafter, settings: TreeSettings, input_ids: torch.LongTensor, logits_processor,
                  stopping_criteria, generation_config, model_kwargs: dict[str, Any]):
@@ -377,11 +310,4 @@ def batch_decode(model, drafter, settings: TreeSettings, input_ids: torch.LongTe
     decoder.settle()
     while not decoder.finished:
         decoder.step()
-    sequences, scores, logits = decoder.outputs(input_ids.shape[1])
-    if generation_config.return_dict_in_generate:
-        return GenerateDecoderOnlyOutput(
-            sequences=sequences,
-            scores=tuple(scores) if generation_config.output_scores else None,
-            logits=tuple(logits) if generation_config.output_logits else None,
-        )
-    return sequences
+    return generate_output(generation_config, decoder.rows, input_ids.shape[1])

@@ -22,19 +22,24 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from ..draft import Draft, eos_token_ids
 from .attention import target_tree_mask
-from .cache import compact_cache, prepare_cache, trim_sliding_layers
+from .cache import compact_cache
+from .core import (
+    Row,
+    append_verdict,
+    check_model_kwargs,
+    generate_output,
+    next_tokens,
+    node_scores,
+    prefill,
+    start_empty,
+)
 from .drafting import SequenceDrafter
 from .settings import TreeSettings
 from .tree import TokenTree
 from .verify import Verdict, greedy_walk, sampling_walk
-
-# model_kwargs generate prepares for a decoder-only text model; anything else is refused with the fix
-_KNOWN_MODEL_KWARGS = {"attention_mask", "position_ids", "use_cache", "logits_to_keep", "cache", "output_attentions",
-                       "output_hidden_states"}
 
 
 def tree_generate_function(drafter, settings: TreeSettings, streamer=None) -> Callable:
@@ -57,22 +62,6 @@ def tree_generate_function(drafter, settings: TreeSettings, streamer=None) -> Ca
     return oneiro_tree_generate
 
 
-def check_model_kwargs(generation_config, model_kwargs: dict[str, Any]) -> None:
-    """What the tree's and the batch's loops refuse alike: attention or hidden-state outputs, model inputs they do
-    not forward, no cache."""
-    wants_outputs = any(model_kwargs.get(k) for k in ("output_attentions", "output_hidden_states"))
-    if wants_outputs or generation_config.output_attentions or generation_config.output_hidden_states:
-        raise ValueError(
-            "tree verification does not return attentions or hidden states (a tree pass has no single sequence). "
-            "Fix: drop output_attentions/output_hidden_states, or call generate with oneiro_tree=False."
-        )
-    unknown = sorted(k for k, v in model_kwargs.items() if k not in _KNOWN_MODEL_KWARGS and v is not None)
-    if unknown:
-        raise ValueError(f"tree verification does not forward {unknown} to the target. Fix: drop them, or oneiro_tree=False.")
-    if model_kwargs.get("cache") is None:
-        raise ValueError("tree verification needs the target's cache. Fix: drop use_cache=False.")
-
-
 def _check_call(generation_config, model_kwargs: dict[str, Any], input_ids: torch.LongTensor) -> None:
     if input_ids.shape[0] != 1:
         raise ValueError(f"tree verification runs batch size 1 here (got {input_ids.shape[0]}). Fix: call generate "
@@ -85,20 +74,6 @@ def _check_call(generation_config, model_kwargs: dict[str, Any], input_ids: torc
             "pad_token_id tokens in the prompt) has zeros. Fix: drop the padding, or pass "
             "attention_mask=torch.ones_like(input_ids) when the pad id is a real token of the prompt."
         )
-
-
-def start_empty(cache) -> None:
-    """Make `cache` compactable (`prepare_cache`) and refuse one that generate was handed already filled."""
-    prepare_cache(cache)
-    if cache.get_seq_length() > 0:
-        raise ValueError("tree verification starts from an empty cache. Fix: do not pass a filled cache to generate.")
-
-
-def sample_or_argmax(scores: torch.Tensor, do_sample: bool) -> torch.LongTensor:
-    """(B,) the next token of each row of processed scores (B, V): sampled, or the argmax (plain decoding's)."""
-    if do_sample:
-        return torch.multinomial(scores.softmax(-1), 1).squeeze(1)
-    return scores.argmax(-1)
 
 
 @dataclass
@@ -129,30 +104,29 @@ class TreeDecoder:
         self.hidden_flag: int | list[int] | bool = (
             drafter.hidden_states_request if self.drafting.latent is not None else False
         )
-        self.scores: list[torch.Tensor] = []  # (1, V) processed scores of each new token
-        self.raw_logits: list[torch.Tensor] = []  # (1, V) raw logits of each new token
+        wants = generation_config.return_dict_in_generate
+        self.keep_scores, self.keep_logits = wants and generation_config.output_scores, wants and generation_config.output_logits
+        self.row: Row | None = None  # the sequence, from the prefill on
+        self.stopped = False  # a stopping criterion fired
 
-    def _append(self, input_ids: torch.LongTensor, token: int, scores: torch.Tensor) -> tuple[torch.LongTensor, bool]:
-        """Append one token; whether a stopping criterion fires now (checked per token, as plain decoding does)."""
-        new = torch.tensor([[token]], dtype=input_ids.dtype, device=input_ids.device)
-        input_ids = torch.cat([input_ids, new], dim=-1)
-        return input_ids, bool(self.stopping_criteria(input_ids, scores).all())
+    def _append(self, token: int, scores: torch.Tensor, raw: torch.Tensor, stop: bool | None = None) -> bool:
+        """Append one token; whether a stopping criterion fires now (checked per token, as plain decoding does,
+        unless `stop` brings the verdict)."""
+        row = self.row
+        row.append(token, scores if self.keep_scores else None, raw if self.keep_logits else None)
+        self.stopped = bool(self.stopping_criteria(row.ids, scores).all()) if stop is None else bool(stop)
+        return self.stopped
 
     def prefill(self, input_ids: torch.LongTensor, position_ids) -> tuple[torch.LongTensor, bool]:
         """Exactly plain decoding's first step; the prompt's states go to the drafter."""
-        out = self.model(input_ids=input_ids, position_ids=position_ids, cache=self.cache, use_cache=True,
-                         output_hidden_states=self.hidden_flag, logits_to_keep=1)
-        trim_sliding_layers(self.cache)
-        raw = out.logits[:, -1].float()
-        row = self.logits_processor(input_ids, raw.clone())
-        token = int(sample_or_argmax(row, self.generation_config.do_sample)[0])
-        self.drafting.observe(out.hidden_states, slice(None))
-        self.scores.append(row)
-        self.raw_logits.append(raw)
-        ids, finished = self._append(input_ids, token, row)
+        self.row = Row(input_ids, 0, self.drafting, self.stats)
+        raw = prefill(self.model, self.cache, self.hidden_flag, [self.row], input_ids, None, position_ids)
+        tokens, scores, stops = next_tokens([self.row], raw, self.logits_processor, self.stopping_criteria,
+                                            self.generation_config.do_sample)
+        self._append(tokens[0], scores[0], raw, stops[0])
         if self.streamer is not None:
-            self.streamer.put(ids[:, -1:].cpu())
-        return ids, finished
+            self.streamer.put(self.row.ids[:, -1:].cpu())
+        return self.row.ids, self.stopped
 
     def draft(self, input_ids: torch.LongTensor) -> Draft:
         """A tree below the last token of input_ids (1, T) (`SequenceDrafter.draft`, priced by t(k))."""
@@ -170,39 +144,19 @@ class TreeDecoder:
                              cache=self.cache, use_cache=True, output_hidden_states=self.hidden_flag, logits_to_keep=0)
             logits = out.logits[0].float()  # (nodes, V)
             verdict = self.walk(tree, node_scores(tree, input_ids, logits, self.logits_processor))
-            kept, finished = 0, False
-            for token, row in zip(verdict.tokens, verdict.scores):
-                input_ids, finished = self._append(input_ids, token, row)
-                kept += 1
-                if finished:
-                    break
+            kept = append_verdict(verdict, logits, self._append)
             keep = [0, *verdict.path[: kept - 1]]  # the root and the accepted nodes whose successor was appended
             compact_cache(self.cache, torch.tensor(keep, device=device), len(tree))
             self.drafting.observe(out.hidden_states, keep)
             if self.streamer is not None:
-                self.streamer.put(input_ids[:, -kept:].cpu())
-        return input_ids, Pass(verdict, kept, logits, timer.seconds), finished
+                self.streamer.put(self.row.ids[:, -kept:].cpu())
+        return self.row.ids, Pass(verdict, kept, logits, timer.seconds), self.stopped
 
     def learn(self, draft: Draft, done: Pass) -> None:
         """Latency, calibration, the back-off and statistics from one step (its times are recorded where they are
         measured: `draft` and `verify`)."""
         self.policy.observe_verify(len(draft.tree), done.seconds)
         self.drafting.learn(draft, done.verdict, done.kept, self.policy.verify_time)
-        self.scores.extend(done.verdict.scores[: done.kept])
-        self.raw_logits.extend(done.logits[i : i + 1] for i in [0, *done.verdict.path][: done.kept])
-
-
-def node_scores(tree: TokenTree, input_ids: torch.LongTensor, logits: torch.Tensor,
-                logits_processor) -> Callable[[int], torch.Tensor]:
-    """`scores(node)` for the walks: the user's processors on the prefix that ends at `node`, applied to that node's
-    row of the pass's logits (nodes, V); input_ids (1, T) is the sequence before the tree's root's successor."""
-
-    def scores(node: int) -> torch.Tensor:
-        path = [tree.nodes[i].token for i in tree.path_to(node)]
-        prefix = torch.cat([input_ids, torch.tensor([path], dtype=input_ids.dtype, device=input_ids.device)], dim=-1)
-        return logits_processor(prefix, logits[node : node + 1].clone())
-
-    return scores
 
 
 @torch.no_grad()
@@ -226,6 +180,7 @@ def tree_decode(
     start_empty(cache)
     decoder = TreeDecoder(model, drafter, settings, logits_processor, stopping_criteria, generation_config, streamer,
                           cache)
+    prompt_columns = input_ids.shape[1]
     input_ids, finished = decoder.prefill(input_ids, model_kwargs.get("position_ids"))
     while not finished:
         draft = decoder.draft(input_ids)
@@ -233,11 +188,4 @@ def tree_decode(
         decoder.learn(draft, done)
     if streamer is not None:
         streamer.end()
-    if generation_config.return_dict_in_generate:
-        return GenerateDecoderOnlyOutput(
-            sequences=input_ids,
-            scores=tuple(decoder.scores) if generation_config.output_scores else None,
-            logits=tuple(decoder.raw_logits) if generation_config.output_logits else None,
-            cache=cache,
-        )
-    return input_ids
+    return generate_output(generation_config, [decoder.row], prompt_columns, cache=cache)
