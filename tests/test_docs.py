@@ -129,7 +129,9 @@ def test_every_cli_flag_is_documented(api):
     from oneiro_hf.serving import cli as export_cli
     flags += _parser_flags(export_cli._vllm_parser())
     inherited = {f.name for f in dataclasses.fields(TrainingArguments)}
-    for cls in (ModelArguments, DataArguments, OneiroTrainingArguments):
+    from oneiro_hf.training.campaign import CampaignArguments
+
+    for cls in (ModelArguments, DataArguments, OneiroTrainingArguments, CampaignArguments):
         flags += [f"--{f.name}" for f in dataclasses.fields(cls) if f.name not in inherited]
     assert "--interval" in flags and "--per-category" in flags
     missing = sorted({flag for flag in flags if not re.search(rf"`{re.escape(flag)}[ `=]", api)})
@@ -147,8 +149,10 @@ def test_every_error_class_is_documented(api):
     from oneiro_hf.checkpoint import CorruptCheckpoint
     from oneiro_hf.generate_inputs import UnsupportedGenerateCall
     from oneiro_hf.target_relative import RebuiltOnOtherWeights, RelativeDrafterOnOtherBase
+    from oneiro_hf.training.campaign import CampaignError
     from oneiro_hf.training.trainer import CheckpointMismatch, OutputDirHasDrafter
 
     for cls in (BenchInputError, CorruptCheckpoint, CheckpointMismatch, OutputDirHasDrafter, UnsupportedGenerateCall,
+                CampaignError,
                 RelativeDrafterOnOtherBase, RebuiltOnOtherWeights):
         assert f"`{cls.__name__}`" in api, cls.__name__

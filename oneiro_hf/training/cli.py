@@ -276,9 +276,15 @@ def _end_process_group() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """oneiro-train: parse, check, load the target and data, train (stages 0-2, or 3), save, publish."""
+    """oneiro-train: parse, check, load the target and data, train (stages 0-2, or 3), save, publish;
+    ``oneiro-train campaign ...`` runs a data-and-training campaign (`campaign.main`)."""
     from .publish import plan_hub_push, publish_trained_drafter
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["campaign"]:  # grow the data and retrain at milestones until a deadline (campaign.py)
+        from .campaign import main as campaign_main
+
+        return campaign_main(argv[1:])
     model_args, data_args, args = parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.should_log else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -297,16 +297,22 @@ def export_jsonl(
     return ExportReport(out, len(new), len(records) - len(new), len(existing) + len(new), written, size)
 
 
+# what makes records a part of their own: a dataset grown on other hardware, at another batch size or thread count,
+# in another dtype or from another prompt mix says so per part
+PART_KEYS = ("hardware", "batch_size", "threads", "dtype", "sources")
+
+
 def _part_of(settings: ExportSettings, records: int) -> dict[str, Any]:
     return {"records": records, "hardware": settings.hardware, "batch_size": settings.batch_size,
-            "threads": settings.threads, "throughput": dict(settings.throughput)}
+            "threads": settings.threads, "dtype": settings.dtype, "sources": settings.sources,
+            "throughput": dict(settings.throughput)}
 
 
 def _parts_after(previous: ExportSettings | None, existing: int, settings: ExportSettings, added: int
                  ) -> list[dict[str, Any]]:
-    """The dataset's parts once ``added`` records made as ``settings`` say are in: the same hardware, batch size
-    and threads as the last part extend it (a refresh of a running job: its log's throughput is cumulative),
-    anything else starts a new part. A directory exported before parts existed becomes its first part."""
+    """The dataset's parts once ``added`` records made as ``settings`` say are in: the same PART_KEYS as the last
+    part extend it (a refresh of a running job: its log's throughput is cumulative), anything else starts a new
+    part. A directory exported before parts existed becomes its first part."""
     parts = [dict(p) for p in previous.parts] if previous is not None else []
     if previous is not None and not parts and existing:
         parts = [_part_of(previous, existing)]
@@ -314,7 +320,7 @@ def _parts_after(previous: ExportSettings | None, existing: int, settings: Expor
         return parts
     part = _part_of(settings, added)
     last = parts[-1] if parts else None
-    if last is not None and all(last[k] == part[k] for k in ("hardware", "batch_size", "threads")):
+    if last is not None and all(last.get(k) == part[k] for k in PART_KEYS):
         last["records"] += added
         last["throughput"] = part["throughput"] or last["throughput"]
     else:

@@ -132,6 +132,43 @@ def generate_batch(
     return results
 
 
+@torch.no_grad()
+def measure_batch_throughput(
+    model: Any, batch_sizes: Sequence[int], prompt_tokens: int = 32, new_tokens: int = 8
+) -> dict[str, Any]:
+    """Answer tokens per second of greedy decoding at each batch size (every row decoding, no stops), with the
+    prefill measured apart: ``{"decode_tokens_per_s": {B: rate}, "prefill_tokens_per_s": {B: rate}, ...}``.
+
+    The decode rate is what the batch size changes; a real run also pays its prompts' prefill and the rows that
+    stopped early, so its rate (the generation log's) is lower."""
+    from transformers import GenerationConfig
+
+    device = next(model.parameters()).device
+    vocab = model.get_input_embeddings().weight.shape[0]
+    gen = torch.Generator().manual_seed(0)
+
+    def timed(rows: int, steps: int) -> float:
+        ids = torch.randint(0, vocab, (rows, prompt_tokens), generator=gen).to(device)
+        config = GenerationConfig(max_new_tokens=steps, min_new_tokens=steps, do_sample=False, num_beams=1,
+                                  eos_token_id=None, pad_token_id=0)
+        began = time.perf_counter()
+        model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config)
+        return time.perf_counter() - began
+
+    timed(2, 2)  # warm-up
+    decode, prefill = {}, {}
+    for rows in batch_sizes:
+        first = timed(rows, 1)
+        whole = timed(rows, new_tokens + 1)
+        decode[rows] = round(rows * new_tokens / max(whole - first, 1e-9), 2)
+        prefill[rows] = round(rows * prompt_tokens / first, 2)
+        logger.info("batch %d: %.1f answer tokens/s decoding, %.1f prompt tokens/s prefill", rows, decode[rows],
+                    prefill[rows])
+    return {"decode_tokens_per_s": decode, "prefill_tokens_per_s": prefill, "prompt_tokens": prompt_tokens,
+            "new_tokens": new_tokens, "dtype": str(next(model.parameters()).dtype).removeprefix("torch."),
+            "threads": torch.get_num_threads(), "device": str(device)}
+
+
 def _record_line(rec: Prompt, ids: list[int], response: list[int], stopped: bool) -> str:
     """One JSONL line of the self-distillation file."""
     record = {"id": str(rec["id"]), "source": rec.get("source", ""), "prompt": rec["prompt"], "input_ids": ids,
@@ -160,6 +197,8 @@ def generate_self_distillation_data(
     max_prompt_tokens: int = 1024,
     progress: bool = True,
     skip_ids: Iterable[str] = (),
+    until: float | None = None,
+    max_response_tokens: int | None = None,
 ) -> dict[str, Any]:
     """Append the target's greedy answers to ``prompts`` to ``out_path`` as JSONL; return throughput stats.
 
@@ -168,7 +207,8 @@ def generate_self_distillation_data(
     end-of-turn token when it stopped by itself (``stopped`` false means it hit ``max_new_tokens``).
     With ``resume`` the ids already in the file are skipped; without it the file is overwritten. ``skip_ids``
     are skipped too: the records a committed dataset already holds (``--skip-dataset``), so a machine without
-    the JSONL carries on where the last one stopped.
+    the JSONL carries on where the last one stopped. ``until`` (Unix seconds): no batch is started that the last
+    batch's duration says would end after it; ``max_response_tokens``: stop once this many answer tokens are written.
     """
     from tqdm.auto import tqdm
 
@@ -215,8 +255,15 @@ def generate_self_distillation_data(
 
     bar = tqdm(total=total, desc="self-distill", unit="prompt", disable=not progress, dynamic_ncols=True)
     start = time.perf_counter()
+    last_batch = 0.0
     with open(out, "a", encoding="utf-8") as fh:
         for batch in _batches(pending(), batch_size, sort_window):
+            if max_response_tokens is not None and stats["response_tokens"] >= max_response_tokens:
+                break
+            if until is not None and time.time() + last_batch > until:
+                logger.info("stopping: a batch of about %.0fs would end after the deadline", last_batch)
+                break
+            began = time.perf_counter()
             results = generate_batch(model, [ids for _, ids in batch], max_new_tokens, stop_ids, pad_id)
             lines = []
             for (rec, ids), (response, stopped) in zip(batch, results):
@@ -227,6 +274,7 @@ def generate_self_distillation_data(
             fh.flush()
             os.fsync(fh.fileno())
             stats["written"] += len(batch)
+            last_batch = time.perf_counter() - began
             elapsed = time.perf_counter() - start
             bar.update(len(batch))
             bar.set_postfix(tok_s=f"{stats['response_tokens'] / elapsed:.1f}", refresh=False)

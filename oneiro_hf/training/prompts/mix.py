@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from .public import public_prompts
+from .public import PUBLIC_SOURCES, public_prompts
 from .records import Prompt
 from .stdlib import stdlib_prompts
 from .synthetic import synthetic_prompts
@@ -16,11 +16,12 @@ from .user import load_user_prompts
 
 logger = logging.getLogger(__name__)
 
-SOURCES: tuple[str, ...] = ("stdlib", "synthetic", "sharegpt", "arena_hard", "ifeval")
+SOURCES: tuple[str, ...] = ("stdlib", "synthetic", "sharegpt", "sharegpt_code", "arena_hard", "ifeval")
 DEFAULT_WEIGHTS: dict[str, float] = {
     "stdlib": 3.0,
     "synthetic": 4.0,
     "sharegpt": 8.0,
+    "sharegpt_code": 4.0,
     "arena_hard": 1.0,
     "ifeval": 1.0,
 }
@@ -84,7 +85,7 @@ def iter_prompts(
         "synthetic": lambda: synthetic_prompts(seed),
         **{
             name: (lambda name=name: public_prompts(name, seed=seed, exclude=exclude))
-            for name in ("sharegpt", "arena_hard", "ifeval")
+            for name in PUBLIC_SOURCES
         },
     }
     active: list[tuple[str, float, Iterator[Prompt]]] = []

