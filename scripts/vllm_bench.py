@@ -24,19 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from oneiro_hf.serving.measure import counter_difference, fixed_k_acceptance, spec_counters
+
 ROOT = Path(__file__).resolve().parent.parent
-COUNTERS = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
-            "vllm:spec_decode_num_accepted_tokens": "accepted"}
-
-
-def _spec_counters(llm) -> dict:
-    found = {}
-    for metric in llm.get_metrics():
-        if metric.name in COUNTERS:
-            found[COUNTERS[metric.name]] = int(metric.value)
-        elif metric.name == "vllm:spec_decode_num_accepted_tokens_per_pos":
-            found["accepted_per_position"] = [int(v) for v in metric.values]
-    return found
 
 
 def worker(request_path: str) -> None:
@@ -49,22 +39,15 @@ def worker(request_path: str) -> None:
     params = SamplingParams(temperature=0.0, max_tokens=request["max_tokens"])
     llm.generate([{"prompt_token_ids": request["prompts"][0]}], SamplingParams(temperature=0.0, max_tokens=8),
                  use_tqdm=False)  # warm-up, not counted
-    before = _spec_counters(llm)
+    before = spec_counters(llm)
     tokens, seconds, accepted = [], [], []
     for ids in request["prompts"]:
         start = time.perf_counter()
         out = llm.generate([{"prompt_token_ids": ids}], params, use_tqdm=False)
         seconds.append(time.perf_counter() - start)
         tokens.append(list(out[0].outputs[0].token_ids))
-        accepted.append(_spec_counters(llm).get("accepted", 0))
-    after = _spec_counters(llm)
-    spec = {}
-    for key, value in after.items():
-        if isinstance(value, list):
-            old = before.get(key) or [0] * len(value)
-            spec[key] = [a - b for a, b in zip(value, old)]
-        else:
-            spec[key] = value - before.get(key, 0)
+        accepted.append(spec_counters(llm).get("accepted", 0))
+    spec = counter_difference(spec_counters(llm), before)
     per_prompt = [b - a for a, b in zip([before.get("accepted", 0)] + accepted[:-1], accepted)]
     print("RESULT " + json.dumps({"tokens": tokens, "seconds": seconds, "spec": spec,
                                   "accepted_per_prompt": per_prompt}), flush=True)
@@ -93,24 +76,8 @@ def generate_fixed_k(target_name: str, drafter_dir: str, prompts: list[list[int]
 
     torch.set_num_threads(threads)
     model, _ = load_target(target_name, "float32")
-    drafter = OneiroDrafter.from_pretrained(drafter_dir, target=model)
-    drafter.record_draft_rounds = True
-    per_position, rounds, tokens, per_prompt, short_full = [0] * k, 0, [], [], []
-    for ids in prompts:
-        out = model.generate(torch.tensor([ids]), assistant_model=drafter, max_new_tokens=max_new_tokens,
-                             do_sample=False, oneiro_mode="latent", oneiro_max_draft_tokens=k, oneiro_cost_aware=False,
-                             oneiro_min_draft_confidence=0.0)
-        tokens.append(out[0, len(ids):].tolist())
-        for gained in drafter.last_stats.accept_lengths:
-            rounds += 1
-            for position in range(gained - 1):
-                per_position[position] += 1
-        per_prompt.append(drafter.last_stats.accepted_tokens)
-        # drafts cut short by the token budget at the end of the answer that the target accepted whole: where
-        # vLLM, which drafts k tokens every step, can count more accepted tokens
-        short_full.append(sum(1 for r in drafter.last_stats.rounds if len(r.tokens) < k and r.accepted == len(r.tokens)))
-    return {"rounds": rounds, "accepted_per_position": per_position, "accepted": sum(per_position),
-            "tokens": tokens, "accepted_per_prompt": per_prompt, "short_drafts_fully_accepted": short_full}
+    return fixed_k_acceptance(model, OneiroDrafter.from_pretrained(drafter_dir, target=model), prompts, k,
+                              max_new_tokens)
 
 
 def summarize(result: dict, plain_tokens: list[list[int]] | None) -> dict:

@@ -49,25 +49,20 @@ def qwen2(tmp_path_factory, target_dir):
 
 
 def test_qwen2_drafts_in_vllm_are_its_drafts_in_generate(tmp_path, qwen2):
+    from oneiro_hf.serving.measure import fixed_k_acceptance
+
     target, folder, model, drafter = qwen2
     prompts = [[1, 504, 3125, 314, 253, 1690, 30, 2], [1, 2048, 911, 77, 4096, 12, 600]]
     greedy = {"temperature": 0.0, "max_tokens": MAX_TOKENS, "ignore_eos": True}
     plain = run_vllm(tmp_path, target, None, prompts, [greedy])[0]
     spec = run_vllm(tmp_path, target, folder, prompts, [greedy])[0]
     assert spec["tokens"] == plain["tokens"]
-    per_position, rounds = [0] * K, 0
     model.generation_config.eos_token_id = None  # as ignore_eos: every run spends the whole budget
-    for ids in prompts:
-        out = model.generate(torch.tensor([ids]), assistant_model=drafter, max_new_tokens=MAX_TOKENS,
-                             do_sample=False, oneiro_mode="latent", oneiro_max_draft_tokens=K,
-                             oneiro_cost_aware=False, oneiro_min_draft_confidence=0.0)
-        assert out[0, len(ids):].tolist() == plain["tokens"][prompts.index(ids)]
-        for gained in drafter.last_stats.accept_lengths:
-            rounds += 1
-            for position in range(gained - 1):
-                per_position[position] += 1
+    ours = fixed_k_acceptance(model, drafter, prompts, K, MAX_TOKENS)
+    assert ours["tokens"] == plain["tokens"]
+    per_position = ours["accepted_per_position"]
     print(f"qwen2 accepted by position: vLLM {spec['spec']['accepted_per_position']} over "
-          f"{spec['spec']['num_drafts']} drafts, generate {per_position} over {rounds} rounds")
-    assert spec["spec"]["num_accepted_tokens"] > 0
-    for ours, theirs in zip(spec["spec"]["accepted_per_position"], per_position):
-        assert abs(ours - theirs) <= max(2, 0.05 * theirs)
+          f"{spec['spec']['drafts']} drafts, generate {per_position} over {ours['rounds']} rounds")
+    assert spec["spec"]["accepted"] > 0
+    for theirs, mine in zip(spec["spec"]["accepted_per_position"], per_position):
+        assert abs(theirs - mine) <= max(2, 0.05 * mine)

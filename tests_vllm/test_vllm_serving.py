@@ -30,21 +30,11 @@ def generate_fixed_k(prompt_ids):
     """Accepted drafts by position when the same drafter drafts fixed chains of K latent tokens in generate."""
     from oneiro_hf import OneiroDrafter
     from oneiro_hf.loading import load_target
+    from oneiro_hf.serving.measure import fixed_k_acceptance
 
     torch.set_num_threads(2)
     model, _ = load_target(TARGET_NAME, "float32")
-    drafter = OneiroDrafter.from_pretrained(DRAFTER, target=model)
-    per_position, tokens, rounds = [0] * K, [], 0
-    for ids in prompt_ids:
-        out = model.generate(torch.tensor([ids]), assistant_model=drafter, max_new_tokens=MAX_TOKENS, do_sample=False,
-                             oneiro_mode="latent", oneiro_max_draft_tokens=K, oneiro_cost_aware=False,
-                             oneiro_min_draft_confidence=0.0)
-        tokens.append(out[0, len(ids):].tolist())
-        for gained in drafter.last_stats.accept_lengths:
-            rounds += 1
-            for position in range(gained - 1):
-                per_position[position] += 1
-    return {"per_position": per_position, "rounds": rounds, "tokens": tokens}
+    return fixed_k_acceptance(model, OneiroDrafter.from_pretrained(DRAFTER, target=model), prompt_ids, K, MAX_TOKENS)
 
 
 def test_greedy_with_the_drafter_is_token_identical_to_plain_greedy(plain, speculative):
@@ -54,28 +44,28 @@ def test_greedy_with_the_drafter_is_token_identical_to_plain_greedy(plain, specu
 
 def test_vllm_really_drafts_with_it(speculative):
     spec = speculative["greedy"]["spec"]
-    assert spec["num_drafts"] > 0 and spec["num_draft_tokens"] == K * spec["num_drafts"]
-    assert spec["num_accepted_tokens"] > 0
-    assert sum(spec["accepted_per_position"]) == spec["num_accepted_tokens"]
+    assert spec["drafts"] > 0 and spec["draft_tokens"] == K * spec["drafts"]
+    assert spec["accepted"] > 0
+    assert sum(spec["accepted_per_position"]) == spec["accepted"]
 
 
 def test_acceptance_in_vllm_is_the_drafters_acceptance_in_generate(speculative, generate_fixed_k):
     spec = speculative["greedy"]["spec"]
-    vllm_positions, hf_positions = spec["accepted_per_position"], generate_fixed_k["per_position"]
-    print(f"accepted by position: vLLM {vllm_positions} over {spec['num_drafts']} drafts, generate "
+    vllm_positions, hf_positions = spec["accepted_per_position"], generate_fixed_k["accepted_per_position"]
+    print(f"accepted by position: vLLM {vllm_positions} over {spec['drafts']} drafts, generate "
           f"{hf_positions} over {generate_fixed_k['rounds']} rounds")
     # the same function on the same greedy sequences: equal counts, up to a rare argmax tie broken differently by
     # the two attention kernels' rounding (one flip moves a count by one or two)
     for ours, theirs in zip(vllm_positions, hf_positions):
         assert abs(ours - theirs) <= max(2, 0.05 * theirs), (vllm_positions, hf_positions)
-    assert abs(spec["num_drafts"] - generate_fixed_k["rounds"]) <= 2
+    assert abs(spec["drafts"] - generate_fixed_k["rounds"]) <= 2
 
 
 def test_sampling_with_the_drafter_runs(speculative):
     run = speculative["sampling"]
     assert all(0 < len(t) <= MAX_TOKENS for t in run["tokens"])
     assert all(0 <= token < 49152 for t in run["tokens"] for token in t)
-    assert run["spec"]["num_drafts"] > 0 and run["spec"]["num_accepted_tokens"] >= 0
+    assert run["spec"]["drafts"] > 0 and run["spec"]["accepted"] >= 0
 
 
 def test_a_drafter_vllm_cannot_run_is_refused_with_its_reason(tmp_path):

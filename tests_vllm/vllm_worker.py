@@ -10,30 +10,7 @@ from __future__ import annotations
 import json
 import sys
 
-SPEC_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
-                 "vllm:spec_decode_num_accepted_tokens")
-PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
-
-
-def spec_metrics(llm) -> dict:
-    found = {}
-    for metric in llm.get_metrics():
-        if metric.name in SPEC_COUNTERS:
-            found[metric.name.split("spec_decode_")[1]] = int(metric.value)
-        elif metric.name == PER_POSITION:
-            found["accepted_per_position"] = [int(v) for v in metric.values]
-    return found
-
-
-def difference(after: dict, before: dict) -> dict:
-    out = {}
-    for key, value in after.items():
-        if isinstance(value, list):
-            old = before.get(key) or [0] * len(value)
-            out[key] = [a - b for a, b in zip(value, old)]
-        else:
-            out[key] = value - before.get(key, 0)
-    return out
+from oneiro_hf.serving.measure import counter_difference, spec_counters
 
 
 def main(path: str) -> None:
@@ -48,12 +25,12 @@ def main(path: str) -> None:
               enforce_eager=True, max_model_len=1024, seed=0, disable_log_stats=False)
     prompts = [{"prompt_token_ids": ids} for ids in request["prompts"]]
     runs = []
-    before = spec_metrics(llm)
+    before = spec_counters(llm)
     for params in request["runs"]:
         outputs = llm.generate(prompts, SamplingParams(**params), use_tqdm=False)
-        after = spec_metrics(llm)
+        after = spec_counters(llm)
         runs.append({"tokens": [list(o.outputs[0].token_ids) for o in outputs],
-                     "spec": difference(after, before)})
+                     "spec": counter_difference(after, before)})
         before = after
     print("RESULT " + json.dumps({"runs": runs}), flush=True)
 
