@@ -95,7 +95,7 @@ test-vllm: $(VLLM_STAMP) models
 	$(VLLM_ENV) $(VLLM_PY) -m pytest -q -p no:cacheprovider tests_vllm
 
 lint: setup
-	$(VENV)/bin/ruff check oneiro_hf tests examples
+	$(VENV)/bin/ruff check oneiro_hf tests examples scripts
 
 bench: models
 	$(PY) -m oneiro_hf.bench --questions $(BENCH_QUESTIONS) --per-category 3 --max-new-tokens 128 --out runs/bench

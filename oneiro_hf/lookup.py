@@ -25,6 +25,12 @@ class NgramIndex:
         self.keep_occurrences = int(keep_occurrences)
         self._occurrences: dict[tuple[int, ...], deque[int]] = {}
 
+    @property
+    def entries(self) -> int:
+        """Distinct n-grams indexed so far (memory probes read it: the table grows with the text, one entry each).
+        A property, not `__len__`: an index must stay truthy while empty."""
+        return len(self._table)
+
     def extend(self, new_tokens: list[int]) -> None:
         self.tokens.extend(new_tokens)
 

@@ -5,10 +5,9 @@
 # interleaves its methods per batch, so every ratio is taken within one lane.
 #   scripts/bench_batches.sh          # OUT (default runs/batches)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-BENCH=${BENCH:-.venv/bin/oneiro-bench}
+. "$(dirname "$0")/env.sh"
+BENCH=${BENCH:-oneiro-bench}
 OUT=${OUT:-runs/batches}
-QUESTIONS=${QUESTIONS:-../shared/data/spec_bench/question.jsonl}
 METHODS=${METHODS:-greedy,oneiro-greedy,oneiro-lookup,oneiro-hybrid,oneiro-tree}
 mkdir -p "$OUT"
 [ -f "$OUT/profile.json" ] || taskset -c 0 "$BENCH" profile --target smollm2-135m-instruct --threads 1 \

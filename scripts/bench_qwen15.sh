@@ -11,12 +11,11 @@
 # pins a saved t(k) profile instead of measuring one (e.g. an idle machine's, when this one is disturbed).
 # About 100 minutes on the 2-core CPU; an interrupted run goes on from its last question (--resume).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-BENCH=${BENCH:-.venv/bin/oneiro-bench}
-DRAFTER=${DRAFTER:-runs/train/qwen15}
 THREADS=${THREADS:-2}
+. "$(dirname "$0")/env.sh"
+BENCH=${BENCH:-oneiro-bench}
+DRAFTER=${DRAFTER:-runs/train/qwen15}
 OUT=${OUT:-runs/q15}
-QUESTIONS=${QUESTIONS:-../shared/data/spec_bench/question.jsonl}
 # the fresh drafter runs in the hybrid only: its latent drafts alone were never accepted (tau 1.00 over 10 turns)
 METHODS=${METHODS:-greedy,oneiro-greedy,hf-lookup,oneiro-lookup,oneiro-latent,oneiro-hybrid,oneiro-tree,oneiro-hybrid@fresh}
 extra=(--extra-drafter fresh=fresh)

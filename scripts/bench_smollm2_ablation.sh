@@ -3,9 +3,8 @@
 # for each drafter its acceptance with latent drafts at every step (oneiro-latent-fixed-3) and its hybrid speedup.
 # One thread; 1 question per category (all 13), 96 new tokens. Pass --resume to continue an interrupted run.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-. .venv/bin/activate
-export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
+THREADS=1
+. "$(dirname "$0")/env.sh"
 A=${ABLATION_DIR:-runs/ablation}
 methods=greedy
 for d in target random stage1 layers14; do methods+=",oneiro-latent-fixed-3@$d,oneiro-hybrid@$d"; done

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # CPU wall clock on a 2-core machine, alone: two one-thread lanes (the 13 categories split 7 / 6), each a run
 # with every method interleaved per question, merged, then priced on this CPU and on the H200 profile, with
-# paired per-question ratios. Run from the repository root (the venv on PATH); writes cpu/ and OUT/ there.
+# paired per-question ratios (`oneiro-bench paired`). Writes cpu/ and OUT/ under the repository root.
 #   scripts/bench_two_lanes.sh runs/cpu39 3 greedy,oneiro-greedy,oneiro-lookup,oneiro-hybrid,oneiro-tree
-# The first call measures cpu/profile.json; later calls reuse it. Q: Spec-Bench's question.jsonl;
+# The first call measures cpu/profile.json; later calls reuse it. QUESTIONS: Spec-Bench's question.jsonl;
 # MAX_NEW (default 256): new tokens per turn.
 set -euo pipefail
 OUT=$1 PER_CATEGORY=$2 M=$3
+. "$(dirname "$0")/env.sh"
 OB=oneiro-bench
-Q=${Q:-../shared/data/spec_bench/question.jsonl}
+Q=$QUESTIONS
 mkdir -p cpu "$OUT"
 [ -f cpu/profile.json ] || $OB profile --target smollm2-135m-instruct --threads 1 --out cpu/profile.json
 C="--target smollm2-135m-instruct --questions $Q --per-category $PER_CATEGORY --max-new-tokens ${MAX_NEW:-256} --threads 1 --no-plots

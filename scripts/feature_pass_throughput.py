@@ -6,14 +6,18 @@ Peak: a 1024^3 and a SmolLM2-MLP-shaped float32 matmul; feature pass: `target_fe
 committed records in length-grouped batches of 2,048 and 8,192 tokens; GFLOP/s counts 270 MFLOP per token.
 """
 
+import argparse
 import json
 import time
+from pathlib import Path
 
 import torch
 
 from oneiro_hf.reference_models import load_reference_model
 from oneiro_hf.training.features import batches_by_tokens, make_sequence, target_features
 from oneiro_hf.training.records import load_records
+
+DATA = str(Path(__file__).resolve().parents[1] / "data" / "selfdistill" / "smollm2-135m-instruct")
 
 
 def matmul_gflops(m: int, k: int, n: int, repeats: int = 20) -> float:
@@ -42,12 +46,13 @@ def feature_pass_tokens_per_s(model, seqs: list, batch_tokens: int) -> float:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     torch.set_num_threads(1)
     result = {"sgemm_1024_gflops": round(matmul_gflops(1024, 1024, 1024), 1),
               "sgemm_4096x576x1536_gflops": round(matmul_gflops(4096, 576, 1536), 1)}
     model, _ = load_reference_model("smollm2-135m-instruct")
     model.eval()
-    seqs = [s for s in (make_sequence(r, 1024) for r in load_records("data/selfdistill/smollm2-135m-instruct")[:48]) if s]
+    seqs = [s for s in (make_sequence(r, 1024) for r in load_records(DATA)[:48]) if s]
     for batch_tokens in (2048, 8192):
         rate = feature_pass_tokens_per_s(model, seqs, batch_tokens)
         result[f"feature_pass_batch{batch_tokens}_tok_s"] = round(rate, 1)

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-import oneiro_hf.modeling_oneiro as modeling
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.kv_cache import DrafterKVCache
 from oneiro_hf.loading import default_drafter_dir
+from oneiro_hf.modeling_oneiro import TRANSITION_CHUNK
 from oneiro_hf.reference_models import load_reference_model
 
 
@@ -37,22 +37,23 @@ def reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")
 
 
-def measure(target: str, n: int, chunk: int, threads: int) -> dict:
-    """One measurement in this (fresh) process: peak RSS above the loaded model, and the states' checksum."""
+def measure(target: str, n: int, one_pass: bool, threads: int) -> dict:
+    """One measurement in this (fresh) process: peak RSS above the loaded model, and the states' checksum. One pass:
+    `transition` given a causal `mask_fn`, which it never splits (the cache is empty, so the mask is n x n)."""
     torch.set_num_threads(threads)
     model, _ = load_reference_model(target)
     drafter = OneiroDrafter.from_pretrained(default_drafter_dir(target), target=model)
     gen = torch.Generator().manual_seed(n)
-    states = torch.randn(1, n, model.config.hidden_size, generator=gen)
+    states = torch.randn(1, n, drafter.fuse.in_features - model.config.hidden_size, generator=gen)  # k input states
     ids = torch.randint(0, model.config.vocab_size, (1, n), generator=gen)
     positions = torch.arange(1, n + 1).unsqueeze(0)
-    modeling.TRANSITION_CHUNK = chunk
+    mask_fn = (lambda window: torch.ones(n, n, dtype=torch.bool).tril()[None, None]) if one_pass else None
     reset_peak()
     base = peak_rss_mb()
     t0 = time.perf_counter()
     with torch.no_grad():
-        out = drafter.transition(states, ids, positions, DrafterKVCache(max_capacity=n + 1))
-    return {"positions": n, "chunk": chunk, "peak_rss_delta_mb": round(peak_rss_mb() - base, 1),
+        out = drafter.transition(states, ids, positions, DrafterKVCache(max_capacity=n + 1), mask_fn=mask_fn)
+    return {"positions": n, "chunk": n if one_pass else TRANSITION_CHUNK, "peak_rss_delta_mb": round(peak_rss_mb() - base, 1),
             "seconds": round(time.perf_counter() - t0, 2), "checksum": float(out.double().sum())}
 
 
@@ -61,18 +62,18 @@ def main() -> int:
     parser.add_argument("--target", default="smollm2-135m-instruct")
     parser.add_argument("--lengths", type=int, nargs="+", default=[2000, 4000, 7000])
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--one", nargs=2, type=int, metavar=("LENGTH", "CHUNK"), help=argparse.SUPPRESS)
+    parser.add_argument("--one", nargs=2, type=int, metavar=("LENGTH", "ONE_PASS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:  # a child process: one measurement, printed as JSON
-        print(json.dumps(measure(args.target, args.one[0], args.one[1], args.threads)))
+        print(json.dumps(measure(args.target, args.one[0], bool(args.one[1]), args.threads)))
         return 0
     rows = []
     for n in args.lengths:
-        for chunk in (modeling.TRANSITION_CHUNK, n + 1):  # each in a fresh process: no reused allocator pages
+        for one_pass in (0, 1):  # each in a fresh process: no reused allocator pages
             child = subprocess.run([sys.executable, __file__, "--target", args.target, "--threads", str(args.threads),
-                                    "--one", str(n), str(chunk)], check=True, capture_output=True, text=True)
+                                    "--one", str(n), str(one_pass)], check=True, capture_output=True, text=True)
             row = json.loads(child.stdout.strip().splitlines()[-1])
-            row["mode"] = "one pass" if chunk > n else f"chunks of {chunk}"
+            row["mode"] = "one pass" if one_pass else f"chunks of {TRANSITION_CHUNK}"
             rows.append(row)
             print(row, flush=True)
         same = rows[-1]["checksum"] == rows[-2]["checksum"]

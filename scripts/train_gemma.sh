@@ -11,17 +11,11 @@
 # frequent answer tokens, about 93% of answer tokens (16,384: 96%, at twice the readout cost per draft step;
 # the training log reports the held-out label coverage).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-. .venv/bin/activate
-THREADS=${THREADS:-1}
-export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS TOKENIZERS_PARALLELISM=false
+. "$(dirname "$0")/env.sh"
 DATA=${GEMMA_DATA:-data/selfdistill/gemma-3-270m}
 OUT=${GEMMA_OUT:-runs/train/gemma}
 
 if [ -f "$OUT/config.json" ]; then echo "$OUT: done (a trained drafter is there; delete it to retrain)"; exit 0; fi
-resume=()
-ls -d "$OUT"/checkpoint-* >/dev/null 2>&1 && resume=(--resume_from_checkpoint last)
-. scripts/recipe.sh
 exec oneiro-train "${RECIPE[@]}" "${GEMMA[@]}" --data "$DATA" --feature_cache_dir runs/features/gemma \
   "${CPU_SIZES[@]}" --stage1_fraction 0.8 --max_steps 1200 --warmup_steps 20 --save_total_limit 2 \
-  --threads "$THREADS" --output_dir "$OUT" "${resume[@]}" "$@"
+  --threads "$THREADS" --output_dir "$OUT" $(resume_flag "$OUT") "$@"

@@ -1,24 +1,20 @@
 #!/bin/bash
 # The SmolLM2 drafter ablation (docs/training.md): each variant changes one thing of the phase-1 recipe
-# (scripts/train_smollm2_phase1.sh: 708 records, 213 steps, interval 28-30, target-initialised, stage 1+2).
+# (scripts/train_smollm2.sh phase1: 708 records, 213 steps, interval 28-30, target-initialised, stage 1+2).
 # One thread per run, so it can share this 2-core machine with a benchmark. Usage:
 #   scripts/train_smollm2_ablation.sh [variant ...]   (default: all; a finished variant is skipped)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-. .venv/bin/activate
-. scripts/recipe.sh
-export OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false
+THREADS=1
+. "$(dirname "$0")/env.sh"
 OUT=${ABLATION_DIR:-runs/ablation}
 
 train() {  # name, then the flags that differ from the recipe
   local name=$1; shift
   if [ -f "$OUT/$name/model.safetensors" ]; then echo "$name: done"; return; fi
-  local resume=()
-  ls -d "$OUT/$name"/checkpoint-* >/dev/null 2>&1 && resume=(--resume_from_checkpoint last)
   oneiro-train "${RECIPE[@]}" "${SMOLLM2[@]}" --data runs/data/smollm2_subset.jsonl \
     --feature_cache_dir runs/features/smollm2 "${CPU_SIZES[@]}" --stage1_fraction 0.8 --max_steps 213 \
     --save_total_limit 1 --threads 1 \
-    --output_dir "$OUT/$name" "${resume[@]}" "$@"
+    --output_dir "$OUT/$name" $(resume_flag "$OUT/$name") "$@"
 }
 
 variants=("$@")

@@ -1,9 +1,13 @@
-"""Acceptance against prediction, by group, from a tree_calibration_probe.py log:
-python scripts/tree_calibration_tables.py LOG[.gz]"""
+"""Acceptance against prediction, by group, from a tree calibration log (docs/benchmarks/tree_s15: one JSON line per
+tree node the verification tested, with its source, depth, sibling rank, confidence, predicted acceptance and
+whether it was accepted).
+
+    python scripts/tree_calibration_tables.py docs/benchmarks/tree_s15/calib_base.jsonl.gz
+"""
+import argparse
 import collections
 import gzip
 import json
-import sys
 
 EDGES = (0.005, 0.01, 0.02, 0.04, 0.07, 0.1)
 
@@ -20,7 +24,9 @@ def table(rows, title, key, keep):
         print(f"| {k} | {n} | {a / n:.3f} | {p / n:.3f} |")
 
 
-path = sys.argv[1]
+parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+parser.add_argument("log", help="the calibration log (JSONL, or gzipped JSONL)")
+path = parser.parse_args().log
 with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
     rows = [json.loads(line) for line in f]
 latent = lambda r: r["source"] == "latent"

@@ -126,6 +126,16 @@ def _index(tokens, min_n=1, max_n=3) -> NgramIndex:
     return index
 
 
+def test_entries_count_the_distinct_ngrams_indexed_so_far():
+    index = _index([1, 2, 3, 1, 2, 3])
+    assert index.entries == 0 and index  # indexing is lazy: the first lookup indexes
+    index.lookup(3)
+    assert index.entries == 9  # 1..3-grams followed by a token: {1, 2, 3}, {12, 23, 31}, {123, 231, 312}
+    index.extend([4, 5])
+    index.lookup(3)
+    assert index.entries == 12  # 3, 23, 123 seen again (no new key); 4, 34, 234 new; 5 ends the text, unfollowed
+
+
 def test_lookup_longest_suffix_wins():
     # suffix [1, 2, 3] occurred once (followed by 9); its shorter suffix [2, 3] occurred later (followed by 7)
     index = _index([1, 2, 3, 9, 5, 2, 3, 7, 1, 2, 3])

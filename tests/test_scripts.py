@@ -1,0 +1,103 @@
+"""The lab scripts (scripts/) stay runnable and clean: ruff passes, every Python script answers --help (so it
+imports against today's package), every shell script parses, the device script's dry run of each phase runs, and
+no script holds a fixed absolute path or assigns to a package module's or class's attribute (a patch)."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "scripts"
+PYTHON_SCRIPTS = sorted(SCRIPTS.glob("*.py"))
+SHELL_SCRIPTS = sorted(SCRIPTS.glob("*.sh"))
+
+# Runs each script as __main__ with --help in one process (torch and transformers load once); prints failures.
+_HELP_RUNNER = """
+import contextlib, io, runpy, sys
+sys.path.insert(0, sys.argv[1])  # scripts import each other's helpers
+failed = []
+for path in sys.argv[2:]:
+    sys.argv = [path, "--help"]
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(path, run_name="__main__")
+        failed.append(f"{path}: ran without stopping at --help")
+    except SystemExit as stop:
+        if stop.code not in (0, None) or "usage:" not in out.getvalue():
+            failed.append(f"{path}: --help exited {stop.code!r} without a usage text")
+    except BaseException as err:
+        failed.append(f"{path}: {type(err).__name__}: {err}")
+print("\\n".join(failed))
+sys.exit(1 if failed else 0)
+"""
+
+
+def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(command, check=False, capture_output=True, text=True, **kwargs)
+
+
+def test_scripts_pass_ruff() -> None:
+    done = _run([sys.executable, "-m", "ruff", "check", str(SCRIPTS)])
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_python_script_answers_help() -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = _run([sys.executable, "-c", _HELP_RUNNER, str(SCRIPTS), *map(str, PYTHON_SCRIPTS)], cwd=ROOT, env=env,
+                timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("script", SHELL_SCRIPTS, ids=lambda p: p.name)
+def test_every_shell_script_parses(script: Path) -> None:
+    done = _run(["bash", "-n", str(script)])
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("phase", ["prepare", "lease", "profiles", "check"])
+def test_the_device_script_dry_runs_every_phase_and_runs_nothing(phase: str, tmp_path: Path) -> None:
+    before = sorted(p.name for p in ROOT.iterdir())
+    done = _run(["bash", str(SCRIPTS / "device.sh"), "--dry-run", phase], cwd=tmp_path,
+                env={**os.environ, "VARIANTS": "all"}, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    commands = [line for line in done.stdout.splitlines() if line.startswith("+ ")]
+    expected = {"prepare": "pip download", "lease": "oneiro_hf.training.cli", "profiles": "oneiro-bench profile",
+                "check": "python"}[phase]
+    assert any(expected in line for line in commands), done.stdout
+    assert sorted(p.name for p in ROOT.iterdir()) == before  # nothing written in the checkout (.devcarry included)
+
+
+def _patches(path: Path) -> list[str]:
+    """Assignments to an attribute of a name imported from oneiro_hf (a module or a class): a patch."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("oneiro_hf"):
+            imported.update(alias.asname or alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            imported.update(a.asname or a.name for a in node.names if a.name.startswith("oneiro_hf") and a.asname)
+    return [f"{path.name}:{node.lineno}" for node in ast.walk(tree) if isinstance(node, (ast.Assign, ast.AugAssign))
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+            if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id in imported]
+
+
+def test_no_fixed_absolute_path_and_no_patch_of_the_package() -> None:
+    fixed = [f"{p.name}:{i}" for p in [*PYTHON_SCRIPTS, *SHELL_SCRIPTS]
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+             if "/work/" in line or line.lstrip().startswith("cd /")]
+    assert not fixed, f"fixed absolute paths: {fixed}"
+    patches = [hit for p in PYTHON_SCRIPTS for hit in _patches(p)]
+    assert not patches, f"scripts assign to package attributes: {patches}"
+
+
+def test_every_script_is_listed_in_the_folders_readme() -> None:
+    readme = (SCRIPTS / "README.md").read_text(encoding="utf-8")
+    missing = [p.name for p in [*PYTHON_SCRIPTS, *SHELL_SCRIPTS] if f"`{p.name}`" not in readme]
+    assert not missing, f"scripts/README.md does not list {missing}"
