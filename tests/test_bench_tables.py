@@ -36,13 +36,23 @@ def test_paired_ratios_pair_questions_across_lanes_and_write_what_they_come_from
     assert bench_cli.main(["paired", str(a), str(b), "--csv", str(out)]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("4 questions complete") and "oneiro-hybrid / oneiro-lookup: geo-mean" in printed
+    per_token = {}  # read from the answer records directly
+    for run in (a, b):
+        for path in (run / "answers").glob("*.jsonl"):
+            for line in path.read_text().splitlines():
+                rec = json.loads(line)
+                choice = rec["choices"][0]
+                per_token[path.stem, rec["question_id"]] = (sum(choice["wall_time"]), sum(choice["new_tokens"]))
+    expected = statistics.geometric_mean([(per_token["oneiro-lookup", q][0] / per_token["oneiro-lookup", q][1])
+                                          / (per_token["oneiro-hybrid", q][0] / per_token["oneiro-hybrid", q][1])
+                                          for q in (1, 2, 3, 4)])
+    pair = next(p for p in result["pairs"] if (p["a"], p["b"]) == ("oneiro-hybrid", "oneiro-lookup"))
+    assert pair["geo_mean"] == pytest.approx(expected, rel=1e-9)
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 4 * 4  # 4 questions x greedy, oneiro-greedy, oneiro-lookup, oneiro-hybrid
-    per_token = {(r["method"], r["question_id"]): float(r["wall_s"]) / int(r["new_tokens"]) for r in rows}
-    expected = statistics.geometric_mean([per_token["oneiro-lookup", q] / per_token["oneiro-hybrid", q]
-                                          for q in ("1", "2", "3", "4")])
-    pair = next(p for p in result["pairs"] if (p["a"], p["b"]) == ("oneiro-hybrid", "oneiro-lookup"))
-    assert pair["geo_mean"] == pytest.approx(expected, rel=1e-3)  # the CSV rounds seconds to 4 decimals
+    for row in rows:
+        wall, tokens = per_token[row["method"], int(row["question_id"])]
+        assert (row["wall_s"], int(row["new_tokens"])) == (f"{wall:.4f}", tokens)
     assert bench_cli.main(["paired", str(tmp_path)]) == bench_cli.EXIT_BAD_INPUT
     assert "Fix:" in capsys.readouterr().err
 
