@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from transformers.generation.candidate_generator import CandidateGenerator
 
-from .draft import Draft, cut_at_eos, eos_token_ids
+from .draft import ChainDraft, cut_at_eos, eos_token_ids
 from .drafter_context import DrafterContext
 from .lookup import NgramIndex
 from .session import DraftingSession
@@ -63,7 +63,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
         # absolute positions of drafted tokens the loop kept (debugging / tests; bounded by max_length)
         self.accepted_positions: list[int] = []
         self.relaxed = _relaxed_judge(settings, logits_processor)
-        self._proposal: Draft | None = None
+        self._proposal: ChainDraft | None = None
         self._verify_started: float | None = None
 
     # ------------------------------------------------------------------ loop interface
@@ -132,7 +132,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
         keep = seq_len - 1 if context.true_len == 0 and not context.pending else n_last_matches + 1
         context.observe_pass(model_outputs.hidden_states, slice(0, keep))
 
-    def _propose(self, input_ids: torch.LongTensor, draft: Draft | None, seconds: float):
+    def _propose(self, input_ids: torch.LongTensor, draft: ChainDraft | None, seconds: float):
         """Remember the proposal for update_candidate_strategy and return what the loop verifies."""
         self._proposal = draft
         if draft is not None:
@@ -154,14 +154,14 @@ class OneiroCandidateGenerator(CandidateGenerator):
         self.relaxed.clear()
         return kept
 
-    def _note_accepted_positions(self, draft: Draft, n: int, kept: set[int]) -> None:
+    def _note_accepted_positions(self, draft: ChainDraft, n: int, kept: set[int]) -> None:
         """Extend `accepted_positions` with the absolute positions of the n drafted tokens the loop kept."""
         start = draft.start
         self.accepted_positions.extend(range(start, start + min(n, draft.size)))
         if n < draft.size and start + n in kept:  # a kept draft the loop counted as the bonus (EOS cut)
             self.accepted_positions.append(start + n)
 
-    def _learn(self, draft: Draft, n: int) -> None:
+    def _learn(self, draft: ChainDraft, n: int) -> None:
         """Calibration and the back-off from a verified draft of which the first n tokens were accepted: every
         token up to the first rejected one was tested; a latent draft's gain (time saved minus spent) is what the
         back-off weighs."""
@@ -182,25 +182,25 @@ class OneiroCandidateGenerator(CandidateGenerator):
         """How many tokens a draft may hold: the setting, and room for the target's own token before max_length."""
         return max(0, min(self.max_draft, self.max_length - input_ids.shape[1] - 1))
 
-    def _draft(self, input_ids: torch.LongTensor) -> Draft:
+    def _draft(self, input_ids: torch.LongTensor) -> ChainDraft:
         """A lookup draft when a trustworthy match exists (hybrid/lookup), else a latent one, else none."""
         budget = self._budget(input_ids)
         if budget == 0:
-            return Draft()
+            return ChainDraft()
         if self.mode in ("lookup", "hybrid"):
             copied = self._draft_lookup(input_ids, budget)
             if copied is not None:
                 return copied
             if self.mode == "lookup":
-                return Draft()
+                return ChainDraft()
         if not self.policy.backoff.admit(self.cost_aware):
-            return Draft()
+            return ChainDraft()
         draft = self._draft_latent(input_ids, budget)
         if self.mode == "hybrid" and self.settings.lookup_after_latent:
             self._extend_with_lookup(draft, input_ids, budget)
         return draft
 
-    def _draft_lookup(self, input_ids: torch.LongTensor, budget: int) -> Draft | None:
+    def _draft_lookup(self, input_ids: torch.LongTensor, budget: int) -> ChainDraft | None:
         """What followed the latest earlier occurrence of the current suffix, cut to the length the cost model pays
         for and at EOS; None when there is no match to trust (hybrid: shorter than lookup_min_ngram) or no length
         pays."""
@@ -212,10 +212,10 @@ class OneiroCandidateGenerator(CandidateGenerator):
         if length == 0:
             return None
         tokens = cut_at_eos(tokens[:length], self.eos_ids)
-        return Draft(tokens, self._one_hot_logits(tokens, input_ids), "lookup", ngram)
+        return ChainDraft(tokens, self._one_hot_logits(tokens, input_ids), "lookup", ngram)
 
     @torch.no_grad()
-    def _draft_latent(self, input_ids: torch.LongTensor, budget: int) -> Draft:
+    def _draft_latent(self, input_ids: torch.LongTensor, budget: int) -> ChainDraft:
         """input_ids (1, T) -> a latent draft of at most `budget` tokens.
 
         The drafter rolls out from the last accepted token (`DrafterContext.catch_up`, then one `step` per token)
@@ -247,7 +247,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
             self.policy.observe_draft_step((time.perf_counter() - started) / (steps + 1))
         length = self.policy.latent_length(probs) if self.cost_aware else len(tokens)
         logits = torch.cat(rows[:length], dim=0).unsqueeze(0) if (self.do_sample and length) else None
-        return Draft(tokens[:length], logits, "latent", 0, confidences[:length], latent_tokens=length, calls=1 + steps)
+        return ChainDraft(tokens[:length], logits, "latent", 0, confidences[:length], latent_tokens=length, calls=1 + steps)
 
     def _read_out(self, state: torch.Tensor, sequence: torch.LongTensor) -> tuple[int, float, torch.Tensor | None]:
         """state (1, 1, H) the predicted state at the last position of `sequence` (1, T') -> (the next token, its
@@ -273,7 +273,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
             return True
         return self.cost_aware and not self.policy.worth_extending(probs, budget)
 
-    def _extend_with_lookup(self, draft: Draft, input_ids: torch.LongTensor, budget: int) -> None:
+    def _extend_with_lookup(self, draft: ChainDraft, input_ids: torch.LongTensor, budget: int) -> None:
         """Append to a latent draft what followed the latest earlier occurrence of its own last n-gram.
 
         The drafter's tokens often start a span the context holds (a name, a quoted line) that lookup could not

@@ -103,17 +103,13 @@ class DraftStats:
         self.accept_lengths.append(len(accepted) + 1)
         self.drafter_calls += draft.calls
         self.empty_steps += size == 0
-        if draft.tree is None:
-            self.draft_lengths.append(size)
-        else:
-            self.tree_nodes.append(size)
-            self.tree_drafter_calls.append(draft.calls)
-            self.tree_branch_ranks.append(max((draft.tree.sibling_rank(i) for i in accepted), default=-1))
+        for name, value in draft.shape(accepted).items():  # a chain's length, a tree's nodes, calls and rank
+            getattr(self, name).append(value)
         if size == 0:
             return
-        if self.rounds is not None and draft.tree is None:  # the drafter's tokens: what on-policy training judges
-            drafted = draft.round_tokens()
-            self.rounds.append(DraftRound(draft.start, drafted, min(len(accepted), len(drafted)), draft.source))
+        record = draft.round_record(len(accepted)) if self.rounds is not None else None
+        if record is not None:  # the drafter's tokens: what on-policy training judges
+            self.rounds.append(DraftRound(*record))
         self.drafted_tokens += size
         self.accepted_tokens += len(accepted)
         for node in range(1, size + 1):

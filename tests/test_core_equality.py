@@ -15,7 +15,8 @@ from transformers import GenerationConfig, LogitsProcessorList
 from transformers.generation.streamers import BaseStreamer
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.candidate_generator import Draft, OneiroCandidateGenerator
+from oneiro_hf.candidate_generator import OneiroCandidateGenerator
+from oneiro_hf.draft import ChainDraft
 from oneiro_hf.settings import DraftingSettings
 
 MODES = ("latent", "lookup", "hybrid")
@@ -231,7 +232,7 @@ def test_latent_draft_extension_appends_copied_tokens_as_point_masses():
     generator.index.extend(context)
     input_ids = torch.tensor([context])
     latent_logits = torch.randn(1, 2, 128)
-    draft = Draft([2, 3], latent_logits.clone(), "latent", 0, [0.9, 0.8], latent_tokens=2, calls=2)
+    draft = ChainDraft([2, 3], latent_logits.clone(), "latent", 0, [0.9, 0.8], latent_tokens=2, calls=2)
     generator._extend_with_lookup(draft, input_ids, budget=6)
     assert draft.tokens == [2, 3, 9, 5, 7], "the continuation ends with the EOS it copies"
     assert (draft.latent_tokens, draft.ngram) == (2, 2)
@@ -239,10 +240,10 @@ def test_latent_draft_extension_appends_copied_tokens_as_point_masses():
     torch.testing.assert_close(draft.logits[:, :2], latent_logits)
     copied = draft.logits[0, 2:].softmax(-1)
     assert torch.equal(copied.argmax(-1), torch.tensor([9, 5, 7])) and bool((copied.max(-1).values == 1).all())
-    unmatched = Draft([40, 42], None, "latent", 0, [0.9, 0.8], latent_tokens=2, calls=2)
+    unmatched = ChainDraft([40, 42], None, "latent", 0, [0.9, 0.8], latent_tokens=2, calls=2)
     generator._extend_with_lookup(unmatched, input_ids, budget=6)
     assert unmatched.tokens == [40, 42], "no earlier occurrence of the drafted n-gram: nothing is added"
-    full = Draft([2, 3], None, "latent", 0, [0.9, 0.8], latent_tokens=2, calls=2)
+    full = ChainDraft([2, 3], None, "latent", 0, [0.9, 0.8], latent_tokens=2, calls=2)
     generator._extend_with_lookup(full, input_ids, budget=2)
     assert full.tokens == [2, 3], "no room left in the budget"
 

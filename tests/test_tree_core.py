@@ -9,6 +9,7 @@ from tiny import ARCHS, make_model, random_prompt
 from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, StoppingCriteriaList
 
 from oneiro_hf import OneiroDrafter
+from oneiro_hf.draft import TreeDraft
 from oneiro_hf.draft_policy import PROFIT_EMA, DraftPolicyState
 from oneiro_hf.kv_cache import DrafterKVCache
 from oneiro_hf.lookup import NgramIndex
@@ -31,7 +32,7 @@ from oneiro_hf.tree.cost import (
     ratio_at,
 )
 from oneiro_hf.tree.drafting import calibrate as _calibrate
-from oneiro_hf.tree.loop import Draft, Pass, TreeDecoder
+from oneiro_hf.tree.loop import Pass, TreeDecoder
 from oneiro_hf.tree.settings import TreeSettings
 from oneiro_hf.tree.tree import TokenTree, tree_attention_mask
 from oneiro_hf.tree.verify import Verdict, greedy_walk, sampling_walk
@@ -459,7 +460,7 @@ def test_the_back_off_learns_only_from_passes_where_the_drafter_drafted_alone() 
 
     def run(tree: TokenTree, alone: bool) -> None:
         verdict = Verdict([1, 2], [6, 7, 9], [torch.zeros(1, 64)] * 3)  # two drafted tokens accepted, one bonus
-        decoder.learn(Draft(tree=tree, calls=1, seconds=0.1, lead_token=6, drafted_alone=alone), Pass(verdict, 3, torch.zeros(len(tree), 64), 1.0))
+        decoder.learn(TreeDraft(tree=tree, calls=1, seconds=0.1, lead_token=6, drafted_alone=alone), Pass(verdict, 3, torch.zeros(len(tree), 64), 1.0))
 
     both = TokenTree.with_root(5)
     both.add_path(0, [6, 7], [0.9, 0.8], "lookup", ngram=3)

@@ -53,13 +53,8 @@ def choose_nodes(tree: TokenTree, verify_time: Callable[[int], float] | None, ma
     order = sorted(range(1, len(tree)), key=lambda i: (-tree.nodes[i].value, i))[: max(0, int(max_nodes))]
     if verify_time is None:
         return order
-    rates = _prefix_rates([tree.nodes[i].value for i in order], verify_time, 0.0)
+    rates = pass_rates([[tree.nodes[i].value for i in order]], verify_time, lambda _: 0.0)
     return order[: max(range(len(rates)), key=rates.__getitem__)]
-
-
-def _prefix_rates(values: Sequence[float], verify_time: Callable[[int], float], fixed: float) -> list[float]:
-    """`pass_rates` of one row; `fixed` is time every choice pays besides the pass (drafter calls)."""
-    return pass_rates([values], verify_time, lambda _: fixed)
 
 
 def choose_width(rows: Sequence[Sequence[float]], verify_time: Callable[[int], float] | None, max_nodes: int) -> int:
@@ -93,12 +88,12 @@ def drafting_pays(
     """
     cap = max(0, int(max_nodes))
     best = sorted(values, reverse=True)[:cap]
-    stop = max(_prefix_rates(best, verify_time, sunk_calls * call_time))
+    stop = max(pass_rates([best], verify_time, lambda _: sunk_calls * call_time))
     pool = list(values)
     for d, level in enumerate(levels, start=1):
         pool.extend(level)
         best = sorted(pool, reverse=True)[:cap]
-        if max(_prefix_rates(best, verify_time, (sunk_calls + d) * call_time)) > stop:
+        if max(pass_rates([best], verify_time, lambda _, d=d: (sunk_calls + d) * call_time)) > stop:
             return True
     return False
 

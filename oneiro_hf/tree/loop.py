@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..draft import Draft, eos_token_ids
+from ..draft import TreeDraft, eos_token_ids
 from .attention import target_tree_mask
 from .cache import compact_cache
 from .core import (
@@ -128,7 +128,7 @@ class TreeDecoder:
             self.streamer.put(self.row.ids[:, -1:].cpu())
         return self.row.ids, self.stopped
 
-    def draft(self, input_ids: torch.LongTensor) -> Draft:
+    def draft(self, input_ids: torch.LongTensor) -> TreeDraft:
         """A tree below the last token of input_ids (1, T) (`SequenceDrafter.draft`, priced by t(k))."""
         return self.drafting.draft(input_ids, self.policy.verify_time)
 
@@ -152,7 +152,7 @@ class TreeDecoder:
                 self.streamer.put(self.row.ids[:, -kept:].cpu())
         return self.row.ids, Pass(verdict, kept, logits, timer.seconds), self.stopped
 
-    def learn(self, draft: Draft, done: Pass) -> None:
+    def learn(self, draft: TreeDraft, done: Pass) -> None:
         """Latency, calibration, the back-off and statistics from one step (its times are recorded where they are
         measured: `draft` and `verify`)."""
         self.policy.observe_verify(len(draft.tree), done.seconds)
