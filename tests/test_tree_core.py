@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from tiny import ARCHS, make_model, random_prompt
-from transformers import DynamicCache, GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+from transformers import DynamicCache
 
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.draft import TreeDraft
@@ -14,6 +14,7 @@ from oneiro_hf.draft_policy import PROFIT_EMA, DraftPolicyState
 from oneiro_hf.kv_cache import DrafterKVCache
 from oneiro_hf.lookup import NgramIndex
 from oneiro_hf.settings import DraftingSettings
+from oneiro_hf.stats import DraftStats
 from oneiro_hf.tree.attention import target_tree_mask
 from oneiro_hf.tree.build import (
     LOOKUP_RANK_DECAY,
@@ -31,8 +32,8 @@ from oneiro_hf.tree.cost import (
     modelled_speedup,
     ratio_at,
 )
+from oneiro_hf.tree.drafting import SequenceDrafter
 from oneiro_hf.tree.drafting import calibrate as _calibrate
-from oneiro_hf.tree.loop import Pass, TreeDecoder
 from oneiro_hf.tree.settings import TreeSettings
 from oneiro_hf.tree.tree import TokenTree, tree_attention_mask
 from oneiro_hf.tree.verify import Verdict, greedy_walk, sampling_walk
@@ -453,14 +454,14 @@ def test_the_back_off_learns_only_from_passes_where_the_drafter_drafted_alone() 
     model = make_model("llama", layers=2, hidden=32, vocab=64)
     drafter = OneiroDrafter.from_target(model)
     settings = TreeSettings.from_drafting_settings(DraftingSettings.from_config(drafter.config))
-    decoder = TreeDecoder(model, drafter, settings, LogitsProcessorList(), StoppingCriteriaList(),
-                          GenerationConfig(max_length=32), None, DynamicCache())
-    policy = decoder.policy
+    policy = DraftPolicyState()
+    drafting = SequenceDrafter(drafter, settings, policy, DraftStats(), set(), max_length=32)
     policy.pin_profile({1: 1.0, 2: 1.2, 3: 1.3, 4: 1.4}, 1.0, 0.1)
 
     def run(tree: TokenTree, alone: bool) -> None:
         verdict = Verdict([1, 2], [6, 7, 9], [torch.zeros(1, 64)] * 3)  # two drafted tokens accepted, one bonus
-        decoder.learn(TreeDraft(tree=tree, calls=1, seconds=0.1, lead_token=6, drafted_alone=alone), Pass(verdict, 3, torch.zeros(len(tree), 64), 1.0))
+        draft = TreeDraft(tree=tree, calls=1, seconds=0.1, lead_token=6, drafted_alone=alone)
+        drafting.learn(draft, verdict, 3, policy.verify_time)
 
     both = TokenTree.with_root(5)
     both.add_path(0, [6, 7], [0.9, 0.8], "lookup", ngram=3)

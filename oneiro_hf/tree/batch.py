@@ -1,7 +1,8 @@
-"""Speculative decoding of several prompts in one `generate` call: the batched loop, run as `custom_generate`.
+"""The one decoding loop of tree and batched verification, run as `custom_generate`.
 
 `generate(**batch, assistant_model=drafter)` with two or more left-padded rows comes here, with tree settings or
-chain settings (a chain is a tree of one branch, `TreeSettings.for_chain`). Per step:
+chain settings (a chain is a tree of one branch, `TreeSettings.for_chain`); so does one prompt with tree settings,
+as a batch of one (`loop.py`). Per step:
 
     each row drafts its own tree (`SequenceDrafter`: its own n-gram index and drafter context) -> the cost model
     picks one width for the batch from t(k, B) (`cost.choose_width`) -> ONE target pass over every row's flattened
@@ -68,11 +69,14 @@ def batch_generate_function(drafter, settings: TreeSettings) -> Callable:
 
 
 class BatchDecoder:
-    """The per-call state of one batched generate call and its steps."""
+    """The per-call state of one generate call with tree or batched verification and its steps. One prompt is a
+    batch of one: its statistics are the call's (no per-row breakdown), a criterion that fires ends it, and its
+    tokens go to the streamer."""
 
     def __init__(self, model, drafter, settings: TreeSettings, logits_processor, stopping_criteria,
-                 generation_config, cache, input_ids: torch.LongTensor, pads: list[int]) -> None:
-        self.model, self.settings, self.cache = model, settings, cache
+                 generation_config, cache, input_ids: torch.LongTensor, pads: list[int], streamer=None) -> None:
+        self.model, self.settings, self.cache, self.streamer = model, settings, cache, streamer
+        self.single = len(pads) == 1
         self.logits_processor, self.stopping_criteria = logits_processor, stopping_criteria
         self.generation_config = generation_config
         self.walk = sampling_walk if generation_config.do_sample else greedy_walk
@@ -81,10 +85,11 @@ class BatchDecoder:
         eos = eos_token_ids(generation_config)
         self.rows = []
         for index, pad in enumerate(pads):
-            stats = DraftStats(verification=self.totals.verification)
+            stats = self.totals if self.single else DraftStats(verification=self.totals.verification)
             drafting = SequenceDrafter(drafter, settings, self.policy, stats, eos, generation_config.max_length)
             self.rows.append(Row(input_ids[index : index + 1], pad, drafting, stats))
-        self.totals.rows = [row.stats for row in self.rows]
+        if not self.single:
+            self.totals.rows = [row.stats for row in self.rows]
         self.active = list(self.rows)
         self.columns = 0  # cache columns (what a layer holding every fed position would hold)
         self.holes: list[int] = []  # per active row: unused columns after its entries in full-attention layers
@@ -102,6 +107,7 @@ class BatchDecoder:
         raw = prefill(self.model, self.cache, self.hidden_flag, self.rows, input_ids, attention_mask, position_ids)
         self.columns, self.holes = input_ids.shape[1], [0] * len(self.rows)
         self._next_tokens(raw)
+        self._stream(1)
 
     def step(self) -> None:
         """Draft every active row, verify them in one pass (or take a plain batched step), drop finished rows."""
@@ -120,15 +126,22 @@ class BatchDecoder:
             else:
                 verdicts, kept = self._tree_pass(drafts, width + 1)
         self.policy.observe_verify(width + 1, timer.seconds, rows=rows)
-        self.totals.batch_passes += 1
+        self.totals.batch_passes += not self.single
         for row, draft, verdict, n in zip(self.active, drafts, verdicts, kept):
-            row.stats.add_time("verify", timer.seconds)
             row.drafting.learn(draft, verdict, n, share)
-            self.totals.record_round(draft, verdict.path[: n - 1])
-            self.totals.add_time("draft", draft.seconds)
+            if not self.single:  # a batch's totals besides its rows' statistics
+                row.stats.add_time("verify", timer.seconds)
+                self.totals.record_round(draft, verdict.path[: n - 1])
+                self.totals.add_time("draft", draft.seconds)
+        self._stream(kept[0])
         if max(self.holes) * REALIGN_FRACTION > self.columns:
             self._realign()
         self.settle()
+
+    def _stream(self, new: int) -> None:
+        """One prompt: its `new` latest tokens to the streamer (a batch has none: generate refuses one)."""
+        if self.streamer is not None:
+            self.streamer.put(self.rows[0].ids[:, -new:].cpu())
 
     def _realign(self) -> None:
         realign_rows(self.cache, self.holes)
@@ -219,7 +232,7 @@ class BatchDecoder:
             stop = bool(self.stopping_criteria(row.ids, scores).all())
         if row.flagged is None and stop:
             row.flagged = row.ids.shape[1]
-            if self.pad_finished:
+            if self.pad_finished or self.single:
                 row.stop_at = row.flagged
                 return True
         if row.flagged is not None and row.ids.shape[1] >= self.generation_config.max_length:
@@ -296,7 +309,7 @@ def _batch_allowed(columns: int, roots: torch.LongTensor, holes: torch.LongTenso
 
 @torch.no_grad()
 def batch_decode(model, drafter, settings: TreeSettings, input_ids: torch.LongTensor, logits_processor,
-                 stopping_criteria, generation_config, model_kwargs: dict[str, Any]):
+                 stopping_criteria, generation_config, model_kwargs: dict[str, Any], streamer=None):
     """Generate for a left-padded batch; returns what batched `generate` returns (ids, or a
     GenerateDecoderOnlyOutput). input_ids: (B, C) -> (B, C + the most new tokens of any row)."""
     check_model_kwargs(generation_config, model_kwargs)
@@ -305,9 +318,11 @@ def batch_decode(model, drafter, settings: TreeSettings, input_ids: torch.LongTe
     cache = model_kwargs["cache"]
     start_empty(cache)
     decoder = BatchDecoder(model, drafter, settings, logits_processor, stopping_criteria, generation_config, cache,
-                           input_ids, pads)
+                           input_ids, pads, streamer)
     decoder.prefill(input_ids, attention_mask, model_kwargs.get("position_ids"))
     decoder.settle()
     while not decoder.finished:
         decoder.step()
-    return generate_output(generation_config, decoder.rows, input_ids.shape[1])
+    if streamer is not None:
+        streamer.end()
+    return generate_output(generation_config, decoder.rows, input_ids.shape[1], cache if decoder.single else None)

@@ -1,10 +1,7 @@
-"""What the tree loop (`loop.py`, one prompt) and the batched loop (`batch.py`) share, written once: the checks of a
-call, a sequence's `Row` (its tokens, outputs and drafting), the prefill pass, the next token after a pass, a
-verdict's tokens appended until the sequence stops, and the output `generate` returns.
-
-Both loops append token by token and ask the stopping criteria after each one, as plain decoding does; when a
-row stops differs (one prompt stops when a criterion fires; a batch pads rows that finished, or runs every row to
-where the last stopped) and stays with its loop.
+"""The per-sequence bookkeeping of the decoding loop (`batch.py`, which also runs one prompt as a batch of one):
+the checks of a call, a sequence's `Row` (its tokens, outputs and drafting), the prefill pass, the next token
+after a pass, a verdict's tokens appended until the sequence stops, and the output `generate` returns. The loop
+keeps the passes, the cache layout and when a row stops.
 """
 
 from __future__ import annotations
