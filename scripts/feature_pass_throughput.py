@@ -1,9 +1,12 @@
-"""The training feature pass on this CPU against its matmul peak, one thread, SmolLM2 fp32 (docs/training.md).
+"""The training feature pass on this CPU against its matmul peak (docs/training.md), in each dtype asked for.
 
-    python scripts/feature_pass_throughput.py     # prints one JSON line
+    python scripts/feature_pass_throughput.py     # SmolLM2, float32, one thread: prints one JSON line
+    python scripts/feature_pass_throughput.py --target qwen2.5-coder-1.5b-instruct --dtypes float32,bfloat16 \
+        --threads 2 --records 16 --batch-tokens 2048
 
-Peak: a 1024^3 and a SmolLM2-MLP-shaped float32 matmul; feature pass: `target_features` over the first 48
-committed records in length-grouped batches of 2,048 and 8,192 tokens; GFLOP/s counts 270 MFLOP per token.
+Peak: a 1024^3 and a SmolLM2-MLP-shaped matmul per dtype; feature pass: `target_features` over the first
+--records committed records of the target's dataset (data/selfdistill/<target>) in length-grouped batches;
+GFLOP/s counts two FLOPs per parameter per token.
 """
 
 import argparse
@@ -17,11 +20,11 @@ from oneiro_hf.reference_models import load_reference_model
 from oneiro_hf.training.features import batches_by_tokens, make_sequence, target_features
 from oneiro_hf.training.records import load_records
 
-DATA = str(Path(__file__).resolve().parents[1] / "data" / "selfdistill" / "smollm2-135m-instruct")
+DATA = Path(__file__).resolve().parents[1] / "data" / "selfdistill"
 
 
-def matmul_gflops(m: int, k: int, n: int, repeats: int = 20) -> float:
-    a, b = torch.randn(m, k), torch.randn(k, n)
+def matmul_gflops(m: int, k: int, n: int, dtype: torch.dtype, repeats: int = 20) -> float:
+    a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
     for _ in range(3):
         a @ b
     start = time.perf_counter()
@@ -46,17 +49,28 @@ def feature_pass_tokens_per_s(model, seqs: list, batch_tokens: int) -> float:
 
 
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
-    torch.set_num_threads(1)
-    result = {"sgemm_1024_gflops": round(matmul_gflops(1024, 1024, 1024), 1),
-              "sgemm_4096x576x1536_gflops": round(matmul_gflops(4096, 576, 1536), 1)}
-    model, _ = load_reference_model("smollm2-135m-instruct")
-    model.eval()
-    seqs = [s for s in (make_sequence(r, 1024) for r in load_records(DATA)[:48]) if s]
-    for batch_tokens in (2048, 8192):
-        rate = feature_pass_tokens_per_s(model, seqs, batch_tokens)
-        result[f"feature_pass_batch{batch_tokens}_tok_s"] = round(rate, 1)
-        result[f"feature_pass_batch{batch_tokens}_gflops_at_270mflop"] = round(rate * 0.27, 1)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", default="smollm2-135m-instruct", help="reference model name")
+    parser.add_argument("--dtypes", default="float32", help="comma-separated: float32, bfloat16")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--records", type=int, default=48, help="first records of the committed dataset")
+    parser.add_argument("--batch-tokens", default="2048,8192", help="padded tokens per pass, comma-separated")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    result = {"target": args.target, "threads": args.threads, "records": args.records}
+    records = load_records(str(DATA / args.target))[: args.records]
+    seqs = [s for s in (make_sequence(r, 1024) for r in records) if s]
+    for name in args.dtypes.split(","):
+        dtype = getattr(torch, name)
+        result[f"{name}_gemm_1024_gflops"] = round(matmul_gflops(1024, 1024, 1024, dtype), 1)
+        model, _ = load_reference_model(args.target)
+        model = model.to(dtype).eval()
+        flops = 2 * sum(p.numel() for p in model.parameters())
+        for batch_tokens in (int(b) for b in args.batch_tokens.split(",")):
+            rate = feature_pass_tokens_per_s(model, seqs, batch_tokens)
+            result[f"{name}_feature_pass_batch{batch_tokens}_tok_s"] = round(rate, 1)
+            result[f"{name}_feature_pass_batch{batch_tokens}_gflops"] = round(rate * flops / 1e9, 1)
+        del model
     print(json.dumps(result))
 
 

@@ -112,3 +112,14 @@ def test_a_campaign_grows_the_data_trains_at_milestones_commits_and_resumes(tmp_
     grown = load_records("data/ds")
     assert new and not new & before and len(grown) == len(records) + len(new)
     assert sum(len(r["output_ids"]) for r in grown) >= 56
+
+
+def test_probe_only_measures_writes_and_exits(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(campaign, "PROBED_BATCH_SIZES", (1, 2))
+    argv = ["--target", "smollm2-135m-instruct", "--dataset", str(tmp_path / "ds"), "--until", "+5m", "--dtype",
+            "float32", "--device", "cpu", "--threads", "1", "--work_dir", str(tmp_path / "w"), "--probe_only"]
+    assert campaign.main(argv) == 0
+    stored = json.loads((tmp_path / "w" / "batch_throughput.json").read_text())
+    (probe,) = stored.values()
+    assert set(probe["decode_tokens_per_s"]) == {"1", "2"} and json.loads(capsys.readouterr().out) == stored
+    assert not (tmp_path / "ds").exists() and not (tmp_path / "w" / "answers.jsonl").exists()

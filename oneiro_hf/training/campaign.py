@@ -30,6 +30,9 @@ from typing import Any
 logger = logging.getLogger("oneiro_hf.training")
 
 
+PROBED_BATCH_SIZES = (1, 16, 32, 64, 96)
+
+
 class CampaignError(ValueError):
     """Unusable campaign arguments or state; the message says what to fix."""
 
@@ -73,6 +76,10 @@ class CampaignArguments:
         default=None, metadata={"help": "directory the latest milestone drafter is copied to (committed)"}
     )
     commit: bool = field(default=False, metadata={"help": "git-commit dataset, curve and checkpoint at milestones"})
+    probe_only: bool = field(
+        default=False, metadata={"help": "measure the batch sizes' answer throughput in --dtype (batch_throughput.json "
+                                         "in --work_dir, printed) and exit"}
+    )
 
 
 def parse_deadline(text: str, now: float | None = None) -> float:
@@ -140,6 +147,9 @@ def answer_prompts(args: CampaignArguments, work: Path, stop_at_tokens: int, dea
     logger.info("Loaded %s on %s in %.1fs (threads=%d)", args.target, model.device, time.perf_counter() - began,
                 torch.get_num_threads())
     batch_size = _batch_size(args, model, work, measure_batch_throughput)
+    if args.probe_only:
+        print((work / "batch_throughput.json").read_text())
+        return {"batch_size": batch_size}
     prompts = prepare_prompt_list(work / "answers.prompts.jsonl", args.num_prompts, args.sources, 0, args.exclude)
     have = dataset_tokens(args.dataset)
     skip = dataset_ids(args.dataset) if Path(args.dataset).is_dir() else set()
@@ -162,7 +172,7 @@ def _unexported_tokens(work: Path, exported: set[str]) -> int:
 
 def _batch_size(args: CampaignArguments, model: Any, work: Path, probe: Any) -> int:
     """--batch_size, or the measured fastest (the probe is stored in the work dir and reused)."""
-    if args.batch_size != "auto":
+    if args.batch_size != "auto" and not args.probe_only:
         try:
             return int(args.batch_size)
         except ValueError:
@@ -170,8 +180,8 @@ def _batch_size(args: CampaignArguments, model: Any, work: Path, probe: Any) -> 
     path = work / "batch_throughput.json"
     key = f"{args.target} {args.dtype} {model.device} threads={args.threads}"
     stored = json.loads(path.read_text()) if path.is_file() else {}
-    if key not in stored:
-        stored[key] = probe(model, (1, 16, 32, 64, 96))
+    if key not in stored or args.probe_only:
+        stored[key] = probe(model, PROBED_BATCH_SIZES)
         path.write_text(json.dumps(stored, indent=1) + "\n")
     rates = stored[key]["decode_tokens_per_s"]
     return int(max(rates, key=rates.get))
@@ -283,6 +293,9 @@ def run(args: CampaignArguments) -> int:
 
 def _rounds(args: CampaignArguments, work: Path, deadline: float) -> int:
     curve_path = Path(args.curve or Path(args.dataset) / "learning_curve.json")
+    if args.probe_only:
+        answer_prompts(args, work, 0, 0.0)
+        return 0
     while True:
         tokens = dataset_tokens(args.dataset)
         curve = read_curve(curve_path)
