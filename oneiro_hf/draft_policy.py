@@ -24,24 +24,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 # Upper edges of the readout-confidence bins (the last bin runs to 1). Dense below 0.1, where most of a tree's
-# siblings fall and acceptance still rises from 0% (below 0.01) to 12% (0.07-0.1): one bin for all of [0, 0.1)
+# siblings fall and acceptance still rises from next to nothing to a useful share: one bin for all of [0, 0.1)
 # would price a rank-8 sibling like a rank-2 one.
 CONFIDENCE_EDGES = (0.01, 0.02, 0.04, 0.07, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 CONFIDENCE_BINS = len(CONFIDENCE_EDGES) + 1
 # Lookup acceptance is learned per position in the copied span up to this one (later positions share it): a copy
-# that has held so far tends to go on (after a 2-gram: 37% at the first token, 73% at the fourth).
+# that has held so far tends to go on, so acceptance rises with the position in the span.
 LOOKUP_POSITIONS = 4
 EMA = 0.15
 # The drafter's profit is averaged over about 50 attempts: single rounds swing between a lost pass and several
 # free tokens, and a quick average (0.15) switches a paying drafter off after two misses in a row (replayed with
-# scripts/draft_policy_sim.py on held-out answers: 1.39x greedy against 1.45x; the floor for a drafter that never
-# helps is the same either way).
+# scripts/draft_policy_sim.py on held-out answers, the slow average decoded faster; the floor for a drafter that
+# never helps is the same either way).
 PROFIT_EMA = 0.02
 # A length's first measured t(k) is kept at most this many times what its measured neighbours predict: a stall in
-# that one pass (a lazy weight reorder inside a 4-token pass makes it look 4.5x slower) would otherwise price the
+# that one pass (a lazy weight reorder inside it makes it look several times slower) would otherwise price the
 # length out for good, since a length the cost model never picks is never measured again. Too low a first value is
-# harmless (the length gets picked, measured and averaged up); genuine jumps between neighbouring lengths, where
-# MKL starts repacking weights (at 2 rows on some CPUs, at 4 on others), stay within 1.6x the prediction.
+# harmless (the length gets picked, measured and averaged up), which is also what happens to a genuine jump between
+# neighbouring lengths (where MKL starts repacking weights: at 2 rows on some CPUs, at 4 on others).
 FIRST_CLIP = 1.5
 
 

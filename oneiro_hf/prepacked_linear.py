@@ -201,7 +201,7 @@ def _swap_in(model: torch.nn.Module, max_copy_bytes: int | None = None) -> dict[
     (`_within_cap`), through `prepacked_forward`, its weight reordered now; returns {layer: its row threshold},
     the layers to put back. Reordering and timing happen
     before any pass is timed, so their cost stays out of the t(k) the cost model learns (met inside the first
-    4-token pass, the reorder alone made that pass look 4.5x slower than it is). A layer that never gains drops
+    pass, the reorder alone made that pass look several times slower than it is). A layer that never gains drops
     its copy and keeps its own forward, as does a layer left out by the cap.
 
     All or nothing: every timing and reorder (what can fail, e.g. out of memory) runs before the first layer is

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
+import operator
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -31,14 +33,14 @@ import torch
 
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.bench.answers import load_questions, questions_file
+from oneiro_hf.bench.profile import H200_PROFILE
 from oneiro_hf.chat import encode_prompt
-from oneiro_hf.draft_policy import Backoff, DraftPolicyState, Rate, confidence_bin
+from oneiro_hf.draft_policy import Backoff, DraftPolicyState, Rate, confidence_bin, pass_rates
 from oneiro_hf.lookup import NgramIndex
 from oneiro_hf.reference_models import load_reference_model
 from oneiro_hf.training.features import is_eval_record
 from oneiro_hf.training.records import load_dataset_records
 from oneiro_hf.training.rollout import parallel_rollout
-from oneiro_hf.tree.cost import H200_PROFILE
 
 DEPTH = 8
 
@@ -181,6 +183,14 @@ def quick_backoff() -> StickyBackoff:
     return StickyBackoff(weight=0.15)
 
 
+def _rates(policy: DraftPolicyState, probs: list[float], sunk_steps: int) -> list[float]:
+    """Expected tokens per second of verifying the first L of a draft's tokens, L = 0..len(probs) (probs: each
+    token's acceptance given the ones before), with `sunk_steps` drafter steps charged to every L."""
+    survive = list(itertools.accumulate(probs, operator.mul))  # P(the first j drafts all accepted)
+    step = policy.draft_step_time()
+    return pass_rates([survive], policy.verify_time, lambda _: sunk_steps * step)
+
+
 class CostModel(Policy):
     """The shipped cost model (`DraftPolicyState`), deciding as `OneiroCandidateGenerator._draft` does.
 
@@ -230,7 +240,7 @@ class CostModel(Policy):
                 self.source = "lookup"
                 return ok, length, 0
             if length:
-                lookup_best = (ok, length, max(pol._rates(lookup_probs, [0] * (len(ok) + 1), 0)))
+                lookup_best = (ok, length, max(_rates(pol, lookup_probs, 0)))
         if self.mode == "lookup" or not all(b.worth_trying() for b in self.backoffs):
             for b in self.backoffs:
                 b.steps_since_try += 1
@@ -254,7 +264,7 @@ class CostModel(Policy):
             length = pol.latent_length(probs)
         self.source, self.drafted, self.split = "latent", len(probs), length
         if lookup_best is not None:  # both: the source that promises more tokens per second, the latent steps sunk
-            latent_rate = max(pol._rates(probs, [0] * (len(probs) + 1), len(probs)))
+            latent_rate = max(_rates(pol, probs, len(probs)))
             lookup_rate_sunk = lookup_best[2] * pol.verify_time(lookup_best[1] + 1) / (
                 pol.verify_time(lookup_best[1] + 1) + len(probs) * pol.draft_step_time())
             if lookup_rate_sunk >= latent_rate:

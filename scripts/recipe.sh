@@ -1,6 +1,7 @@
 # The drafter recipe (docs/training.md): the oneiro-train flags every drafter script shares, sourced by
-# scripts/train_*.sh and scripts/device_lease.sh. A script adds its target, data, sizes and time boxes after
-# these; a flag given twice takes its later value, so a script overrides a recipe value by repeating the flag.
+# scripts/env.sh (and so by scripts/device.sh and the train_*.sh that source it) and by the two Qwen 1.5B scripts.
+# A script adds its target, data, sizes and time boxes after these; a flag given twice takes its later value, so a
+# script overrides a recipe value by repeating the flag.
 RECIPE=(--eval_fraction 0.05 --draft_vocab_size 8192 --max_seq_len 1024 --ridge_init true --stage 1+2
   --rollout_steps 4 --rollout_step_weights 1,0.8,0.6,0.5 --state_loss smooth_l1 --state_loss_weight 1.0
   --token_loss kl --token_loss_weight 0.5 --learning_rate 3e-4 --lr_scheduler_type cosine_with_min_lr

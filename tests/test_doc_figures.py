@@ -143,7 +143,7 @@ def _run_pinned(run: Path) -> bool:
 
 
 def test_a_committed_h200_breakdown_says_pinned_only_for_a_pinned_run():
-    from oneiro_hf.tree.cost import H200_NOT_PINNED, H200_PINNED
+    from oneiro_hf.bench.profile import H200_NOT_PINNED, H200_PINNED
 
     breakdowns = sorted((DOCS / "benchmarks").rglob("breakdown_h200*.md"))
     assert breakdowns
@@ -155,7 +155,7 @@ def test_a_committed_h200_breakdown_says_pinned_only_for_a_pinned_run():
 
 def test_a_breakdown_states_pinned_decisions_from_the_runs_config(tmp_path):
     from oneiro_hf.bench.cli import h200_assumptions
-    from oneiro_hf.tree.cost import H200_NOT_PINNED, H200_PINNED, H200_PROFILE
+    from oneiro_hf.bench.profile import H200_NOT_PINNED, H200_PINNED, H200_PROFILE
 
     for pin, expected in ((None, H200_NOT_PINNED), ("h200", H200_PINNED)):
         run = tmp_path / str(pin)

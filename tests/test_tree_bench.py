@@ -9,7 +9,8 @@ from test_bench import _args, _lines, env  # noqa: F401  (env is the module-scop
 
 from oneiro_hf import bench
 from oneiro_hf.bench import cli as bench_cli
-from oneiro_hf.tree.cost import H200_RATIOS, modelled_speedup
+from oneiro_hf.bench.breakdown import modelled_speedup, ratio_at
+from oneiro_hf.bench.profile import H200_RATIOS
 
 
 def test_tree_methods_parse_to_tree_settings() -> None:
@@ -23,6 +24,15 @@ def test_tree_methods_parse_to_tree_settings() -> None:
     for bad in ("oneiro-tree-0", "oneiro-tree-x", "oneiro-tree-", "oneiro-tree-fixed-0", "oneiro-tree-fixed-"):
         with pytest.raises(bench.BenchInputError, match="N must be an integer"):
             bench.parse_method(bad)
+
+
+def test_modelled_speedup_by_hand() -> None:
+    # 10 tokens in 4 passes of sizes 1, 5, 8, 20 on the H200 profile: cost 1 + 1.159 + 1.169 + 1.169
+    assert modelled_speedup(10, [1, 5, 8, 20]) == pytest.approx(10 / 4.497)
+    assert ratio_at({1: 1.0, 4: 2.0}, 3) == 1.0 and ratio_at({2: 1.5, 4: 2.0}, 1) == 1.5
+    assert modelled_speedup(5, [1] * 5, {1: 1.0}) == pytest.approx(1.0)
+    # drafting priced: 3 drafter calls at 0.5 t(1) each add 1.5 to the cost
+    assert modelled_speedup(10, [1, 5, 8, 20], drafter_calls=3, drafter_call_ratio=0.5) == pytest.approx(10 / 5.997)
 
 
 def test_tree_run_next_to_the_chain_and_its_h200_breakdown(env, tmp_path):  # noqa: F811
@@ -59,8 +69,8 @@ def test_tree_run_next_to_the_chain_and_its_h200_breakdown(env, tmp_path):  # no
 
 
 def test_pinned_profile_decides_as_on_the_h200_and_never_relearns(env, tmp_path):  # noqa: F811
+    from oneiro_hf.bench.profile import H200_PROFILE
     from oneiro_hf.draft_policy import DraftPolicyState
-    from oneiro_hf.tree.cost import H200_PROFILE
 
     state = DraftPolicyState()
     state.pin_profile(H200_PROFILE["ratios"], H200_PROFILE["t1_s"], H200_PROFILE["drafter_step_ratio"])

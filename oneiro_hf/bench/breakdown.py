@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..latency import profile_on_kernels
-from ..tree.cost import ratio_at
 from .answers import read_run_answers
+from .profile import H200_RATIOS
 from .report import base_method, kernels_of, same_kernel_baseline
 
 BATCH_MODEL_ASSUMPTIONS = (
@@ -43,9 +44,32 @@ BATCH_MODEL_ASSUMPTIONS = (
 )
 
 
-def _verify_ratio(ratios: dict[int, float], k: int) -> float:
-    """t(k)/t(1), from the nearest profiled k at or below (profiles may skip some k; trees exceed the largest)."""
-    return ratio_at(ratios, k)
+def ratio_at(ratios: dict[int, float], k: int) -> float:
+    """t(k)/t(1) from a profile's ratios: the measured k, else the nearest measured k below (above for k < min;
+    profiles may skip some k, and trees exceed the largest)."""
+    known = sorted(int(m) for m in ratios)
+    below = [m for m in known if m <= k]
+    return float(ratios[below[-1]] if below else ratios[known[0]])
+
+
+def modelled_speedup(
+    tokens: int,
+    pass_sizes: Sequence[int],
+    ratios: dict[int, float] | None = None,
+    drafter_calls: int = 0,
+    drafter_call_ratio: float = 0.0,
+) -> float:
+    """Speedup over plain decoding that a t(k) profile gives, labelled modelled.
+
+    tokens: tokens generated; pass_sizes: tokens fed to each verification pass (tree nodes incl. the root, or
+    draft length + 1); ratios: t(k)/t(1) (default: the H200 profile). Plain decoding costs t(1) per token.
+    Drafting is free unless `drafter_calls` (drafter forwards over the run, e.g. the sum of
+    `DraftStats.tree_drafter_calls`) and `drafter_call_ratio` (one call's cost in t(1);
+    H200_DRAFTER_CALL_RATIO for SmolLM2 on the H200) are given.
+    """
+    ratios = H200_RATIOS if ratios is None else ratios
+    cost = sum(ratio_at(ratios, int(k)) for k in pass_sizes) + drafter_calls * drafter_call_ratio
+    return float(tokens) / cost if cost else 0.0
 
 
 def _totals(records: list[dict], ratios: dict[int, float]) -> dict[str, float]:
@@ -57,7 +81,7 @@ def _totals(records: list[dict], ratios: dict[int, float]) -> dict[str, float]:
             drafts = choice.get("draft_lengths") or []
             if drafts:  # assisted: one verification pass per recorded draft (k = drafted + 1 tokens)
                 t["passes"] += len(drafts)
-                t["verify_units"] += sum(_verify_ratio(ratios, d + 1) for d in drafts)
+                t["verify_units"] += sum(ratio_at(ratios, d + 1) for d in drafts)
             else:  # plain decoding: one 1-token pass per new token
                 t["passes"] += sum(choice["new_tokens"])
                 t["verify_units"] += sum(choice["new_tokens"])

@@ -202,7 +202,7 @@ def _breakdown_parser() -> argparse.ArgumentParser:
 def h200_assumptions(run: str | Path, profile: dict) -> list[str]:
     """The H200 profile's assumptions as they hold for `run`: its decisions were pinned to the profile only when
     the run was made with --pin-profile h200 (recorded in run_config.json or summary.json's config)."""
-    from ..tree.cost import H200_NOT_PINNED, H200_PINNED
+    from .profile import H200_NOT_PINNED, H200_PINNED
 
     configs = []
     for name in ("run_config.json", "summary.json"):
@@ -224,7 +224,7 @@ def breakdown_main(argv: list[str]) -> int:
     try:
         check_drafter_call_ratio(ratio)
         if h200:
-            from ..tree.cost import H200_PROFILE
+            from .profile import H200_PROFILE
 
             profile = H200_PROFILE
         else:

@@ -311,7 +311,7 @@ def load_models(args, plan: Plan) -> BenchContext:
                        drafters={k: v for k, v in drafters.items() if k is not None})
     if getattr(args, "pin_profile", None) == "h200":  # decide as on the H200: its t(k) and drafter step cost, never re-learned
         from ..draft_policy import DraftPolicyState
-        from ..tree.cost import H200_PROFILE
+        from .profile import H200_PROFILE
 
         call_ratio = getattr(args, "drafter_call_ratio", None)
         call_ratio = H200_PROFILE["drafter_step_ratio"] if call_ratio is None else call_ratio

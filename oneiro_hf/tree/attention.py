@@ -18,11 +18,11 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from transformers.cache_utils import DynamicSlidingWindowLayer
 
 from ..grouped_attention import is_sdpa
 from ..targets import text_config
-from .cache import cached_positions
-from .tree import tree_attention_mask
+from .tree import window_mask
 
 DICT_MASK_MODEL_TYPES = ("qwen2", "qwen3", "gemma3_text")
 SINGLE_MASK_MODEL_TYPES = ("llama", "mistral")
@@ -55,18 +55,24 @@ def _as_attention_mask(allowed: torch.BoolTensor, implementation: str, dtype: to
     )
 
 
-def target_tree_mask(model, cache, ancestors: torch.BoolTensor, node_positions: torch.LongTensor):
-    """The `attention_mask` argument for one target pass over a flattened tree.
-
-    ancestors: (n, n) bool from `TokenTree.ancestors`; node_positions: (n,) absolute positions. Returns a
-    (1, 1, n, m + n) tensor, or a dict of them by layer type, as the target's forward takes it.
-    """
+def tree_allowed(columns: int, roots: torch.LongTensor, holes: torch.LongTensor, ancestors: torch.BoolTensor,
+                 positions: torch.LongTensor):
+    """`allowed(layer, window)` for `target_masks` in a pass over B flattened trees of W nodes each: (B, 1, W, m + W),
+    row b's nodes see its own cached entries and their own ancestors (ancestors: (B, W, W)), within the window by
+    position (positions: (B, W)). The layer holds the last m of `columns`; row b's roots[b] entries (positions
+    0..roots[b]-1) end `holes[b]` columns before the last in a full-attention layer, at the last one in a
+    sliding-window layer (`cache.compact_rows`)."""
 
     def allowed(layer, window: int | None) -> torch.BoolTensor:
-        positions = cached_positions(layer, node_positions.device)
-        return tree_attention_mask(ancestors, node_positions, positions, window)
+        held = layer.keys.shape[-2] if layer.is_initialized and layer.keys is not None else 0
+        cols = torch.arange(columns - held, columns, device=positions.device)
+        end = columns - (0 if isinstance(layer, DynamicSlidingWindowLayer) else holes)  # (B,) or int: after the last
+        key_positions = cols.unsqueeze(0) - (end - roots).unsqueeze(1)  # (B, m); outside 0..roots-1: padding, hole
+        valid = (key_positions >= 0) & (key_positions < roots.unsqueeze(1))
+        mask = torch.cat([valid.unsqueeze(1).expand(-1, positions.shape[1], -1), ancestors], dim=-1)
+        return window_mask(mask, positions, torch.cat([key_positions, positions], dim=-1), window)
 
-    return target_masks(model, cache, allowed)
+    return allowed
 
 
 def target_masks(model, cache, allowed: Callable[[Any, int | None], torch.BoolTensor]):

@@ -28,12 +28,11 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from transformers.cache_utils import DynamicSlidingWindowLayer
 
 from ..draft import TreeDraft, eos_token_ids
 from ..generate_inputs import left_padding
 from ..stats import DraftStats
-from .attention import target_masks
+from .attention import target_masks, tree_allowed
 from .cache import compact_rows, drop_leading_columns, realign_rows, trim_sliding_layers
 from .core import (
     Row,
@@ -49,7 +48,7 @@ from .core import (
 from .cost import choose_nodes, choose_width
 from .drafting import SequenceDrafter
 from .settings import TreeSettings
-from .tree import TokenTree, window_mask
+from .tree import TokenTree
 from .verify import Verdict, greedy_walk, sampling_walk
 
 # full-attention layers' holes are closed (`cache.realign_rows`, one gather of the cache) once the widest exceeds
@@ -203,7 +202,7 @@ class BatchDecoder:
         tokens, depths, ancestors = _flatten(trees, width, device)
         positions = roots.unsqueeze(1) + depths  # (B, W)
         holes = torch.tensor(self.holes, device=device)
-        mask = target_masks(self.model, self.cache, _batch_allowed(self.columns, roots, holes, ancestors, positions))
+        mask = target_masks(self.model, self.cache, tree_allowed(self.columns, roots, holes, ancestors, positions))
         out = self.model(input_ids=tokens, position_ids=positions, attention_mask=mask, cache=self.cache,
                          use_cache=True, output_hidden_states=self.hidden_flag, logits_to_keep=0)
         logits = out.logits.float()  # (B, W, V)
@@ -286,25 +285,6 @@ def _flatten(trees: list[TokenTree], width: int, device) -> tuple[torch.LongTens
         depths[b, :n] = tree.depths()
         ancestors[b, :n, :n] = tree.ancestors()
     return tokens.to(device), depths.to(device), ancestors.to(device)
-
-
-def _batch_allowed(columns: int, roots: torch.LongTensor, holes: torch.LongTensor, ancestors: torch.BoolTensor,
-                   positions: torch.LongTensor):
-    """`allowed(layer, window)` for `target_masks`: (B, 1, W, m + W), row b's nodes see its own cached entries and
-    their own ancestors, within the window by position. The layer holds the last m of `columns`; row b's roots[b]
-    entries (positions 0..roots[b]-1) end `holes[b]` columns before the last in a full-attention layer, at the last
-    one in a sliding-window layer (`cache.compact_rows`)."""
-
-    def allowed(layer, window: int | None) -> torch.BoolTensor:
-        held = layer.keys.shape[-2] if layer.is_initialized and layer.keys is not None else 0
-        cols = torch.arange(columns - held, columns, device=positions.device)
-        end = columns - (0 if isinstance(layer, DynamicSlidingWindowLayer) else holes)  # (B,) or int: after the last
-        key_positions = cols.unsqueeze(0) - (end - roots).unsqueeze(1)  # (B, m); outside 0..roots-1: padding, hole
-        valid = (key_positions >= 0) & (key_positions < roots.unsqueeze(1))
-        mask = torch.cat([valid.unsqueeze(1).expand(-1, positions.shape[1], -1), ancestors], dim=-1)
-        return window_mask(mask, positions, torch.cat([key_positions, positions], dim=-1), window)
-
-    return allowed
 
 
 @torch.no_grad()

@@ -39,34 +39,17 @@ def prepare_cache(cache) -> None:
     cache.activate_past_recording()
 
 
-def cached_positions(layer, device: torch.device | None = None) -> torch.LongTensor:
-    """(m,) absolute positions of the entries a cache layer holds (a sliding layer holds only the newest)."""
-    total = layer.get_seq_length()
-    held = layer.keys.shape[-2] if layer.is_initialized and layer.keys is not None else 0
-    return torch.arange(total - held, total, device=device)
-
-
-def compact_cache(cache: DynamicCache, keep: torch.LongTensor, tree_size: int) -> None:
-    """Keep the entries of flattened tree nodes `keep` (node indices, root first) out of the last `tree_size` ones.
-
-    Called right after a tree pass over `tree_size` nodes. Afterwards every layer reads as if only the kept
-    nodes had been fed, one after another. Only the tree's own entries move: the kept ones are copied to the
-    front of the tree's slots and the layer is cut after them (a view, no copy of the context), so a pass over
-    a long prompt costs no more to compact than one over a short prompt.
-    """
-    compact_rows(cache, [keep.tolist()], tree_size)
-
-
 def compact_rows(cache: DynamicCache, keep: list[list[int]], tree_size: int, holes: list[int] | None = None) -> list[int]:
     """Per row b, keep the entries of its flattened tree nodes `keep[b]` (root first) out of the last `tree_size`
     ones. Rows may keep different counts; the layer grows by the most any row kept (K). Returns each row's holes.
 
     Full-attention layers: row b's entries are contiguous and followed by `holes[b]` unused (masked) columns at the
-    end of the layer; its kept entries are written right after its last entry (only tree-sized slots move, as in
-    `compact_cache`), so its holes become holes[b] + K - len(keep[b]). `realign_rows` closes them when they grow.
+    end of the layer; its kept entries are written right after its last entry (only the tree's slots move, and the
+    layer is cut after them: a view, so a long context costs nothing more to compact), so its holes become
+    holes[b] + K - len(keep[b]). `realign_rows` closes them when they grow.
     Sliding-window layers hold only about a window of columns: there each row is kept right-aligned (its entries
     end at the last column; a row that kept fewer is shifted right, a gather of the window), so the layer's own
-    trimming to `window - 1` columns keeps every row's latest entries. One row with holes=None: `compact_cache`.
+    trimming to `window - 1` columns keeps every row's latest entries.
     """
     holes = [0] * len(keep) if holes is None else list(holes)
     kept = max(len(row) for row in keep)

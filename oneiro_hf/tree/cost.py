@@ -1,4 +1,4 @@
-"""How large a tree pays: the cost model of chains, applied to trees, and the speedup a t(k) profile gives.
+"""How large a tree pays: the cost model of chains, applied to trees.
 
 Verifying n candidate nodes (plus the root) costs t(n + 1); the expected number of tokens the pass yields
 is 1 + the sum of the nodes' values (each value estimates P(node on the accepted path); siblings exclude
@@ -21,28 +21,6 @@ from collections.abc import Callable, Sequence
 
 from ..draft_policy import pass_rates
 from .tree import TokenTree
-
-# t(k)/t(1) measured on one H200 for a SmolLM2-135M-shaped target in bf16 with 512 cached tokens (docs/gpu.md,
-# docs/measurements/h200_latency_profile.json); k between and beyond those measured reads the nearest one below.
-H200_RATIOS: dict[int, float] = {1: 1.0, 2: 1.167, 3: 1.155, 4: 1.159, 6: 1.177, 8: 1.169, 12: 1.169, 16: 1.169}
-# ASSUMED, not a recorded measurement: one latent drafter step of the SmolLM2 drafter on the H200, in t(1) of its
-# target. The only raw record (drafter_step_ratio 2.04) predates a fix to the step; 0.15-0.18 is what the lease's
-# log reported afterwards (docs/gpu.md). The next GPU lease records it (scripts/device_profile_step.py).
-H200_DRAFTER_CALL_RATIO = 0.18
-# every modelled H200 figure rests on these; `assumptions` travels with the profile into breakdowns and reports.
-# A breakdown of a run made without --pin-profile h200 swaps H200_PINNED for H200_NOT_PINNED (bench/cli.py).
-H200_PINNED = "draft and tree decisions pinned to this profile (--pin-profile h200), acceptance from the CPU run's drafts"
-H200_NOT_PINNED = ("draft and tree decisions NOT pinned: the run chose them from this CPU's own t(k) (no --pin-profile "
-                   "h200), so the H200 profile prices passes it did not choose; acceptance from the CPU run's drafts")
-H200_ASSUMPTIONS = (
-    "t(k)/t(1) measured on one H200 for a SmolLM2-135M-shaped target, bf16, 512 cached tokens; Gemma reuses it",
-    "drafter call priced at 0.18 t(1): assumed (no raw record after the step's fix)",
-    H200_PINNED,
-    "not modelled: the decoding loop's own overhead, sampling, kernel launch and synchronisation beyond t(k)",
-)
-H200_PROFILE = {"t1_s": 0.02004, "ratios": H200_RATIOS, "drafter_step_ratio": H200_DRAFTER_CALL_RATIO,
-                "drafter_step_ratio_assumed": True, "assumptions": list(H200_ASSUMPTIONS),
-                "device": "NVIDIA H200", "dtype": "torch.bfloat16", "context_len": 512}
 
 
 def choose_nodes(tree: TokenTree, verify_time: Callable[[int], float] | None, max_nodes: int) -> list[int]:
@@ -131,30 +109,3 @@ def latent_levels_below(tree: TokenTree, nodes: Sequence[int], depth: int, lead_
             value *= rate
             levels[d].append(value)
     return levels
-
-
-def ratio_at(ratios: dict[int, float], k: int) -> float:
-    """t(k)/t(1) from a profile's ratios: the measured k, else the nearest measured k below (above for k < min)."""
-    known = sorted(int(m) for m in ratios)
-    below = [m for m in known if m <= k]
-    return float(ratios[below[-1]] if below else ratios[known[0]])
-
-
-def modelled_speedup(
-    tokens: int,
-    pass_sizes: Sequence[int],
-    ratios: dict[int, float] | None = None,
-    drafter_calls: int = 0,
-    drafter_call_ratio: float = 0.0,
-) -> float:
-    """Speedup over plain decoding that a t(k) profile gives, labelled modelled.
-
-    tokens: tokens generated; pass_sizes: tokens fed to each verification pass (tree nodes incl. the root, or
-    draft length + 1); ratios: t(k)/t(1) (default: the H200 profile). Plain decoding costs t(1) per token.
-    Drafting is free unless `drafter_calls` (drafter forwards over the run, e.g. the sum of
-    `DraftStats.tree_drafter_calls`) and `drafter_call_ratio` (one call's cost in t(1);
-    H200_DRAFTER_CALL_RATIO for SmolLM2 on the H200) are given.
-    """
-    ratios = H200_RATIOS if ratios is None else ratios
-    cost = sum(ratio_at(ratios, int(k)) for k in pass_sizes) + drafter_calls * drafter_call_ratio
-    return float(tokens) / cost if cost else 0.0

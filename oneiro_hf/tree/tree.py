@@ -150,20 +150,3 @@ def window_mask(
     if window is not None:
         allowed = allowed & (key_positions.unsqueeze(-2) > query_positions.unsqueeze(-1) - int(window))
     return allowed[None, None] if allowed.dim() == 2 else allowed.unsqueeze(1)
-
-
-def tree_attention_mask(
-    ancestors: torch.BoolTensor,
-    node_positions: torch.LongTensor,
-    cached_positions: torch.LongTensor,
-    window: int | None,
-) -> torch.BoolTensor:
-    """(1, 1, n, m + n) bool mask of a tree pass for one layer whose cache holds keys at `cached_positions` (m,).
-
-    Every node sees every cached key (within the window) and its own ancestors among the nodes (also within
-    the window: a deep branch can outgrow a short window).
-    """
-    n = ancestors.shape[0]
-    allowed = torch.cat([ancestors.new_ones(n, cached_positions.shape[0]), ancestors], dim=1)
-    keys = torch.cat([cached_positions.to(node_positions.device), node_positions])
-    return window_mask(allowed, node_positions, keys, window)

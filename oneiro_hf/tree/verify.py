@@ -34,11 +34,6 @@ class Verdict:
     tokens: list[int]  # the tokens of `path`, then the bonus token
     scores: list[torch.Tensor]  # (1, V) processed scores each token was chosen from, in order
 
-    @property
-    def tested(self) -> list[int]:
-        """Node indices whose acceptance was decided: the children of the root and of each accepted node."""
-        return [0, *self.path]
-
 
 def greedy_walk(tree: TokenTree, scores: Callable[[int], torch.Tensor]) -> Verdict:
     node, path, tokens, rows = 0, [], [], []
