@@ -43,8 +43,8 @@ def test_records_from_another_machine_are_a_part_of_their_own(tmp_path):
     assert [(p["records"], p["hardware"], p["batch_size"], p["threads"]) for p in parts] == [
         (6, "test CPU", 32, 1), (5, "test GPU", 512, 16)]
     card = (out / "README.md").read_text()
-    assert "6 records on test CPU, 32 sequences per forward, 1 torch thread(s): 600 response tokens" in card
-    assert "5 records on test GPU, 512 sequences per forward, 16 torch thread(s): 5000 response tokens" in card
+    assert "6 records on test CPU, 32 sequences per forward, 1 torch thread(s), float32: 600 response tokens" in card
+    assert "5 records on test GPU, 512 sequences per forward, 16 torch thread(s), float32: 5000 response tokens" in card
     assert "2500.0 response tokens/s" in card
     # exporting the same records again changes nothing
     assert export_main(["--jsonl", str(gpu_jsonl), *common]) == 0

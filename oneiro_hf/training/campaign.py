@@ -190,9 +190,12 @@ def _batch_size(args: CampaignArguments, model: Any, work: Path, probe: Any) -> 
 # ================================================================================================ export
 def export_answers(args: CampaignArguments, work: Path, batch_size: int | None) -> str:
     """Append the work JSONL's new answers to the dataset (python -m oneiro_hf.training.distill_dataset)."""
+    from .distill_dataset import _hardware
     from .distill_dataset import main as export_main
 
+    # this machine's name, not the one the dataset's earlier parts were made on
     argv = ["--jsonl", str(work / "answers.jsonl"), "--out", args.dataset, "--target", args.target,
+            "--hardware", _hardware(),
             "--max-new-tokens", str(args.max_new_tokens), "--dtype", args.dtype, "--sources", args.sources,
             "--max-prompt-tokens", str(args.max_prompt_tokens), "--log", str(work / "answers.log")]
     if batch_size:

