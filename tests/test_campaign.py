@@ -82,7 +82,7 @@ def test_a_campaign_grows_the_data_trains_at_milestones_commits_and_resumes(tmp_
         "interval": "28,30", "draft_vocab_size": 256, "max_seq_len": 96, "max_steps": 2, "ridge_init": False,
         "per_device_train_batch_size": 2, "eval_fraction": 0.3, "save_strategy": "no", "report_to": "none",
         "feature_batch_tokens": 512, "eval_rollout_steps": 2, "disable_tqdm": True, "use_cpu": True}))
-    argv = ["--target", "smollm2-135m-instruct", "--dataset", "data/ds", "--until", "+30m", "--recipe", "recipe.json",
+    argv = ["--target", "smollm2-135m-instruct", "--dataset", "data/ds", "--until", "+24h", "--recipe", "recipe.json",
             "--sources", "synthetic", "--num_prompts", "12", "--max_new_tokens", "8", "--batch_size", "3",
             "--dtype", "float32", "--device", "cpu", "--threads", "1", "--milestone_tokens", "20",
             "--goal_tokens", "40", "--checkpoint_out", "data/drafter", "--commit"]
