@@ -28,6 +28,12 @@ def test_milestones_follow_the_curve_and_stop_at_the_goal() -> None:
     assert campaign.next_milestone(0, args, []) == 200
     assert campaign.next_milestone(350, args, [{"milestone": 200}]) == 400
     assert campaign.next_milestone(450, args, [{"milestone": 200}, {"milestone": 400}]) == 500
+    # data only (no --recipe): past what the dataset holds; with a recipe, the first milestone not trained on
+    assert campaign.next_milestone(410, args, [{"milestone": 200}]) == 500
+    trained = CampaignArguments(target="t", dataset="d", until="+1h", goal_tokens=500, milestone_tokens=200, recipe="r")
+    assert campaign.next_milestone(410, trained, [{"milestone": 200}]) == 400
+    assert campaign.next_milestone(450, trained, []) == 400  # the data outgrew 200 untrained: train on what is there
+    assert campaign.next_milestone(900, trained, [{"milestone": 200}]) == 500
 
 
 def test_recipe_flags_and_refused_recipes(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from oneiro_hf.training.prompts import (
     load_user_prompts,
     make_prompt,
     parse_sources,
+    resolve_exclude,
     stdlib_prompts,
     synthetic_prompts,
 )
@@ -96,6 +97,34 @@ def test_parse_sources_all_and_user_file(tmp_path: Path) -> None:
     names = [n for n, _ in parse_sources(f"all,{user}")]
     assert names == [*SOURCES, str(user)]
     assert {"sharegpt", "arena_hard", "ifeval"} <= set(names)
+
+
+def test_public_sources_need_an_evaluation_file_to_leave_out(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delenv("ONEIRO_BENCH_QUESTIONS", raising=False)
+    with pytest.raises(ValueError, match=r"sharegpt_code.*Fix: pass --exclude QUESTIONS_JSONL"):
+        resolve_exclude("sharegpt_code:6,stdlib:1", [])
+    assert resolve_exclude("stdlib,synthetic", []) == []  # nothing from real users: nothing to leave out
+    assert resolve_exclude("sharegpt", ["none"]) == []  # MT-bench only, on purpose
+    questions = tmp_path / "question.jsonl"
+    questions.write_text('{"question_id": 1, "category": "qa", "turns": ["Who wrote Hamlet?"]}\n')
+    assert resolve_exclude("sharegpt", [str(questions)]) == [str(questions)]
+    with pytest.raises(ValueError, match="no such file"):
+        resolve_exclude("sharegpt", [str(tmp_path / "missing.jsonl")])
+    monkeypatch.setenv("ONEIRO_BENCH_QUESTIONS", str(questions))  # the file oneiro-bench evaluates on
+    assert resolve_exclude("sharegpt", []) == [str(questions)]
+
+
+def test_generation_commands_refuse_public_prompts_without_exclude(tmp_path: Path, monkeypatch, capsys) -> None:
+    from oneiro_hf.training import campaign, selfdistill
+
+    monkeypatch.delenv("ONEIRO_BENCH_QUESTIONS", raising=False)
+    argv = ["--target", "no-such-model", "--dataset", str(tmp_path / "ds"), "--until", "+1h",
+            "--work_dir", str(tmp_path / "w")]
+    assert campaign.main(argv) == 2  # refused before the (unknown) target would load
+    assert "--exclude none" in capsys.readouterr().err and not (tmp_path / "ds").exists()
+    with pytest.raises(SystemExit):
+        selfdistill.main(["--target", "no-such-model", "--out", str(tmp_path / "a.jsonl"), "--sources", "ifeval"])
+    assert "ifeval" in capsys.readouterr().err and not (tmp_path / "a.jsonl").exists()
 
 
 def test_make_prompt_id_depends_only_on_text() -> None:

@@ -16,6 +16,7 @@ and an interrupted training resumes from its last checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import logging
@@ -26,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .prompts import resolve_exclude
 
 logger = logging.getLogger("oneiro_hf.training")
 
@@ -58,7 +61,8 @@ class CampaignArguments:
         metadata={"help": "prompt sources with weights (python -m oneiro_hf.training.selfdistill --sources)"},
     )
     exclude: list[str] = field(
-        default_factory=list, metadata={"help": "evaluation question files whose prompts are never answered"}
+        default_factory=list, metadata={"help": "evaluation question files whose prompts are never answered "
+                                                "(default: $ONEIRO_BENCH_QUESTIONS; 'none': MT-bench only)"}
     )
     num_prompts: int = field(default=8000, metadata={"help": "size of the campaign's fixed prompt list"})
     max_new_tokens: int = field(default=256, metadata={"help": "answer length limit"})
@@ -119,9 +123,14 @@ def read_curve(path: Path) -> list[dict[str, Any]]:
 
 
 def next_milestone(tokens: int, args: CampaignArguments, curve: list[dict[str, Any]]) -> int:
-    """The smallest multiple of --milestone_tokens (capped at the goal) above the curve's last point."""
+    """The next multiple of --milestone_tokens, capped at the goal: with a --recipe, the first above the curve's last
+    point, or the largest the dataset already holds if that is higher (a drafter trains on the whole dataset, so
+    milestones the data outgrew unseen are skipped); with none (data only), the first above the dataset's tokens."""
+    step = args.milestone_tokens
     done = max((p["milestone"] for p in curve), default=0)
-    return min(args.goal_tokens, (done // args.milestone_tokens + 1) * args.milestone_tokens)
+    if args.recipe is None:
+        return min(args.goal_tokens, (max(done, tokens) // step + 1) * step)
+    return min(args.goal_tokens, max((done // step + 1) * step, tokens // step * step))
 
 
 # ================================================================================================ answer
@@ -278,6 +287,11 @@ def commit(paths: list[str], message: str) -> None:
 def run(args: CampaignArguments) -> int:
     """Rounds of answer -> export -> (train at a milestone) -> commit until the goal or the deadline."""
     deadline = parse_deadline(args.until)
+    try:  # before any model loads (the probe answers no prompt)
+        args = args if args.probe_only else dataclasses.replace(
+            args, exclude=resolve_exclude(args.sources, args.exclude))
+    except ValueError as err:
+        raise CampaignError(str(err)) from None
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     package = logging.getLogger("oneiro_hf")
@@ -317,10 +331,14 @@ def _rounds(args: CampaignArguments, work: Path, deadline: float) -> int:
             if tokens < milestone:
                 logger.info("campaign: stopped at %d answer tokens (deadline, or the prompt list ran out)", tokens)
                 return 0
+        if args.recipe is None:  # data only: exported at every milestone, on to the goal or the deadline
+            logger.info("campaign: milestone %d reached (no --recipe: data only)", milestone)
+            if tokens >= args.goal_tokens:
+                return 0
+            continue
         minutes = min(args.train_minutes, (deadline - time.time()) / 60 / 1.5)
-        if args.recipe is None or minutes < 5:
-            logger.info("campaign: milestone %d reached; %s", milestone,
-                        "no --recipe to train" if args.recipe is None else "too little time left to train")
+        if minutes < 5:
+            logger.info("campaign: milestone %d reached; too little time left to train", milestone)
             return 0
         point = train_milestone(args, work, milestone, minutes)
         add_point(curve_path, point)

@@ -10,7 +10,8 @@ dropped and regenerated.
 CLI::
 
     python -m oneiro_hf.training.selfdistill --target smollm2-135m-instruct --out runs/data/smollm2.jsonl \\
-        --num-prompts 3000 --sources sharegpt:7,arena_hard:1,ifeval:1,stdlib:1,synthetic:1 --threads 1
+        --num-prompts 3000 --sources sharegpt:7,arena_hard:1,ifeval:1,stdlib:1,synthetic:1 --threads 1 \\
+        --exclude spec_bench/question.jsonl
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 import torch
 
 from ..chat import encode_prompt, stop_token_ids
-from .prompts import Prompt, iter_prompts, load_user_prompts
+from .prompts import Prompt, iter_prompts, load_user_prompts, resolve_exclude
 from .records import dataset_ids
 
 logger = logging.getLogger(__name__)
@@ -373,7 +374,8 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="QUESTIONS_JSONL",
         help="an evaluation question file (e.g. Spec-Bench's question.jsonl) whose prompts the public sources "
-        "must leave out; repeatable (MT-bench is always left out)",
+        "must leave out; repeatable (MT-bench is always left out; default $ONEIRO_BENCH_QUESTIONS; 'none': "
+        "MT-bench only)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-new-tokens", type=int, default=192)
@@ -400,6 +402,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (for log files)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not args.prompts_file:
+        try:
+            args.exclude = resolve_exclude(args.sources, args.exclude)
+        except ValueError as err:
+            parser.error(str(err))
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)

@@ -17,7 +17,7 @@ Every source but ``public`` (the wheel cache) and ``user`` (the user's file) is 
 Python standard library alone, so a seed yields the same prompts on any machine.
 """
 
-from .mix import DEFAULT_WEIGHTS, SOURCES, iter_prompts, parse_sources
+from .mix import DEFAULT_WEIGHTS, SOURCES, iter_prompts, parse_sources, resolve_exclude
 from .public import public_prompts
 from .records import Prompt, make_prompt
 from .stdlib import stdlib_prompts
@@ -25,4 +25,4 @@ from .synthetic import synthetic_prompts
 from .user import load_user_prompts
 
 __all__ = ["DEFAULT_WEIGHTS", "SOURCES", "Prompt", "iter_prompts", "load_user_prompts", "make_prompt",
-           "parse_sources", "public_prompts", "stdlib_prompts", "synthetic_prompts"]
+           "parse_sources", "public_prompts", "resolve_exclude", "stdlib_prompts", "synthetic_prompts"]

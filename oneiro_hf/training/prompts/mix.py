@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -64,6 +65,39 @@ def parse_sources(sources: str | Iterable[str]) -> list[tuple[str, float]]:
     if not out:
         raise ValueError("No prompt sources given; use e.g. --sources stdlib,synthetic.")
     return out
+
+
+EXCLUDE_NOTHING = "none"  # --exclude none: filter MT-bench only, on purpose
+
+
+def resolve_exclude(sources: str | Iterable[str], exclude: Sequence[str]) -> list[str]:
+    """The evaluation question files that public prompts must leave out (MT-bench always is).
+
+    ``exclude`` as given (the ``--exclude`` flags); when empty, the file oneiro-bench evaluates on
+    ($ONEIRO_BENCH_QUESTIONS); ``["none"]`` means MT-bench only. Raises when ``sources`` draw on a public
+    source and no file is named: a benchmark question among the training prompts inflates every acceptance
+    figure measured on it, and nothing downstream could tell.
+    """
+    from ...bench.answers import QUESTIONS_ENV
+
+    given = [path for path in exclude if path != EXCLUDE_NOTHING]
+    if given or EXCLUDE_NOTHING in exclude:
+        missing = [path for path in given if not Path(path).is_file()]
+        if missing:
+            raise ValueError(f"--exclude {missing[0]}: no such file. Fix: pass the evaluation question file "
+                             "(e.g. Spec-Bench's question.jsonl) that exists on this machine.")
+        return given
+    if os.environ.get(QUESTIONS_ENV):
+        return [os.environ[QUESTIONS_ENV]]
+    public = [name for name, _ in parse_sources(sources) if name in PUBLIC_SOURCES]
+    if public:
+        raise ValueError(
+            f"the sources {', '.join(public)} hold real user prompts, and no evaluation question file is named to "
+            f"leave out of them (only MT-bench is built in). Fix: pass --exclude QUESTIONS_JSONL (the questions "
+            f"you benchmark on, e.g. Spec-Bench's question.jsonl), set {QUESTIONS_ENV}, or pass --exclude "
+            f"{EXCLUDE_NOTHING} to filter MT-bench only."
+        )
+    return []
 
 
 def iter_prompts(
