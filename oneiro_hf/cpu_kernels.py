@@ -17,7 +17,8 @@ Two substitutions, each measured to pay and each restored when the block ends (n
 The prepacked copies stay with the model for later blocks; `release_cpu_kernels(model)` frees them (the model keeps
 working on stock kernels until a block makes them again).
 
-A drafter's `generate` always runs the target inside these kernels. Plain greedy inside them is therefore the
+A drafter's `generate` always runs the target inside these kernels (and the drafter's own copied layers on prepacked
+linears). Plain greedy inside them is therefore the
 baseline that separates speculation from the kernels: `oneiro-bench` runs it as the method `oneiro-greedy`.
 Results differ from stock kernels' by float32 summation order only; greedy tokens stay identical in practice
 (tested), but as with any kernel change, a near-tie between two logits can break the other way.
@@ -81,7 +82,8 @@ def cpu_kernels(model: torch.nn.Module, prepack: bool = True, max_memory: float 
 
 
 def release_cpu_kernels(model: torch.nn.Module) -> int:
-    """Free the prepacked weight copies that `cpu_kernels` blocks (and a drafter's generate calls) keep with `model`,
+    """Free the prepacked weight copies that `cpu_kernels` blocks (and a drafter's generate calls) keep with `model`
+    (a target, or a drafter: its copied layers run prepacked in generate too),
     up to the size of its linear layers' weights again; returns the bytes freed (0 when none were held). The model is
     untouched and keeps working; a later block or generate call that prepacks makes the copies again (keep memory
     down for good with `prepack=False` / `prepack_cpu_weights=False`). RuntimeError inside such a block."""

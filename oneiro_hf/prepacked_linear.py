@@ -5,9 +5,9 @@ every call. Where that starts depends on the CPU: on some a layer costs the same
 4; on others twice as much already at 2 rows (`scripts/probe_prepacked_linear.py` measures it). oneDNN reorders a
 weight once (`torch.ops.mkldnn._reorder_linear_weight`) and then takes any row count on it.
 
-`prepacked_linears(model)` runs the target's `nn.Linear` layers that way inside a block: every generate call with
-a drafter (setting `prepack_cpu_weights`, on by default), and `oneiro_hf.cpu_kernels` for any forward or plain
-generate. It applies to float32 targets on a CPU whose torch has oneDNN. Whether a layer gains, and from how many
+`prepacked_linears(model)` runs a model's `nn.Linear` layers that way inside a block: the target's and the drafter's
+in every generate call with a drafter (setting `prepack_cpu_weights`, on by default), and the target's in
+`oneiro_hf.cpu_kernels` for any forward or plain generate. It applies to float32 targets on a CPU whose torch has oneDNN. Whether a layer gains, and from how many
 rows, is measured on this machine, not assumed: `measured_min_rows` times F.linear against the prepacked call at
 `ROW_GRID` row counts, once per weight shape and thread count in a process, and a layer runs prepacked from the
 row count that makes those timings cheapest (`choose_min_rows`); a threshold of 1 means one-token decoding steps

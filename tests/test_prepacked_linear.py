@@ -122,13 +122,37 @@ def test_generate_with_a_drafter_runs_prepacked_linears_and_gives_greedy_tokens(
                              oneiro_mode="latent", oneiro_cost_aware=False, oneiro_max_draft_tokens=6)
     assert torch.equal(out, ref)
     assert calls and min(calls) >= MIN_ROWS, "verification passes of MIN_ROWS+ tokens (and the prefill) ran prepacked"
-    assert all("forward" not in vars(m) for m in model.modules()), "the layers' own forwards are back"
+    assert all("forward" not in vars(m) for m in [*model.modules(), *drafter.modules()]), \
+        "the layers' own forwards are back"
     calls.clear()
     with torch.no_grad():
         off = model.generate(ids, max_new_tokens=32, do_sample=False, assistant_model=drafter,
                              oneiro_mode="latent", oneiro_cost_aware=False, oneiro_max_draft_tokens=6,
                              oneiro_prepack_cpu_weights=False)
     assert torch.equal(off, ref) and calls == []
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_drafters_copied_layers_run_prepacked_in_generate_and_release(arch: str, monkeypatch) -> None:
+    """Only the drafter's layers gain here (one row: every drafting step), so every prepacked call is the drafter's."""
+    import oneiro_hf
+
+    model = make_model(arch)
+    drafter = OneiroDrafter.from_target(model)
+    own = {m for m in drafter.modules() if type(m) is torch.nn.Linear}
+    assert own, "the drafter has linear layers of its own"
+    monkeypatch.setattr(prepacked_linear, "measured_min_rows", lambda layer: 1 if layer in own else NEVER)
+    calls = _count_packed_calls(monkeypatch)
+    ids = random_prompt(12, seed=4)
+    ref = greedy(model, ids, 32)
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=32, do_sample=False, assistant_model=drafter,
+                             oneiro_mode="latent", oneiro_cost_aware=False, oneiro_max_draft_tokens=4)
+    assert torch.equal(out, ref)
+    assert calls.count(1) >= len(own), "one-row drafting steps ran on the drafter's prepacked weights"
+    assert all("forward" not in vars(m) for m in own)
+    held = sum(m.weight.numel() * m.weight.element_size() for m in own)
+    assert oneiro_hf.release_cpu_kernels(drafter) == held and oneiro_hf.release_cpu_kernels(model) == 0
 
 
 def test_a_layer_that_never_gains_keeps_f_linear_in_generate(monkeypatch) -> None:
@@ -168,9 +192,11 @@ def test_a_memory_cap_copies_the_layers_that_save_most_per_byte_and_stays_within
     drafter = OneiroDrafter.from_target(model)
     linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
     # every shape gains from MIN_ROWS rows; the timings say the MLP's layers save twice as much per byte
-    saving = {m: (2.0 if m.out_features == m.in_features else 4.0) * prepacked_linear.copy_bytes(m) for m in linears}
+    def saving(m):  # the drafter's layers too, when generate runs them
+        return (2.0 if m.out_features == m.in_features else 4.0) * prepacked_linear.copy_bytes(m)
+
     monkeypatch.setattr(prepacked_linear, "measured_min_rows", lambda layer: MIN_ROWS)
-    monkeypatch.setattr(prepacked_linear, "measured_saving", lambda layer: saving[layer])
+    monkeypatch.setattr(prepacked_linear, "measured_saving", saving)
     total = prepacked_linear.parameter_bytes(model)
     cap = 0.3
     with prepacked_linears(model, max_memory=cap):
@@ -184,7 +210,7 @@ def test_a_memory_cap_copies_the_layers_that_save_most_per_byte_and_stays_within
     assert left_out, "the cap left some layers out (else the test proves nothing)"
     fits = [m for m in left_out if prepacked_linear.copy_bytes(m) <= cap * total - used]
     assert not fits, "a layer that still fits under the cap was left out"
-    ranked = sorted(linears, key=lambda m: saving[m] / prepacked_linear.copy_bytes(m), reverse=True)
+    ranked = sorted(linears, key=lambda m: saving(m) / prepacked_linear.copy_bytes(m), reverse=True)
     assert ranked[0] in copied, "the best saving per byte is copied first"
     with prepacked_linears(model, max_memory=0):
         assert prepacked_linear.prepacked_layers(model) == {}, "a cap of 0 copies nothing"
