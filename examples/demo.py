@@ -6,7 +6,7 @@ Every speedup is taken against greedy decoding on the same kernels: `oneiro-gree
 (transformers' own kernels) runs too; its ratio is printed beside, labelled "vs stock".
 
 Speed on a shared machine is noisy, so each prompt runs every method in interleaved rounds (greedy,
-oneiro-greedy, lookup, latent, hybrid, then again), the lines show the median tokens/s with its spread over the
+oneiro-greedy, the chains lookup, latent, hybrid, and the drafter's default, then again), the lines show the median tokens/s with its spread over the
 rounds, and the demo says plainly when the spread was too large for the figures to mean anything.
 
     python examples/demo.py [--rounds 3] [--max-new-tokens 128]
@@ -28,7 +28,8 @@ from oneiro_hf.loading import default_drafter_dir, load_target_and_drafter
 
 TARGET = "smollm2-135m-instruct"
 BASELINE = "oneiro-greedy"  # greedy inside oneiro_hf.cpu_kernels: every speedup is over it
-METHODS = ("greedy", BASELINE, "lookup", "latent", "hybrid")
+DEFAULT = "default"  # `assistant_model=drafter` alone: the shipped drafter's config drafts trees
+METHODS = ("greedy", BASELINE, "lookup", "latent", "hybrid", DEFAULT)
 PROMPTS = [
     (
         "Summarize this in two sentences: The Python standard library contains modules for file I/O, "
@@ -52,15 +53,17 @@ def noisy_profile(ratios: dict[int, float]) -> list[int]:
 
 
 def generate_once(model, ids, drafter, method: str, max_new_tokens: int) -> torch.Tensor:
-    """One greedy call of `method`: stock greedy, greedy inside oneiro_hf.cpu_kernels, or a drafter mode
-    (whose generate enters the same kernels itself)."""
+    """One greedy call of `method`: stock greedy, greedy inside oneiro_hf.cpu_kernels, a chain of a drafter mode, or
+    the drafter's defaults (whose generate enters the same kernels itself)."""
     settings = {"max_new_tokens": max_new_tokens, "do_sample": False}
     if method == "greedy":
         return model.generate(ids, **settings)
     if method == BASELINE:
         with oneiro_hf.cpu_kernels(model):
             return model.generate(ids, **settings)
-    return model.generate(ids, assistant_model=drafter, oneiro_mode=method, **settings)
+    if method == DEFAULT:
+        return model.generate(ids, assistant_model=drafter, **settings)
+    return model.generate(ids, assistant_model=drafter, oneiro_mode=method, oneiro_tree=False, **settings)
 
 
 def run_rounds(model, ids, drafter, rounds: int, max_new_tokens: int) -> dict[str, dict]:

@@ -509,6 +509,7 @@ def build_model_card(
           if storage is not None else []),
     ]
     drafting = [
+        ("tree", f"{config.tree} ({'a token tree per target pass' if config.tree else 'chains'}; `oneiro_tree` per call)"),
         ("draft_mode", config.draft_mode),
         ("max_draft_tokens", config.max_draft_tokens),
         ("min_draft_confidence", config.min_draft_confidence),
@@ -527,9 +528,9 @@ def build_model_card(
         interval_text=f"{start}..{end - 1}",
         interval_start=start,
         draft_vocab_size=f"{vocab:,}",
-        num_parameters=f"{count / 1e6:.2f}M",
-        weights_dtype=weights_dtype,
-        weights_mb=f"{size_mb:.1f}",
+        weights_text=(f"{count / 1e6:.2f}M parameters, {weights_dtype}, {size_mb:.1f} MiB" if storage is None else
+                      f"{count / 1e6:.2f}M parameters once rebuilt, {whole_mb:.1f} MiB in {weights_dtype}; stored as "
+                      f"{size_mb:.1f} MiB of low-rank differences from the target's weights"),
         lossy_default=lossy_default,
         verification=config.verification,
         fits=fits,

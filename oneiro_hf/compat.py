@@ -82,7 +82,8 @@ def check_tree_supported(version: str | None = None, batch: bool = False) -> Non
         version = transformers.__version__
     if Version(Version(version).base_version) < TREE_MIN_TRANSFORMERS:
         what, other = ("a batch of prompts with a drafter", "or call generate once per prompt") if batch else (
-            "oneiro_tree=True", f"or drop oneiro_tree (chain drafting works from {MIN_TRANSFORMERS})")
+            "tree drafting (oneiro_tree=True, or a drafter whose config sets tree)",
+            f"or pass oneiro_tree=False (chain drafting works from {MIN_TRANSFORMERS})")
         raise UnsupportedTransformersVersion(
             f"{what} needs transformers >={TREE_MIN_TRANSFORMERS} (its own decoding loop is tested there "
             f"only); found {version}. Fix: pip install 'transformers>={TREE_MIN_TRANSFORMERS}', {other}."

@@ -163,13 +163,13 @@ class DraftingSettings:
     )
     prepack_cpu_weights: bool = setting(
         True,
-        doc="float32 targets on a CPU: `True` runs the target's linear layers on weights reordered once for "
-        "oneDNN, per layer shape from the row count measured to pay on this machine (a second copy of those "
-        "weights, kept with the target; `oneiro_hf.cpu_kernels`); `False`: torch's own `F.linear`",
+        doc="float32 targets on a CPU: `True` runs the target's linear layers, and the drafter's, on weights "
+        "reordered once for oneDNN, per layer shape from the row count measured to pay on this machine (a second "
+        "copy of those weights, kept with each model; `oneiro_hf.cpu_kernels`); `False`: torch's own `F.linear`",
     )
     prepack_max_memory: float | None = setting(
         None, check=_prepack_max_memory_check,
-        doc="with `prepack_cpu_weights`: the reordered copies take at most this fraction of the target's own bytes, "
+        doc="with `prepack_cpu_weights`: the reordered copies take at most this fraction of each model's own bytes, "
         "the layers that save the most time per byte first (at 0.45 a float32 Qwen2.5-Coder-1.5B ran 107 of its 197 "
         "linear layers prepacked); `None`: every layer that gains is copied",
     )
@@ -196,7 +196,7 @@ class DraftingSettings:
     tree: bool = setting(
         False, check=_tree_check,
         doc="`True`: verify a token tree per target pass (lossless, greedy or sampling, strict verification "
-        "only; see below)",
+        "only: a call with relaxed verification drafts chains; see below); the shipped drafters' configs set it",
     )
     tree_max_nodes: int = setting(
         32, check=_at_least_one, doc="candidate nodes per tree pass at most (the cost model picks within), >= 1"
@@ -226,7 +226,10 @@ class DraftingSettings:
     @classmethod
     def for_call(cls, config: Any, **overrides: Any) -> DraftingSettings:
         """One generate call's settings: `config`'s defaults, then `overrides` (oneiro_* kwargs without the
-        prefix), validated."""
+        prefix), validated. A call that relaxes verification drafts chains where the config's default is a tree
+        (trees verify losslessly only); asking for both in one call is refused by the check."""
+        if "tree" not in overrides and overrides.get("verification", "strict") != "strict":
+            overrides = {**overrides, "tree": False}
         return cls.from_config(config).replace(**overrides).validate()
 
     def replace(self, **overrides: Any) -> DraftingSettings:

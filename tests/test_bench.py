@@ -533,7 +533,7 @@ def test_fixed_latent_method_drafts_n_tokens_every_step(env, tmp_path):
     using, still drafts N tokens per verification, and the output is still greedy's."""
     spec = bench.parse_method("oneiro-latent-fixed-3")
     assert spec.oneiro_settings == {"mode": "latent", "max_draft_tokens": 3, "cost_aware": False,
-                                    "min_draft_confidence": 0.0}
+                                    "min_draft_confidence": 0.0, "tree": False}
     assert spec.lossless and not spec.relaxed
     for bad in ("oneiro-latent-fixed-0", "oneiro-latent-fixed-x", "oneiro-latent-fixed-"):
         with pytest.raises(bench.BenchInputError, match="N must be an integer"):

@@ -86,9 +86,9 @@ def test_layers_get_the_cache_by_the_keyword_their_forward_takes():
 
 
 def test_tree_verification_needs_the_release_its_loop_was_tested_on():
-    with pytest.raises(UnsupportedTransformersVersion, match="oneiro_tree=True needs transformers >=5.24.0") as info:
+    with pytest.raises(UnsupportedTransformersVersion, match=r"config sets tree\) needs transformers >=5.24.0") as info:
         compat.check_tree_supported("5.18.0")
-    assert "drop oneiro_tree" in str(info.value)
+    assert "pass oneiro_tree=False" in str(info.value)
     compat.check_tree_supported("5.24.0")
 
 

@@ -82,7 +82,7 @@ def test_demo_measures_every_mode_against_greedy_on_the_same_kernels():
     assert "speedups are over oneiro-greedy: plain greedy inside oneiro_hf.cpu_kernels" in out
     for prompt in out.split("PROMPT: ")[1:]:
         lines = {line.split(":")[0].strip(): line for line in prompt.splitlines() if " tok/s " in line}
-        assert list(lines) == ["greedy", "oneiro-greedy", "lookup", "latent", "hybrid"]
+        assert list(lines) == ["greedy", "oneiro-greedy", "lookup", "latent", "hybrid", "default"]
         # the baseline's own ratio over itself is exactly 1, and every text equals stock greedy's
         assert "1.00x same-kernel greedy" in lines["oneiro-greedy"]
         for method, line in lines.items():

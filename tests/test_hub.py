@@ -12,6 +12,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -837,6 +838,8 @@ def test_publish_example_writes_a_target_relative_checkpoint(tmp_path):
     config = json.loads((tmp_path / "rel" / "config.json").read_text())
     assert config["weights_storage"] == {"kind": "target_relative", "layer_rank": 2, "token_rank": 4}
     assert config["format_version"] == 2
-    assert "rank-2 difference from the target's" in (tmp_path / "rel" / "README.md").read_text()
+    readme = (tmp_path / "rel" / "README.md").read_text()
+    assert "rank-2 difference from the target's" in readme
+    assert re.search(r"parameters once rebuilt, [\d.]+ MiB in \w+; stored as [\d.]+ MiB of low-rank differences", readme)
     refused = run("--token-rank", "4", "--dry-run", str(tmp_path / "bad"))
     assert refused.returncode == 2 and "--token-rank needs --layer-rank" in refused.stderr

@@ -157,6 +157,6 @@ def test_smollm2_two_thousand_token_prompt_identical_to_greedy():
         ref = model.generate(ids, do_sample=False, max_new_tokens=8)
         # hybrid without the cost model drafts latently wherever lookup finds no match: both paths run
         out = model.generate(ids, do_sample=False, max_new_tokens=8, assistant_model=drafter, oneiro_mode="hybrid",
-                             oneiro_cost_aware=False)
+                             oneiro_cost_aware=False, oneiro_tree=False)
     assert torch.equal(out, ref)
     assert drafter.last_stats.latent_steps > 0

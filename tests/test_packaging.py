@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -54,6 +55,15 @@ def test_model_cards_folder_holds_the_template_and_a_card_per_shipped_drafter():
     from oneiro_hf.hub import DEFAULT_TEMPLATE
 
     assert DEFAULT_TEMPLATE.resolve() == TEMPLATE.resolve()
+
+
+def test_the_shipped_drafters_default_to_the_mode_measured_fastest():
+    """README and docs/benchmarks.md ("Chain or tree: the default") say the shipped drafters verify trees by default;
+    their configs are where that default lives, and each card says so."""
+    for name, card in SHIPPED_CARDS.items():
+        config = json.loads((ROOT / "drafters" / name / "config.json").read_text())
+        assert config["tree"] is True and config["verification"] == "strict", name
+        assert "| tree | True (a token tree per target pass" in card.read_text(), name
 
 
 def _build_wheel(out: Path) -> Path:

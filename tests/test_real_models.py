@@ -59,10 +59,13 @@ def test_smollm2_all_modes_identical_to_greedy(smollm2, drafter_kind):
         for mode in drafted:
             for cost_aware in (True, False):
                 out = model.generate(ids, max_new_tokens=40, do_sample=False, assistant_model=drafter,
-                                     oneiro_mode=mode, oneiro_cost_aware=cost_aware)
+                                     oneiro_mode=mode, oneiro_cost_aware=cost_aware, oneiro_tree=False)
                 assert torch.equal(out, ref), f"{mode} (cost_aware={cost_aware}) differs from greedy on {prompt!r}"
                 drafted[mode] += drafter.last_stats.drafted_tokens
                 accepted[mode] += drafter.last_stats.accepted_tokens
+        # the one extra argument alone: the shipped drafter's config drafts trees (a fresh drafter's, chains)
+        out = model.generate(ids, max_new_tokens=40, do_sample=False, assistant_model=drafter)
+        assert torch.equal(out, ref), f"the drafter's defaults differ from greedy on {prompt!r}"
     # drafts were made and some were right in every mode: a lossless run that accepted nothing would test only
     # the rejection path
     assert all(n > 0 for n in accepted.values()), (accepted, drafted)
@@ -113,11 +116,12 @@ def test_shipped_gemma_drafter_is_lossless_and_its_latent_drafts_are_accepted():
         ref = model.generate(ids, max_new_tokens=48, do_sample=False)
         for mode in ("latent", "hybrid"):
             out = model.generate(ids, max_new_tokens=48, do_sample=False, assistant_model=drafter,
-                                 oneiro_mode=mode, oneiro_cost_aware=False)
+                                 oneiro_mode=mode, oneiro_cost_aware=False, oneiro_tree=False)
             assert torch.equal(out, ref), f"gemma {mode} differs from greedy on {prompt!r}"
             if mode == "latent":
                 accepted += drafter.last_stats.accepted_tokens
                 drafted += drafter.last_stats.drafted_tokens
+        assert torch.equal(model.generate(ids, max_new_tokens=48, do_sample=False, assistant_model=drafter), ref)
     # 8-token drafts at the start of answers (their hardest part): 18% were accepted when this test was written; an
     # untrained drafter's almost never are (held-out agreement .000, drafters/gemma-3-270m/training_summary.json)
     assert drafted > 0 and accepted / drafted > 0.1, (accepted, drafted)

@@ -75,6 +75,16 @@ def test_a_config_written_before_a_setting_existed_loads_its_default(name, tmp_p
     assert DraftingSettings.from_config(loaded) == DEFAULTS
 
 
+def test_a_config_defaulting_to_trees_drafts_chains_for_a_call_that_relaxes_verification():
+    config = OneiroDrafterConfig(tree=True)  # as the shipped drafters' configs
+    assert DraftingSettings.for_call(config).tree
+    relaxed = DraftingSettings.for_call(config, verification="topk")
+    assert not relaxed.tree and relaxed.verification == "topk"
+    assert DraftingSettings.for_call(config, verification="strict").tree
+    with pytest.raises(ValueError, match="tree verification is lossless only"):  # both asked for in one call
+        DraftingSettings.for_call(config, verification="topk", tree=True)
+
+
 @pytest.fixture(scope="module")
 def pair():
     torch.set_num_threads(1)

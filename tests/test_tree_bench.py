@@ -15,6 +15,8 @@ from oneiro_hf.bench.profile import H200_RATIOS
 
 def test_tree_methods_parse_to_tree_settings() -> None:
     assert bench.parse_method("oneiro-tree").oneiro_settings == {"mode": "hybrid", "tree": True}
+    # chain methods say so: the shipped drafters' configs default to trees
+    assert bench.parse_method("oneiro-hybrid").oneiro_settings == {"mode": "hybrid", "tree": False}
     spec = bench.parse_method("oneiro-tree-8")
     assert spec.oneiro_settings == {"mode": "hybrid", "tree": True, "tree_max_nodes": 8}
     assert spec.lossless and not spec.relaxed

@@ -93,7 +93,7 @@ def parse_method(name: str, early_exit_layer: int = 4) -> MethodSpec:
     if name == "hf-assistant":
         return MethodSpec(name)
     if name in ("oneiro-lookup", "oneiro-latent", "oneiro-hybrid"):
-        return MethodSpec(name, oneiro_settings={"mode": name.split("-", 1)[1]})
+        return MethodSpec(name, oneiro_settings={"mode": name.split("-", 1)[1], "tree": False})
     if name == "oneiro-tree":
         return MethodSpec(name, oneiro_settings={"mode": "hybrid", "tree": True})
     match = re.fullmatch(r"oneiro-tree-fixed-(\S*)", name)
@@ -115,7 +115,7 @@ def parse_method(name: str, early_exit_layer: int = 4) -> MethodSpec:
         if n < 1:
             raise BenchInputError(f"method {name!r}: N must be an integer >= 1, e.g. oneiro-latent-fixed-4.")
         return MethodSpec(name, oneiro_settings={"mode": "latent", "max_draft_tokens": n, "cost_aware": False,
-                                                 "min_draft_confidence": 0.0})
+                                                 "min_draft_confidence": 0.0, "tree": False})
     match = re.fullmatch(r"oneiro-topk-(\S+)", name)
     if match:
         try:

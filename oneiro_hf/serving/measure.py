@@ -53,7 +53,8 @@ def fixed_k_acceptance(model: Any, drafter: Any, prompts: Sequence[Sequence[int]
         for ids in prompts:
             out = model.generate(torch.tensor([list(ids)], device=model.device), assistant_model=drafter,
                                  max_new_tokens=max_new_tokens, do_sample=False, oneiro_mode="latent",
-                                 oneiro_max_draft_tokens=k, oneiro_cost_aware=False, oneiro_min_draft_confidence=0.0)
+                                 oneiro_max_draft_tokens=k, oneiro_cost_aware=False, oneiro_min_draft_confidence=0.0,
+                                 oneiro_tree=False)  # chains of k, as vLLM drafts
             tokens.append(out[0, len(ids):].tolist())
             stats = drafter.last_stats
             for gained in stats.accept_lengths:

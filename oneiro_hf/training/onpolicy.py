@@ -137,6 +137,7 @@ def collect(
                 oneiro_cost_aware=False,
                 oneiro_min_draft_confidence=0.0,
                 oneiro_verification="strict",
+                oneiro_tree=False,  # chains: the rejected positions of one rolled-out draft
             )
             stats = drafter.last_stats
             seq = result[0].tolist()
