@@ -18,8 +18,8 @@ The prepacked copies stay with the model for later blocks; `release_cpu_kernels(
 working on stock kernels until a block makes them again).
 
 A drafter's `generate` always runs the target inside these kernels (and the drafter's own copied layers on prepacked
-linears). Plain greedy inside them is therefore the
-baseline that separates speculation from the kernels: `oneiro-bench` runs it as the method `oneiro-greedy`.
+linears). Plain greedy inside them is therefore the baseline that separates speculation from the kernels:
+`oneiro-bench` runs it as the method `oneiro-greedy`.
 Results differ from stock kernels' by float32 summation order only; greedy tokens stay identical in practice
 (tested), but as with any kernel change, a near-tie between two logits can break the other way.
 """

@@ -7,9 +7,9 @@ weight once (`torch.ops.mkldnn._reorder_linear_weight`) and then takes any row c
 
 `prepacked_linears(model)` runs a model's `nn.Linear` layers that way inside a block: the target's and the drafter's
 in every generate call with a drafter (setting `prepack_cpu_weights`, on by default), and the target's in
-`oneiro_hf.cpu_kernels` for any forward or plain generate. It applies to float32 targets on a CPU whose torch has oneDNN. Whether a layer gains, and from how many
-rows, is measured on this machine, not assumed: `measured_min_rows` times F.linear against the prepacked call at
-`ROW_GRID` row counts, once per weight shape and thread count in a process, and a layer runs prepacked from the
+`oneiro_hf.cpu_kernels` for any forward or plain generate. It applies to float32 models on a CPU whose torch has
+oneDNN. Whether a layer gains, and from how many rows, is measured on this machine, not assumed:
+`measured_min_rows` times F.linear against the prepacked call at `ROW_GRID` row counts, once per weight shape and thread count in a process, and a layer runs prepacked from the
 row count that makes those timings cheapest (`choose_min_rows`); a threshold of 1 means one-token decoding steps
 run prepacked too. Shapes that never gain keep F.linear everywhere and keep no copy; fewer rows and everything
 else keep F.linear too.

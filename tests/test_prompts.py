@@ -108,10 +108,14 @@ def test_public_sources_need_an_evaluation_file_to_leave_out(tmp_path: Path, mon
     questions = tmp_path / "question.jsonl"
     questions.write_text('{"question_id": 1, "category": "qa", "turns": ["Who wrote Hamlet?"]}\n')
     assert resolve_exclude("sharegpt", [str(questions)]) == [str(questions)]
-    with pytest.raises(ValueError, match="no such file"):
+    with pytest.raises(ValueError, match="missing.jsonl does not exist"):
         resolve_exclude("sharegpt", [str(tmp_path / "missing.jsonl")])
     monkeypatch.setenv("ONEIRO_BENCH_QUESTIONS", str(questions))  # the file oneiro-bench evaluates on
     assert resolve_exclude("sharegpt", []) == [str(questions)]
+    assert resolve_exclude("sharegpt", ["none"]) == []
+    monkeypatch.setenv("ONEIRO_BENCH_QUESTIONS", str(tmp_path / "gone.jsonl"))
+    with pytest.raises(ValueError, match="gone.jsonl does not exist"):
+        resolve_exclude("sharegpt", [])
 
 
 def test_generation_commands_refuse_public_prompts_without_exclude(tmp_path: Path, monkeypatch, capsys) -> None:

@@ -9,7 +9,7 @@ import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
-from .public import PUBLIC_SOURCES, public_prompts
+from .public import PUBLIC_SOURCES, public_prompts, question_turns
 from .records import Prompt
 from .stdlib import stdlib_prompts
 from .synthetic import synthetic_prompts
@@ -81,14 +81,15 @@ def resolve_exclude(sources: str | Iterable[str], exclude: Sequence[str]) -> lis
     from ...bench.answers import QUESTIONS_ENV
 
     given = [path for path in exclude if path != EXCLUDE_NOTHING]
+    if not given and EXCLUDE_NOTHING not in exclude and os.environ.get(QUESTIONS_ENV):
+        given = [os.environ[QUESTIONS_ENV]]
     if given or EXCLUDE_NOTHING in exclude:
-        missing = [path for path in given if not Path(path).is_file()]
-        if missing:
-            raise ValueError(f"--exclude {missing[0]}: no such file. Fix: pass the evaluation question file "
-                             "(e.g. Spec-Bench's question.jsonl) that exists on this machine.")
+        for path in given:  # read now, before any model loads: a missing or malformed file fails here
+            try:
+                question_turns(path)
+            except FileNotFoundError as err:
+                raise ValueError(str(err)) from None
         return given
-    if os.environ.get(QUESTIONS_ENV):
-        return [os.environ[QUESTIONS_ENV]]
     public = [name for name, _ in parse_sources(sources) if name in PUBLIC_SOURCES]
     if public:
         raise ValueError(
