@@ -30,6 +30,8 @@ def main() -> None:
     parser.add_argument("--target", required=True)
     parser.add_argument("--data", required=True)
     parser.add_argument("--feature_cache_dir", required=True)
+    parser.add_argument("--feature_dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="what the target's layers compute the held-out features in (oneiro-train's flag)")
     parser.add_argument("--eval_fraction", default="0.05")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
@@ -43,7 +45,8 @@ def main() -> None:
         "--feature_batch_tokens", "2048"])
     target, tokenizer = pipeline.load_target(model_args)
     data = pipeline.prepare_data(model_args, data_args, args, target, tokenizer, pipeline.Timer())
-    cache = feat.FeatureCache(own.feature_cache_dir, target, args.max_seq_len)
+    cache = feat.FeatureCache(own.feature_cache_dir, target, args.max_seq_len,
+                              compute_dtype=getattr(torch, own.feature_dtype))
     cache.build(data.eval, batch_tokens=2048, with_resid=False)
     held_out = feat.CachedFeatureDataset(cache, data.eval)
     results = {}
@@ -61,7 +64,8 @@ def main() -> None:
               f"{time.perf_counter() - start:.0f} s)", flush=True)
     if own.out:
         with open(own.out, "w") as fh:
-            json.dump({"held_out_records": len(data.eval), "steps": own.steps, "drafters": results}, fh, indent=1)
+            json.dump({"held_out_records": len(data.eval), "steps": own.steps, "feature_dtype": own.feature_dtype,
+                       "drafters": results}, fh, indent=1)
 
 
 if __name__ == "__main__":

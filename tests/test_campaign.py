@@ -99,6 +99,7 @@ def test_a_campaign_grows_the_data_trains_at_milestones_commits_and_resumes(tmp_
     curve = json.loads(Path("data/ds/learning_curve.json").read_text())["points"]
     assert [p["milestone"] for p in curve] == [20, 40]
     assert all(p["eval_tau"] >= 1.0 and p["train_response_tokens"] > 0 for p in curve)
+    assert {p["feature_dtype"] for p in curve} == {"float32"}  # the recipe computes features on the fly
     assert json.loads(Path("data/drafter/training_summary.json").read_text())["records"] == curve[-1]["records"]
     export = json.loads(Path("data/ds/export.json").read_text())
     assert export["throughput"]["response_tokens"] >= tokens and export["parts"][0]["dtype"] == "float32"

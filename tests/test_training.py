@@ -171,6 +171,39 @@ def test_two_processes_opening_one_new_feature_cache_never_collide(target, tmp_p
 
 
 # ------------------------------------------------------------------------------------------ vocabulary
+def test_bfloat16_feature_cache_computes_in_bfloat16_and_never_mixes_with_float32(target, records, tmp_path):
+    seq = feat.make_sequence(records[0], 64)
+    ids = torch.tensor([seq[0]])
+    exact = feat.target_features(target, ids, label_from=torch.tensor([seq[1] - 1]))
+    lowered = feat.target_features(target, ids, label_from=torch.tensor([seq[1] - 1]), compute_dtype=torch.bfloat16)
+    assert lowered["states"].dtype == torch.float32  # stored as the target's dtype
+    error = (lowered["states"] - exact["states"]).norm() / exact["states"].norm()
+    assert 0 < error < 0.05  # computed in bfloat16: close to float32, not the same numbers
+    # the labels come from the float32 head: they agree with float32's wherever its top two are not near-tied
+    logits = target(ids).logits[0].float()
+    top2 = logits.topk(2, dim=-1).values
+    clear = (top2[:, 0] - top2[:, 1] > 0.05) & (exact["target_argmax"][0] >= 0)
+    assert clear.any()
+    assert torch.equal(lowered["target_argmax"][0][clear], exact["target_argmax"][0][clear])
+
+    cache = feat.FeatureCache(tmp_path / "bf16", target, 64, compute_dtype=torch.bfloat16)
+    cache.build(records[:4], progress=False)
+    assert json.loads((tmp_path / "bf16" / "meta.json").read_text())["compute_dtype"] == "bfloat16"
+    stored = cache.get(cache.index[feat.sequence_key(*seq)])["states"].float()
+    assert torch.allclose(stored, lowered["states"][0], atol=2e-2, rtol=1e-2)  # the bfloat16 pass, as float16
+    with pytest.raises(feat.FeatureCacheMismatch, match="compute dtype"):
+        feat.FeatureCache(tmp_path / "bf16", target, 64)  # a float32 run never reads bfloat16 features
+    feat.FeatureCache(tmp_path / "f32", target, 64)
+    assert "compute_dtype" not in json.loads((tmp_path / "f32" / "meta.json").read_text())  # as before the option
+
+
+def test_bfloat16_features_need_a_cache_dir(tmp_path):
+    with pytest.raises(ValueError, match="--feature_cache_dir"):
+        make_args(tmp_path, feature_dtype="bfloat16")
+    with pytest.raises(ValueError, match="float32 or bfloat16"):
+        make_args(tmp_path, feature_dtype="float16", feature_cache_dir=str(tmp_path / "c"))
+
+
 def test_vocab_selection_frequency_specials_and_errors():
     recs = [
         {"input_ids": [5, 6], "output_ids": [7, 7, 7, 8, 8, 9, EOS]},

@@ -77,6 +77,14 @@ class OneiroTrainingArguments(TrainingArguments):
             "help": "cache the target's features here (fp16 safetensors); default: compute them on the fly"
         },
     )
+    feature_dtype: str = field(
+        default="float32",
+        metadata={
+            "help": "dtype the target's decoder layers compute the cached features in: float32, or bfloat16 (autocast; "
+            "its next-token labels stay float32) at about 2.4x float32's rate on a CPU with bf16 units; needs "
+            "--feature_cache_dir (docs/training.md measures what it does to held-out tau)"
+        },
+    )
     feature_batch_tokens: int = field(
         default=4096, metadata={"help": "padded tokens per target pass when computing features / evaluating"}
     )
@@ -174,6 +182,11 @@ class OneiroTrainingArguments(TrainingArguments):
             raise ValueError("token_loss must be 'kl' or 'ce'")
         if self.save_dtype not in ("bfloat16", "float16", "float32"):
             raise ValueError("save_dtype must be bfloat16, float16 or float32")
+        if self.feature_dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"feature_dtype must be float32 or bfloat16 (got {self.feature_dtype!r})")
+        if self.feature_dtype != "float32" and not self.feature_cache_dir:
+            raise ValueError(f"--feature_dtype {self.feature_dtype} applies to the cached feature pass. Fix: pass "
+                             "--feature_cache_dir, or leave --feature_dtype float32.")
         if self.draft_vocab_size < 1:
             raise ValueError("draft_vocab_size must be >= 1")
         if self.max_train_minutes is not None and self.max_train_minutes <= 0:

@@ -253,6 +253,7 @@ def train_milestone(args: CampaignArguments, work: Path, milestone: int, minutes
             "records": summary["records"], "sources": summary["sources"], "global_step": summary["global_step"],
             "eval_tau": final.get("eval_tau"), "eval_accept_1": final.get("eval_accept_1"),
             "eval_accept_2": final.get("eval_accept_2"), "eval_positions": final.get("eval_positions"),
+            "feature_dtype": summary.get("feature_dtype", "float32"),
             "timings": summary["timings"], "hardware": summary["hardware"], "date": summary["date"],
             "output_dir": str(out)}
 

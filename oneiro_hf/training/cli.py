@@ -262,6 +262,8 @@ def train_offline(model_args, data_args, args, target, tokenizer, data, resume, 
         "global_step": trainer.state.global_step,
         "batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
         "learning_rate": args.learning_rate, "max_seq_len": args.max_seq_len, "save_dtype": args.save_dtype,
+        # the dtype the target's layers computed the features in
+        "feature_dtype": args.feature_dtype if args.feature_dtype != "float32" else model_args.target_dtype,
         "weights_storage": storage.to_dict() if storage is not None else "whole",
     }
     pipeline.save_outputs(trainer, args, info, evals, timer)

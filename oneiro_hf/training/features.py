@@ -193,6 +193,7 @@ def target_features(
     head_chunk: int = 512,
     input_layers: Sequence[int] | None = None,
     context_layers: Sequence[int] | None = None,
+    compute_dtype: torch.dtype | None = None,
 ) -> dict[str, torch.Tensor]:
     """Run the frozen target once: final-normed states H (B,T,D), next-token argmax (B,T; -100 on padding),
     if ``resid_layer`` is given the residual stream entering that decoder layer (B,T,D), and if
@@ -203,7 +204,11 @@ def target_features(
     it keeps the float16 cache from overflowing (SmolLM2's stream reaches 22,000 in a few dimensions).
 
     ``label_from`` (B,) limits the argmax (the LM head is a quarter of a small model's cost) to positions
-    ``>= label_from[b]``; pass ``prompt_lens - 1`` since only response positions are ever labelled."""
+    ``>= label_from[b]``; pass ``prompt_lens - 1`` since only response positions are ever labelled.
+
+    ``compute_dtype`` (e.g. bfloat16 for a float32 target) runs the decoder layers under autocast in that dtype; the
+    argmax labels are still taken with the LM head in the target's own dtype, so near-ties are not decided by
+    rounded logits."""
     base = base_model(target)
     device = next(target.parameters()).device
     input_ids = input_ids.to(device)
@@ -212,13 +217,16 @@ def target_features(
     attention_mask = attention_mask.to(device)
     wanted_layers = sorted({*([resid_layer] if resid_layer is not None else []), *(input_layers or []),
                             *(context_layers or [])})
-    out = base(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        use_cache=False,
-        output_hidden_states=hidden_states_selection(wanted_layers) if wanted_layers else False,
-    )
-    states = out.last_hidden_state
+    own_dtype = next(target.parameters()).dtype
+    lowered = compute_dtype is not None and compute_dtype != own_dtype
+    with torch.autocast(device.type, dtype=compute_dtype, enabled=lowered):
+        out = base(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            use_cache=False,
+            output_hidden_states=hidden_states_selection(wanted_layers) if wanted_layers else False,
+        )
+    states = out.last_hidden_state.to(own_dtype)
     head = target.get_output_embeddings()
     wanted = attention_mask != 0
     if label_from is not None:
@@ -295,8 +303,10 @@ class FeatureCache:
         shard_tokens: int = 65536,
         input_layers: Sequence[int] | None = None,
         context_layers: Sequence[int] | None = None,
+        compute_dtype: torch.dtype | None = None,
     ) -> None:
         self.dir = Path(directory)
+        self.compute_dtype = compute_dtype
         self.input_layers = [int(i) for i in input_layers] if input_layers else None
         self.context_layers = [int(i) for i in context_layers] if context_layers else None
         self.target = target
@@ -309,6 +319,9 @@ class FeatureCache:
             meta.update(format=self.FORMAT_MULTILAYER, input_layers=self.input_layers)
         if self.context_layers:
             meta["context_layers"] = self.context_layers
+        computed_in = compute_dtype or next(target.parameters()).dtype
+        if computed_in != torch.float32:  # float32 caches carry no key, as they did before it existed
+            meta["compute_dtype"] = str(computed_in).removeprefix("torch.")
         self.index: dict[str, tuple[int, int, int, int]] = {}
         self.shard_resid: dict[int, int | None] = {}
         self._shards: dict[int, dict[str, torch.Tensor]] = {}
@@ -328,10 +341,11 @@ class FeatureCache:
         if old != meta:
             raise FeatureCacheMismatch(
                 f"feature cache {self.dir} (format {old.get('format')}) was built for another target, max_len, "
-                f"input_layers or context_layers ({old.get('target', {}).get('model_type')}, max_len="
+                f"input_layers, context_layers or compute dtype ({old.get('target', {}).get('model_type')}, max_len="
                 f"{old.get('max_len')}, input_layers={old.get('input_layers')}, context_layers="
-                f"{old.get('context_layers')}) than this run ({meta['target']['model_type']}, max_len="
-                f"{self.max_len}, input_layers={self.input_layers}, context_layers={self.context_layers}). "
+                f"{old.get('context_layers')}, {old.get('compute_dtype', 'float32')}) than this run "
+                f"({meta['target']['model_type']}, max_len={self.max_len}, input_layers={self.input_layers}, "
+                f"context_layers={self.context_layers}, {meta.get('compute_dtype', 'float32')}). "
                 "Fix: pass another --feature_cache_dir, or delete that directory."
             )
 
@@ -453,7 +467,8 @@ class FeatureCache:
             mask[row, : len(seq)] = 1
         label_from = torch.tensor([prompt_len - 1 for _, _, prompt_len in group])
         feats = target_features(self.target, ids, mask, self.resid_layer if want_resid else None, label_from,
-                                input_layers=self.input_layers, context_layers=self.context_layers)
+                                input_layers=self.input_layers, context_layers=self.context_layers,
+                                compute_dtype=self.compute_dtype)
         entries = []
         for row, ((key, _, prompt_len), n) in enumerate(zip(group, lengths)):
             f = {

@@ -607,7 +607,8 @@ def run_stage3(model_args: Any, data_args: Any, args: OneiroTrainingArguments, t
         if args.feature_cache_dir:
             cache = feat.FeatureCache(args.feature_cache_dir, target, args.max_seq_len,
                                       input_layers=drafter.config.input_layers,
-                                      context_layers=drafter.context_layers)
+                                      context_layers=drafter.context_layers,
+                                      compute_dtype=getattr(torch, args.feature_dtype))
             cache.build(data.eval, batch_tokens=args.feature_batch_tokens, with_resid=False)
         eval_ds = held_out_dataset(data.eval, args, cache)
         mean, std = _state_statistics(args, target, data, cache)

@@ -228,7 +228,7 @@ def _feature_cache(args, target, resid_layer: int | None, input_layers: list[int
 
     return feat.FeatureCache(args.feature_cache_dir, target, args.max_seq_len, resid_layer=resid_layer,
                              resid_budget=int(args.ridge_positions * 1.5), input_layers=input_layers,
-                             context_layers=context_layers)
+                             context_layers=context_layers, compute_dtype=getattr(torch, args.feature_dtype))
 
 
 def build_features(args, target, data: TrainingData, interval: tuple[int, int], timer: Timer,
