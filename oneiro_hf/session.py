@@ -25,7 +25,3 @@ class DraftingSession:
     settings: DraftingSettings
     policy: DraftPolicyState
     stats: DraftStats
-
-    @property
-    def records_rounds(self) -> bool:
-        return self.stats.rounds is not None

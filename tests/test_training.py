@@ -467,52 +467,21 @@ def tiny_dir(tmp_path_factory, target, records):
     return root
 
 
+def _cli_argv(tiny_dir: Path, out: Path, cache: Path) -> list[str]:
+    """A short oneiro-train run on the tiny target: stage 1+2, 8 steps, features cached in `cache`."""
+    return [
+        "--target", str(tiny_dir / "model"), "--data", str(tiny_dir / "data.jsonl"), "--output_dir", str(out),
+        "--interval", "2,4", "--draft_vocab_size", "64", "--max_seq_len", "64", "--stage", "1+2",
+        "--rollout_steps", "2", "--max_steps", "8", "--per_device_train_batch_size", "4", "--learning_rate", "3e-3",
+        "--logging_steps", "4", "--save_strategy", "no", "--report_to", "none", "--use_cpu", "true",
+        "--disable_tqdm", "true", "--eval_fraction", "0.15", "--eval_rollout_steps", "3",
+        "--feature_cache_dir", str(cache), "--save_dtype", "bfloat16", "--threads", "1",
+    ]
+
+
 def test_cli_end_to_end(tiny_dir, tmp_path, capsys):
     out = tmp_path / "drafter"
-    argv = [
-        "--target",
-        str(tiny_dir / "model"),
-        "--data",
-        str(tiny_dir / "data.jsonl"),
-        "--output_dir",
-        str(out),
-        "--interval",
-        "2,4",
-        "--draft_vocab_size",
-        "64",
-        "--max_seq_len",
-        "64",
-        "--stage",
-        "1+2",
-        "--rollout_steps",
-        "2",
-        "--max_steps",
-        "8",
-        "--per_device_train_batch_size",
-        "4",
-        "--learning_rate",
-        "3e-3",
-        "--logging_steps",
-        "4",
-        "--save_strategy",
-        "no",
-        "--report_to",
-        "none",
-        "--use_cpu",
-        "true",
-        "--disable_tqdm",
-        "true",
-        "--eval_fraction",
-        "0.15",
-        "--eval_rollout_steps",
-        "3",
-        "--feature_cache_dir",
-        str(tmp_path / "cache"),
-        "--save_dtype",
-        "bfloat16",
-        "--threads",
-        "1",
-    ]
+    argv = _cli_argv(tiny_dir, out, tmp_path / "cache")
     assert cli_main(argv) == 0
     printed = capsys.readouterr().out
     assert f"Drafter saved to {out}" in printed and "OneiroDrafter.from_pretrained" in printed
@@ -538,6 +507,27 @@ def test_cli_end_to_end(tiny_dir, tmp_path, capsys):
     # rerunning into the same directory refuses to overwrite the finished drafter
     assert cli_main(argv) == 2
     assert "already holds a trained drafter" in capsys.readouterr().err
+
+
+def test_cli_refuses_a_cache_it_cannot_use_before_computing_features(tiny_dir, tmp_path, capsys, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    cache = tmp_path / "cache"
+    bf16 = _cli_argv(tiny_dir, tmp_path / "a", cache) + ["--feature_dtype", "bfloat16", "--max_steps", "1"]
+    assert cli_main(bf16) == 0
+    assert json.loads((cache / "meta.json").read_text())["compute_dtype"] == "bfloat16"
+    assert cli_main(_cli_argv(tiny_dir, tmp_path / "b", cache)) == 2  # float32 run, bfloat16 cache
+    err = capsys.readouterr().err
+    assert "compute dtype" in err and "Fix: pass another --feature_cache_dir" in err
+    assert not (tmp_path / "b" / "model.safetensors").exists()
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 * 2**30, 10 * 2**30 - 2**20, 2**20))
+    assert cli_main(_cli_argv(tiny_dir, tmp_path / "c", tmp_path / "small")) == 2
+    err = capsys.readouterr().err
+    assert "GiB is free" in err and "Fix: free disk space" in err
+    assert not list((tmp_path / "small").glob("shard-*"))  # refused before any feature was computed
 
 
 def test_cli_malformed_data_names_the_line(tiny_dir, tmp_path, capsys):

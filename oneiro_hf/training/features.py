@@ -273,6 +273,14 @@ class FeatureCacheMismatch(ValueError):
     """A feature cache directory was made for another target or max_len."""
 
 
+class FeatureCacheNoSpace(OSError):
+    """The disk under a feature cache cannot hold what a build would write."""
+
+
+# what a build leaves free on the cache's disk beyond its own estimate (checkpoints, logs and the OS need room too)
+DISK_MARGIN_BYTES = 2 * 2**30
+
+
 class FeatureCache:
     """Content-addressed float16 feature shards for one target and ``max_len``.
 
@@ -429,6 +437,7 @@ class FeatureCache:
 
         done_tokens = 0
         total_tokens = sum(lengths)
+        self._check_space(total_tokens, max(0, self.resid_budget - resid_have) if want_resid else 0)
         last_log = t0
         for group in groups:
             entries, tokens = self._group_features([(keys[i], *todo[keys[i]]) for i in group], want_resid)
@@ -454,6 +463,22 @@ class FeatureCache:
         stats["tokens"] = done_tokens
         stats["seconds"] = round(time.perf_counter() - t0, 2)
         return stats
+
+    def _check_space(self, tokens: int, resid_tokens: int) -> None:
+        """Refuse a build whose shards (`tokens` positions, `resid_tokens` of them with the float32 residual stream)
+        would not fit on the cache's disk with DISK_MARGIN_BYTES to spare: found before hours of features, not
+        after."""
+        import shutil
+
+        width = text_config(self.target).hidden_size
+        per_token = 2 * width * (1 + len(self.input_layers or []) + len(self.context_layers or [])) + 8
+        need = tokens * per_token + min(tokens, resid_tokens) * 4 * width
+        free = shutil.disk_usage(self.dir).free
+        if need + DISK_MARGIN_BYTES > free:
+            raise FeatureCacheNoSpace(
+                f"feature cache {self.dir}: the features of {tokens:,} tokens need about {need / 2**30:.1f} GiB and "
+                f"{free / 2**30:.1f} GiB is free ({DISK_MARGIN_BYTES / 2**30:.0f} GiB is kept spare). Fix: free disk "
+                "space, pass a --feature_cache_dir on a larger disk, or train on fewer records (--max_records).")
 
     def _group_features(self, group: list[tuple[str, list[int], int]], want_resid: bool
                         ) -> tuple[list[tuple[str, dict[str, torch.Tensor], int]], int]:
@@ -657,6 +682,7 @@ __all__ = [
     "DataFileError",
     "FeatureCache",
     "FeatureCacheMismatch",
+    "FeatureCacheNoSpace",
     "SequenceDataset",
     "batches_by_tokens",
     "collate",

@@ -241,11 +241,14 @@ def build_features(args, target, data: TrainingData, interval: tuple[int, int], 
     with timer("features"):
         cache = None
         if args.feature_cache_dir:
-            cache = _feature_cache(args, target, interval[0] if args.ridge_init else None, input_layers,
-                                   context_layers)
             with args.main_process_first(desc="feature cache"):
-                s1 = cache.build(data.train, batch_tokens=args.feature_batch_tokens)
-                s2 = cache.build(data.eval, batch_tokens=args.feature_batch_tokens, with_resid=False)
+                try:
+                    cache = _feature_cache(args, target, interval[0] if args.ridge_init else None, input_layers,
+                                           context_layers)
+                    s1 = cache.build(data.train, batch_tokens=args.feature_batch_tokens)
+                    s2 = cache.build(data.eval, batch_tokens=args.feature_batch_tokens, with_resid=False)
+                except (feat.FeatureCacheMismatch, feat.FeatureCacheNoSpace) as err:
+                    raise TrainingInputError(str(err)) from None
                 if not args.should_save:  # other ranks re-read what the main process wrote
                     cache = _feature_cache(args, target, cache.resid_layer, input_layers, context_layers)
             logger.info("feature cache %s: train %s, eval %s, %.1f MB", args.feature_cache_dir, s1, s2,
