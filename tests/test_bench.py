@@ -273,9 +273,11 @@ def no_loading(monkeypatch):
         ("drafter_mismatch", "hidden_size: drafter expects 96, target has 64"),
         ("drafter_not_a_drafter", "not a OneiroDrafter"),
         ("drafter_missing", "no such directory"),
-        ("assistant_missing", "needs --assistant"),
+        ("assistant_missing", "need --assistant"),
+        ("assistant_kernels_missing", "need --assistant"),
         ("unknown_category", "unknown category ['poetry']"),
         ("early_exit_too_deep", "must be below the target's 4 layers"),
+        ("early_exit_kernels_too_deep", "must be below the target's 4 layers"),
         ("profile_missing", "does not exist. Fix: run `oneiro-bench profile`"),
     ],
 )
@@ -304,15 +306,29 @@ def test_bad_inputs_fail_before_any_model_loads(env, tmp_path, no_loading, capsy
         args += ["--methods", "oneiro-hybrid", "--drafter", str(tmp_path / "nowhere")]
     elif case == "assistant_missing":
         args += ["--methods", "hf-assistant"]
+    elif case == "assistant_kernels_missing":  # the -kernels variant alone still needs (and loads) the assistant
+        args += ["--methods", "hf-assistant-kernels"]
     elif case == "unknown_category":
         args += ["--categories", "writing,poetry"]
     elif case == "early_exit_too_deep":
         args += ["--methods", "hf-early-exit", "--early-exit-layer", "4"]
+    elif case == "early_exit_kernels_too_deep":
+        args += ["--methods", "hf-early-exit-kernels", "--early-exit-layer", "4"]
     elif case == "profile_missing":
         args.remove("--no-profile")
         args += ["--methods", "oneiro-hybrid", "--drafter", "fresh", "--latency-profile", str(tmp_path / "p.json")]
     assert bench_cli.main(args) == bench_cli.EXIT_BAD_INPUT
     assert message in capsys.readouterr().err
+
+
+def test_a_kernels_variant_alone_loads_what_its_method_needs(env, tmp_path, no_loading):
+    from oneiro_hf.bench.plan import plan_run
+
+    args = bench_cli._run_parser().parse_args(_args(env, tmp_path / "run", "--methods", "hf-assistant-kernels",
+                                                    "--assistant", str(env / "target")))
+    plan = plan_run(args)  # without the assistant the method would decode as plain greedy under its name
+    assert [s.name for s in plan.specs] == ["greedy", "oneiro-greedy", "hf-assistant-kernels"]
+    assert plan.assistant is not None and plan.assistant.loader_arg == str(env / "target")
 
 
 # ------------------------------------------------------------------------------------------- methods

@@ -17,13 +17,19 @@ it (a line cut by the interruption is dropped and that question re-run).
 
 Methods
     greedy               plain greedy decoding (the reference; always run)
+    oneiro-greedy        plain greedy decoding on oneiro-hf's CPU kernels (added whenever a method runs on
+                         them: every oneiro-* one and the -kernels variants, so each has a same-kernel greedy)
     hf-lookup            transformers' prompt lookup (prompt_lookup_num_tokens=10)
     hf-early-exit        transformers' self-speculation, drafting with the first N layers
                          (assistant_early_exit=N, --early-exit-layer)
     hf-assistant         transformers' assisted decoding with a small model (--assistant, same tokenizer)
-    oneiro-lookup        OneiroDraft, n-gram lookup drafts only
-    oneiro-latent        OneiroDraft, latent drafts only
-    oneiro-hybrid        OneiroDraft, lookup when a match exists, else latent
+    hf-...-kernels       any of the three above with the target on oneiro-hf's CPU kernels
+    oneiro-lookup        OneiroDraft chains, n-gram lookup drafts only
+    oneiro-latent        OneiroDraft chains, latent drafts only
+    oneiro-hybrid        OneiroDraft chains, lookup when a match exists, else latent
+    oneiro-tree          OneiroDraft token trees of lookup and latent branches (the shipped drafters'
+                         default); oneiro-tree-N: at most N nodes a pass; oneiro-tree-fixed-N: N nodes every
+                         pass, cost model off
     oneiro-latent-fixed-N
                          latent drafts of exactly N tokens at every step, cost model and confidence cut off:
                          measures a drafter's acceptance (tau) where oneiro-latent would stop drafting on

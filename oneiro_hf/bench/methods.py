@@ -21,7 +21,8 @@ BASE_METHODS = (
     "oneiro-hybrid",
     "oneiro-tree",
 )
-DEFAULT_METHODS = ("greedy", ONEIRO_GREEDY, "hf-lookup", "oneiro-lookup", "oneiro-latent", "oneiro-hybrid")
+DEFAULT_METHODS = ("greedy", ONEIRO_GREEDY, "hf-lookup", "oneiro-lookup", "oneiro-latent", "oneiro-hybrid",
+                   "oneiro-tree")
 HF_METHODS = ("hf-lookup", "hf-early-exit", "hf-assistant")  # each also runs as <name>-kernels
 RELAXED_PATTERNS = ("oneiro-topk-<K>", "oneiro-threshold-<T>")
 FIXED_LATENT_PATTERN = "oneiro-latent-fixed-<N>"

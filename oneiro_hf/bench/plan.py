@@ -13,6 +13,7 @@ from ..extras import install_hint, missing_modules
 from .answers import BenchInputError, load_questions, questions_file
 from .methods import DRAFTER_NAME, MethodSpec, parse_methods
 from .profile import default_profile_path
+from .report import KERNELS_SUFFIX
 
 DTYPES = ("float32", "bfloat16", "float16")
 
@@ -205,7 +206,7 @@ def plan_run(args) -> Plan:
     target = resolve_model(args.target, "--target")
     target_cfg = target.config()
     plan = Plan(questions, specs, target, target_cfg, questions_file=qfile, batch_sizes=batch_sizes)
-    names = [s.name for s in specs]
+    names = [s.name.removesuffix(KERNELS_SUFFIX) for s in specs]  # hf-... and hf-...-kernels alike
     if "hf-early-exit" in names and target_cfg is not None:
         layers = target_cfg.get("num_hidden_layers")
         if isinstance(layers, int) and args.early_exit_layer >= layers:
@@ -230,7 +231,7 @@ def plan_run(args) -> Plan:
         plan.notes.append(f"--extra-drafter {', '.join(unused)} is not used by any method (write oneiro-<mode>@NAME).")
     if "hf-assistant" in names:
         if not args.assistant:
-            raise BenchInputError("method hf-assistant needs --assistant MODEL (a small model with the target's "
+            raise BenchInputError("methods hf-assistant and hf-assistant-kernels need --assistant MODEL (a small model with the target's "
                                   "tokenizer: a reference name or a local directory).")
         plan.assistant = resolve_model(args.assistant, "--assistant")
         a_cfg = plan.assistant.config()
