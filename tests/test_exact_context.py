@@ -134,7 +134,7 @@ def test_feature_cache_stores_the_copied_layers_inputs(tiny_target, tmp_path) ->
     torch.testing.assert_close(item["context"].float(), expected, rtol=2e-3, atol=2e-3)
     batch = feat.collate([item, feat.CachedFeatureDataset(cache, records)[1]])
     assert batch["context"].shape[:2] == batch["input_ids"].shape
-    with pytest.raises(feat.FeatureCacheMismatch, match=r"context_layers=\[2, 3\]\).*Fix: pass another"):
+    with pytest.raises(feat.FeatureCacheMismatch, match=r"context_layers=\[2, 3\], float32\).*Fix: pass another"):
         feat.FeatureCache(tmp_path / "c", tiny_target, 64)  # an own-context run on an exact-context cache
 
 

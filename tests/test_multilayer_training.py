@@ -99,7 +99,7 @@ def test_feature_cache_stores_inputs_and_refuses_the_other_format(target, record
     assert item["inputs"].dtype == torch.float16
     torch.testing.assert_close(item["inputs"].float(), fresh, rtol=2e-3, atol=2e-3)
     with pytest.raises(feat.FeatureCacheMismatch,
-                       match=r"input_layers=\[1, 2, 4\], context_layers=None\).*Fix: pass another"):
+                       match=r"input_layers=\[1, 2, 4\], context_layers=None, float32\).*Fix: pass another"):
         feat.FeatureCache(tmp_path / "c", target, 64)  # a single-layer run on a multi-layer cache
     feat.FeatureCache(tmp_path / "d", target, 64)
     with pytest.raises(feat.FeatureCacheMismatch, match="format 1"):
