@@ -1,25 +1,18 @@
-"""Cost-aware draft length: draft only as far as it raises expected accepted tokens per second.
+"""What drafting learns and prices with: t(k), calibrated acceptance, the back-off, and the one cost formula.
 
-Two things are learned online and kept on the drafter across generate calls (fixed size, so memory
-stays flat): the target's verification latency t(k) for k new tokens on this hardware (seeded from a
-measured profile when one is given), and calibrated acceptance probabilities (per readout-confidence
-bin for latent drafts, per matched n-gram length and position in the copied span for lookup drafts).
-A draft of length L is scored by
-
-    E(L) / cost(L),   E(L) = 1 + sum_{j<=L} P(first j drafts accepted),
-                      cost(L) = t(L + 1) + (latent steps) * t_draft_step,
-
-and L = 0 (a plain one-token step) is always a candidate, which is what keeps a weak drafter from
-making generation slower than greedy. A latent draft grows while some longer draft still promises more
-than stopping (`worth_extending`: a look-ahead over the measured t(k), not a per-token stop), and is then
-cut to its best length with the drafter steps already spent counted as spent.
+Kept on the drafter across generate calls (fixed size, so memory stays flat): the target's verification latency
+t(k) for k new tokens on this hardware (t(k, B) for batches; seeded from a measured profile when one is given), a
+drafter call's time, and calibrated acceptance probabilities (per readout-confidence bin for latent tokens, per
+matched n-gram length and position in the copied span for lookup tokens). Chains, trees and batches are all
+priced by `pass_rates`: a pass verifying n candidates per row yields 1 + the sum of their values (each value the
+probability that the candidate is on the accepted path) and costs t(n + 1) plus the drafter calls made for it;
+n = 0 (a plain one-token step) is always a candidate, which is what keeps a weak drafter from making generation
+slower than greedy. `tree/cost.py` picks nodes, paths and when to call the drafter with it.
 """
 
 from __future__ import annotations
 
 import bisect
-import itertools
-import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -33,9 +26,9 @@ CONFIDENCE_BINS = len(CONFIDENCE_EDGES) + 1
 LOOKUP_POSITIONS = 4
 EMA = 0.15
 # The drafter's profit is averaged over about 50 attempts: single rounds swing between a lost pass and several
-# free tokens, and a quick average (0.15) switches a paying drafter off after two misses in a row (replayed with
-# scripts/draft_policy_sim.py on held-out answers, the slow average decoded faster; the floor for a drafter that
-# never helps is the same either way).
+# free tokens, and a quick average (0.15) switches a paying drafter off after two misses in a row (replayed on
+# held-out answers, docs/benchmarks/backoff_s8: the slow average decoded faster; the floor for a drafter that never
+# helps is the same either way).
 PROFIT_EMA = 0.02
 # A length's first measured t(k) is kept at most this many times what its measured neighbours predict: a stall in
 # that one pass (a lazy weight reorder inside it makes it look several times slower) would otherwise price the
@@ -241,43 +234,6 @@ class DraftPolicyState:
     def lookup_probs(self, ngram: int, count: int) -> list[float]:
         """The acceptance of each of the first `count` tokens of a span copied after an `ngram` match."""
         return [self.lookup_rate(ngram, 1 + j).value for j in range(count)]
-
-    # -------------------------------------------------------------- choice
-    def best_length(self, probs: list[float], latent_steps: list[int], sunk_steps: int = 0) -> int:
-        """Draft length (0..len(probs)) maximising expected tokens per second.
-
-        probs[j] is P(draft j+1 accepted | drafts 1..j accepted); latent_steps[j] is how many drafter
-        steps a draft of length j+1 costs; sunk_steps drafter steps are charged to every length, 0 included
-        (steps already taken: cutting a draft short does not give their time back).
-        """
-        rates = self._rates(probs, [0] + list(latent_steps), sunk_steps)
-        return max(range(len(rates)), key=rates.__getitem__)
-
-    def latent_length(self, probs: list[float]) -> int:
-        """Where to cut a finished latent draft of len(probs) tokens: its drafter steps are all spent already."""
-        return self.best_length(probs, [0] * len(probs), sunk_steps=len(probs))
-
-    def worth_extending(self, probs: list[float], budget: int) -> bool:
-        """Whether a latent draft of len(probs) tokens should go on (up to `budget` tokens) rather than stop.
-
-        Stopping is judged with the drafter steps already taken (sunk); going on assumes every further token is
-        accepted as often as the last one (probs[-1]) and charges one drafter step per token. Looking past the
-        next token matters where t(k) is not monotonic: on a CPU that verifies 4 tokens faster than 2, a doubtful
-        second token is worth drafting if a third and fourth follow.
-        """
-        n = len(probs)
-        if n == 0 or n >= budget:
-            return n == 0 and budget > 0
-        stop = max(self._rates(probs, [0] * (n + 1), n))
-        longer = probs + [probs[-1]] * (budget - n)
-        go_on = self._rates(longer, list(range(budget + 1)), 0)[n + 1:]
-        return max(go_on) > stop
-
-    def _rates(self, probs: list[float], steps: list[int], sunk_steps: int) -> list[float]:
-        """Expected tokens per second of verifying the first L drafts, L = 0..len(probs); steps[L] drafter steps."""
-        step = self.draft_step_time()
-        survive = list(itertools.accumulate(probs, operator.mul))  # P(the first j drafts all accepted)
-        return pass_rates([survive], self.verify_time, lambda n: (steps[n] + sunk_steps) * step)
 
     # -------------------------------------------------------------- the back-off's evidence
     def observe_drafter(self, kept: int, pass_tokens: int, seconds: float, calls: int,

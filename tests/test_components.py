@@ -4,6 +4,8 @@ target's own layers), and the hidden states the generator is fed during generate
 
 from __future__ import annotations
 
+import itertools
+import operator
 import random
 
 import pytest
@@ -15,6 +17,8 @@ from oneiro_hf.draft_policy import FIRST_CLIP, LOOKUP_POSITIONS, PROFIT_EMA, Bac
 from oneiro_hf.drafter_context import DrafterContext
 from oneiro_hf.kv_cache import DrafterKVCache
 from oneiro_hf.lookup import NgramIndex
+from oneiro_hf.tree.cost import choose_path
+from oneiro_hf.tree.tree import TokenTree
 
 # ------------------------------------------------------------------------------------------ KV cache
 
@@ -217,93 +221,59 @@ def _flat_profile(policy: DraftPolicyState, costs: dict[int, float]) -> None:
     policy.load_profile({k: c for k, c in costs.items()}, t1_s=1.0)
 
 
-def test_best_length_is_zero_for_hopeless_drafts():
+def _chain_tree(*branches: tuple[list[int], list[float], str]) -> TokenTree:
+    """A tree of branches below root token 0: each (tokens, per-token acceptance, source)."""
+    tree = TokenTree.with_root(0)
+    for tokens, probs, source in branches:
+        tree.add_path(0, tokens, list(itertools.accumulate(probs, operator.mul)), source)
+    return tree
+
+
+def _tokens(tree: TokenTree, nodes: list[int]) -> list[int]:
+    return [tree.nodes[i].token for i in nodes]
+
+
+def test_a_chain_drafts_nothing_hopeless_and_everything_when_verification_is_free():
     policy = DraftPolicyState()
-    assert policy.best_length([0.01] * 6, [1, 2, 3, 4, 5, 6]) == 0
-    assert policy.best_length([0.01] * 6, [0] * 6) == 0
-    assert policy.best_length([], []) == 0
+    _flat_profile(policy, {k: 1.0 + 0.1 * (k - 1) for k in range(1, 12)})
+    assert choose_path(_chain_tree(([1] * 6, [0.01] * 6, "latent")), policy.verify_time, 8) == []
+    assert choose_path(TokenTree.with_root(0), policy.verify_time, 8) == []
+    free = DraftPolicyState()
+    _flat_profile(free, {k: 1.0 for k in range(1, 12)})
+    tree = _chain_tree(([1, 2, 3, 4, 5, 6, 7, 8], [0.95] * 8, "latent"))
+    assert _tokens(tree, choose_path(tree, free.verify_time, 8)) == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert _tokens(tree, choose_path(tree, free.verify_time, 3)) == [1, 2, 3]  # at most max_nodes
+    assert _tokens(tree, choose_path(tree, None, 8)) == [1, 2, 3, 4, 5, 6, 7, 8]  # cost model off: uncut
 
 
-def test_best_length_drafts_everything_when_verification_is_free():
-    policy = DraftPolicyState()
-    _flat_profile(policy, {k: 1.0 for k in range(1, 12)})
-    policy.observe_draft_step(0.0)
-    assert policy.best_length([0.95] * 8, [0] * 8) == 8
-    assert policy.best_length([0.95] * 8, list(range(1, 9))) == 8
-
-
-def test_best_length_stops_before_a_hopeless_draft():
+def test_a_chain_stops_before_a_hopeless_token():
     policy = DraftPolicyState()
     _flat_profile(policy, {k: 1.0 + 0.01 * k for k in range(1, 12)})
-    policy.observe_draft_step(0.0)
-    # the third draft is almost surely rejected, so drafting past it only costs verification time
-    assert policy.best_length([0.95, 0.95, 0.001, 0.95], [0] * 4) == 2
+    # the third token is almost surely rejected, so verifying past it only costs time
+    tree = _chain_tree(([1, 2, 3, 4], [0.95, 0.95, 0.001, 0.95], "latent"))
+    assert _tokens(tree, choose_path(tree, policy.verify_time, 8)) == [1, 2]
 
 
-def test_best_length_follows_a_measured_non_monotonic_latency_profile():
+def test_a_chain_follows_a_measured_non_monotonic_latency_profile():
     """t(3) is expensive, t(4) is cheap: 3 drafts (k=4 tokens verified) beat 2 drafts (k=3)."""
     policy = DraftPolicyState()
     _flat_profile(policy, {1: 1.0, 2: 1.1, 3: 5.0, 4: 1.2, 5: 20.0, 6: 20.0})
-    policy.observe_draft_step(0.0)
-    assert policy.best_length([0.9] * 5, [0] * 5) == 3
-    # with the same acceptance but a monotonic profile, longer drafts win instead
-    flat = DraftPolicyState()
+    tree = _chain_tree(([1, 2, 3, 4, 5], [0.9] * 5, "latent"))
+    assert len(choose_path(tree, policy.verify_time, 8)) == 3
+    flat = DraftPolicyState()  # the same acceptance on a monotonic profile: longer drafts win
     _flat_profile(flat, {k: 1.0 + 0.05 * (k - 1) for k in range(1, 7)})
-    flat.observe_draft_step(0.0)
-    assert flat.best_length([0.9] * 5, [0] * 5) == 5
+    assert len(choose_path(tree, flat.verify_time, 8)) == 5
 
 
-def test_best_length_charges_latent_steps():
+def test_a_chain_is_the_branch_that_pays_best():
+    """Lookup and the drafter disagree below the root: the chain is one of the two, the one promising more tokens per
+    second (cost model on) or more tokens (off), never a mix."""
     policy = DraftPolicyState()
-    _flat_profile(policy, {k: 1.0 for k in range(1, 12)})
-    policy.observe_draft_step(0.0)
-    assert policy.best_length([0.5] * 4, [1, 2, 3, 4]) == 4
-    policy.draft_step_s = None
-    policy.observe_draft_step(2.0)  # a drafter step costs two verifications: never worth it at p=0.5
-    assert policy.best_length([0.5] * 4, [1, 2, 3, 4]) == 0
-    assert policy.best_length([0.5] * 4, [0] * 4) == 4  # lookup drafts cost no drafter steps
-
-
-CPU_PROFILE = {1: 1.0, 2: 1.56, 3: 1.92, 4: 1.41, 5: 1.59, 6: 1.59, 7: 1.80, 8: 1.69, 9: 1.75}  # measured, session 6
-
-
-def test_latent_draft_looks_past_a_doubtful_token_where_longer_drafts_verify_cheaper():
-    """On a profile with t(4) < t(2), one doubtful token alone does not pay, but three do: keep drafting."""
-    policy = DraftPolicyState()
-    _flat_profile(policy, CPU_PROFILE)
-    policy.observe_draft_step(0.1)
-    assert policy.best_length([0.5], [1]) == 0  # judged alone, the one-token draft loses to a plain step
-    assert policy.worth_extending([0.5], budget=8)
-    assert policy.latent_length([0.5, 0.5, 0.5]) == 3
-    # a steep profile makes the same doubtful token the end of the draft
-    steep = DraftPolicyState()
-    _flat_profile(steep, {k: 1.0 + 0.5 * (k - 1) for k in range(1, 10)})
-    steep.observe_draft_step(0.1)
-    assert not steep.worth_extending([0.5], budget=8)
-    assert steep.worth_extending([0.95], budget=8)
-
-
-def test_latent_draft_stops_at_its_budget_and_when_hopeless():
-    policy = DraftPolicyState()
-    _flat_profile(policy, CPU_PROFILE)
-    policy.observe_draft_step(0.1)
-    assert not policy.worth_extending([0.9] * 4, budget=4)
-    # here even a hopeless third token is worth drafting: verifying 4 tokens is cheaper than verifying 3
-    assert policy.worth_extending([0.9, 0.02], budget=8)
-    rising = DraftPolicyState()
-    _flat_profile(rising, {k: 1.0 + 0.1 * (k - 1) for k in range(1, 10)})
-    rising.observe_draft_step(0.1)
-    assert not rising.worth_extending([0.9, 0.02], budget=8)
-    assert policy.worth_extending([], budget=8) and not policy.worth_extending([], budget=0)
-
-
-def test_cutting_a_draft_short_does_not_refund_its_drafter_steps():
-    """Steps already taken count against every length: a draft is kept longer than one judged before drafting."""
-    policy = DraftPolicyState()
-    _flat_profile(policy, {k: 1.0 + 0.3 * (k - 1) for k in range(1, 10)})
-    policy.observe_draft_step(0.5)
-    assert policy.best_length([0.55, 0.55], [1, 2]) == 0
-    assert policy.best_length([0.55, 0.55], [0, 0], sunk_steps=2) == policy.latent_length([0.55, 0.55]) == 2
+    _flat_profile(policy, {k: 1.0 + 0.1 * (k - 1) for k in range(1, 12)})
+    tree = _chain_tree(([1, 2, 3], [0.5, 0.9, 0.9], "lookup"), ([7, 8, 9, 10], [0.45, 0.95, 0.95, 0.95], "latent"))
+    assert _tokens(tree, choose_path(tree, policy.verify_time, 8)) == [7, 8, 9, 10]
+    assert _tokens(tree, choose_path(tree, policy.verify_time, 3)) == [1, 2, 3]  # cut to 3, lookup's is likelier
+    assert _tokens(tree, choose_path(tree, None, 8)) == [7, 8, 9, 10]
 
 
 def test_verify_time_estimates_and_clipping():

@@ -11,13 +11,11 @@ from __future__ import annotations
 import pytest
 import torch
 from tiny import ARCHS, FLAT_PROFILE, greedy, make_cyclic_model, make_model, random_prompt, repeat_prompt
-from transformers import GenerationConfig, LogitsProcessorList
+from transformers import GenerationConfig
 from transformers.generation.streamers import BaseStreamer
 
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.candidate_generator import OneiroCandidateGenerator
-from oneiro_hf.draft import ChainDraft
-from oneiro_hf.settings import DraftingSettings
 
 MODES = ("latent", "lookup", "hybrid")
 
@@ -181,8 +179,8 @@ def test_no_draft_is_longer_than_num_drafting_tokens(monkeypatch):
     seen: list[tuple[int, int]] = []
     propose = OneiroCandidateGenerator._propose
 
-    def recording(self, input_ids, draft, seconds):
-        out = propose(self, input_ids, draft, seconds)
+    def recording(self, input_ids):
+        out = propose(self, input_ids)
         seen.append((out[0].shape[1] - input_ids.shape[1], self.num_drafting_tokens))
         return out
 
@@ -193,12 +191,9 @@ def test_no_draft_is_longer_than_num_drafting_tokens(monkeypatch):
     assert all(length <= limit == 3 for length, limit in seen)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
-def test_hybrid_continues_latent_drafts_with_lookup(arch):
-    """Hybrid mode appends lookup's continuation of the drafter's own last tokens to a latent draft. On a target
-    the untrained drafter partly predicts, the output cycles, so the drafter's tokens repeat earlier n-grams: the
-    extension must happen, and greedy and sampling with top_k=1 (whose copied tokens are point masses) must still
-    give exactly greedy's tokens."""
+def _hybrid_extended_steps(arch: str) -> int:
+    """Hybrid calls (greedy and sampling with top_k=1, cost model on and off) on a target the untrained drafter
+    partly predicts, each checked equal to greedy; the latent drafts lookup continued, summed."""
     model = make_model(arch, strength="prefix")
     drafter = OneiroDrafter.from_target(model)
     extended = 0
@@ -211,41 +206,23 @@ def test_hybrid_continues_latent_drafts_with_lookup(arch):
             with torch.no_grad():
                 out = model.generate(ids, max_new_tokens=48, do_sample=sample, top_k=1, assistant_model=drafter,
                                      oneiro_mode="hybrid", oneiro_cost_aware=cost_aware,
-                                     oneiro_max_draft_tokens=8 if cost_aware else 4)
+                                     oneiro_max_draft_tokens=8 if cost_aware else 4, oneiro_tree=False)
             assert torch.equal(out, ref), ctx
             check_stats(drafter, 48, ctx)
             extended += drafter.last_stats.extended_steps
-    assert extended > 0
+    return extended
 
 
-def test_latent_draft_extension_appends_copied_tokens_as_point_masses():
-    """What `_extend_with_lookup` adds to a sampled latent draft: the indexed continuation of the drafted tokens'
-    n-gram, cut after an EOS, with one-hot rows (q = 1 for the copied token keeps p/q acceptance exact); the
-    drafter's tokens and their distributions stay as they were."""
-    model = make_model("llama", strength="prefix")
-    drafter = OneiroDrafter.from_target(model)
-    settings = DraftingSettings.for_call(drafter.config, mode="hybrid", cost_aware=False)
-    config = GenerationConfig(do_sample=True, max_length=64, eos_token_id=7)
-    config._eos_token_tensor = torch.tensor([7])
-    generator = OneiroCandidateGenerator(drafter, config, LogitsProcessorList(), drafter.new_session(settings))
-    context = [11, 2, 3, 9, 5, 7, 4, 40, 41]
-    generator.index.extend(context)
-    input_ids = torch.tensor([context])
-    latent_logits = torch.randn(1, 2, 128)
-    draft = ChainDraft([2, 3], latent_logits.clone(), "latent", 0, [0.9, 0.8], latent_tokens=2, calls=2)
-    generator._extend_with_lookup(draft, input_ids, budget=6)
-    assert draft.tokens == [2, 3, 9, 5, 7], "the continuation ends with the EOS it copies"
-    assert (draft.latent_tokens, draft.ngram) == (2, 2)
-    assert draft.logits.shape == (1, 5, 128)
-    torch.testing.assert_close(draft.logits[:, :2], latent_logits)
-    copied = draft.logits[0, 2:].softmax(-1)
-    assert torch.equal(copied.argmax(-1), torch.tensor([9, 5, 7])) and bool((copied.max(-1).values == 1).all())
-    unmatched = ChainDraft([40, 42], None, "latent", 0, [0.9, 0.8], latent_tokens=2, calls=2)
-    generator._extend_with_lookup(unmatched, input_ids, budget=6)
-    assert unmatched.tokens == [40, 42], "no earlier occurrence of the drafted n-gram: nothing is added"
-    full = ChainDraft([2, 3], None, "latent", 0, [0.9, 0.8], latent_tokens=2, calls=2)
-    generator._extend_with_lookup(full, input_ids, budget=2)
-    assert full.tokens == [2, 3], "no room left in the budget"
+@pytest.mark.parametrize("arch", ARCHS)
+def test_hybrid_chains_keep_greedy_tokens(arch):
+    """Hybrid chains, whose latent drafts lookup may continue, give exactly greedy's tokens."""
+    _hybrid_extended_steps(arch)
+
+
+def test_hybrid_continues_latent_drafts_with_lookup():
+    """On llama the output cycles, so the drafter's tokens repeat earlier n-grams: lookup must continue some of its
+    drafts (on the other tiny targets the drafter's chains fill the budget and there is no room)."""
+    assert _hybrid_extended_steps("llama") > 0
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -604,7 +581,10 @@ def test_sampling_with_top_k_1_equals_greedy(arch):
                 assert s.accepted_tokens > 0, mode
 
 
-def test_sampling_smoke_returns_candidate_logits(monkeypatch):
+def test_sampling_proposes_draft_vocabulary_tokens_without_logits(monkeypatch):
+    """Sampling drafts proposals, not samples: the generator hands the loop no drafting logits (its token-matching
+    acceptance is exact for point masses), the drafter's tokens come from its draft vocabulary, and one seed gives
+    one sample from one drafting state (what the policy learned changes the drafts, and so which draws are made)."""
     model = make_model("llama", strength="prefix")
     drafter = OneiroDrafter.from_target(model, draft_vocab_ids=list(range(64)))
     seen: list[tuple[torch.Tensor, torch.Tensor | None, int]] = []
@@ -612,44 +592,24 @@ def test_sampling_smoke_returns_candidate_logits(monkeypatch):
 
     def spy(self, input_ids, *args, **kwargs):
         cand, logits = original(self, input_ids, *args, **kwargs)
-        seen.append((cand.clone(), None if logits is None else logits.clone(), input_ids.shape[1]))
+        seen.append((cand.clone(), logits, input_ids.shape[1]))
         return cand, logits
 
     monkeypatch.setattr(OneiroCandidateGenerator, "get_candidates", spy)
     ids = random_prompt(8, seed=10)
     outs = []
     for _ in range(2):
+        drafter.reset_drafting_policy()
         torch.manual_seed(1234)
         with torch.no_grad():
-            outs.append(
-                model.generate(
-                    ids,
-                    do_sample=True,
-                    temperature=0.7,
-                    top_k=20,
-                    max_new_tokens=20,
-                    assistant_model=drafter,
-                    oneiro_mode="latent",
-                    oneiro_cost_aware=False,
-                )
-            )
-    out = outs[0]
+            outs.append(model.generate(ids, do_sample=True, temperature=0.7, top_k=20, max_new_tokens=20,
+                                       assistant_model=drafter, oneiro_mode="latent", oneiro_cost_aware=False))
     assert torch.equal(outs[0], outs[1]), "same seed must give the same sample"
-    assert out.shape == (1, 28)
-    assert int(out.min()) >= 0 and int(out.max()) < 128
+    assert outs[0].shape == (1, 28)
     assert drafter.last_stats.drafted_tokens > 0
-    with_logits = [(c, lg, n) for c, lg, n in seen if lg is not None]
-    assert with_logits, "latent drafting in sampling mode must return candidate logits"
-    for cand, logits, n in with_logits:
-        drafted = cand[0, n:]
-        assert logits.shape == (1, drafted.numel(), 128)
-        probs = logits.float().softmax(-1)
-        picked = probs[0, torch.arange(drafted.numel()), drafted]
-        assert bool((picked > 0).all()), "a drafted token must have non-zero draft probability"
-        assert bool(torch.isneginf(logits[0, :, 64:]).all()), (
-            "tokens outside the draft vocab must be impossible"
-        )
-        assert int((~torch.isneginf(logits[0])).sum(-1).max()) <= 20, "top_k=20 must be applied to the draft"
+    assert all(logits is None for _, logits, _ in seen)
+    drafted = torch.cat([cand[0, n:] for cand, _, n in seen])
+    assert drafted.numel() > 0 and int(drafted.max()) < 64, "latent tokens come from the draft vocabulary"
 
 
 @pytest.mark.parametrize("mode", ["latent", "lookup"])

@@ -9,7 +9,7 @@ import torch
 from tiny import make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.draft import ChainDraft, TreeDraft, cut_at_eos
+from oneiro_hf.draft import Draft, cut_at_eos
 from oneiro_hf.drafter_context import DrafterContext
 from oneiro_hf.stats import DraftRound, DraftStats
 from oneiro_hf.tree.tree import TokenTree
@@ -17,11 +17,20 @@ from oneiro_hf.tree.tree import TokenTree
 PACKAGE = Path(__file__).resolve().parent.parent / "oneiro_hf"
 
 
+def _chain(root: int, *parts: tuple[list[int], str], calls: int = 0, start: int = 0) -> Draft:
+    """A chain draft: the parts' tokens in order below `root`, each part from one source."""
+    tree, parent = TokenTree.with_root(root), 0
+    for tokens, source in parts:
+        nodes = tree.add_path(parent, tokens, [0.5] * len(tokens), source, ngram=2 if source == "lookup" else 0)
+        parent = nodes[-1] if nodes else parent
+    return Draft(tree, calls=calls, chain=True, start=start)
+
+
 def test_a_chain_round_counts_the_drafters_tokens_and_the_lookup_extension_apart():
     """A latent draft of 2 tokens continued by 2 copied ones, 3 accepted: 2 latent and 1 lookup token accepted, one
     latent step that lookup extended, and a recorded round holding only the drafter's tokens."""
     stats = DraftStats(rounds=[])
-    draft = ChainDraft([5, 6, 7, 8], None, "latent", 2, [0.9, 0.8], latent_tokens=2, calls=2, start=10)
+    draft = _chain(4, ([5, 6], "latent"), ([7, 8], "lookup"), calls=2, start=10)
     stats.record_round(draft, [1, 2, 3])
     assert (stats.steps, stats.accept_lengths, stats.draft_lengths) == (1, [4], [4])
     assert (stats.drafted_tokens, stats.accepted_tokens, stats.drafter_calls) == (4, 3, 2)
@@ -34,8 +43,8 @@ def test_a_chain_round_counts_the_drafters_tokens_and_the_lookup_extension_apart
 
 def test_an_empty_chain_round_counts_its_drafter_calls_and_nothing_drafted():
     stats = DraftStats(rounds=[])
-    stats.record_round(ChainDraft([], None, "latent", calls=1), [])  # a latent draft the cost model cut to nothing
-    stats.record_round(ChainDraft([3, 4], None, "lookup", 3), [1, 2])
+    stats.record_round(_chain(2, calls=1), [])  # a latent draft the cost model cut to nothing
+    stats.record_round(_chain(2, ([3, 4], "lookup")), [1, 2])
     assert (stats.steps, stats.empty_steps, stats.drafter_calls, stats.draft_lengths) == (2, 1, 1, [0, 2])
     assert (stats.latent_steps, stats.lookup_steps, stats.extended_steps) == (0, 1, 0)
     assert stats.accept_lengths == [1, 3] and stats.rounds == [DraftRound(0, [3, 4], 2, "lookup")]
@@ -48,14 +57,14 @@ def test_a_tree_round_counts_nodes_sources_and_the_accepted_branch_rank():
     latent = tree.add(0, 8, 0.5, "latent", confidence=0.5)
     copied = tree.add_path(latent, [9], [0.4], "lookup", ngram=2)[0]
     stats = DraftStats()
-    stats.record_round(TreeDraft(tree=tree, calls=2, seconds=0.1, lead_token=8), [latent, copied])
+    stats.record_round(Draft(tree, calls=2, seconds=0.1, lead_token=8), [latent, copied])
     assert (stats.steps, stats.accept_lengths, stats.tree_nodes, stats.tree_drafter_calls) == (1, [3], [4], [2])
     assert stats.tree_branch_ranks == [1], "the latent node is its parent's second likeliest child"
     assert stats.drafted_by_source == {"latent": 1, "lookup": 3}
     assert stats.accepted_by_source == {"latent": 1, "lookup": 1}
     assert (stats.latent_steps, stats.lookup_steps, stats.extended_steps) == (1, 1, 1)
     assert stats.draft_lengths == [] and stats.drafter_calls == 2
-    stats.record_round(TreeDraft(tree=TokenTree.with_root(5)), [])
+    stats.record_round(Draft(TokenTree.with_root(5)), [])
     assert stats.empty_steps == 1 and stats.tree_branch_ranks == [1, -1] and stats.steps == 2
 
 

@@ -11,7 +11,7 @@ from transformers import DynamicCache
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.bench.breakdown import ratio_at
 from oneiro_hf.bench.profile import H200_RATIOS
-from oneiro_hf.draft import TreeDraft
+from oneiro_hf.draft import Draft
 from oneiro_hf.draft_policy import PROFIT_EMA, DraftPolicyState
 from oneiro_hf.kv_cache import DrafterKVCache
 from oneiro_hf.lookup import NgramIndex
@@ -460,7 +460,7 @@ def test_the_back_off_learns_only_from_passes_where_the_drafter_drafted_alone() 
 
     def run(tree: TokenTree, alone: bool) -> None:
         verdict = Verdict([1, 2], [6, 7, 9], [torch.zeros(1, 64)] * 3)  # two drafted tokens accepted, one bonus
-        draft = TreeDraft(tree=tree, calls=1, seconds=0.1, lead_token=6, drafted_alone=alone)
+        draft = Draft(tree, calls=1, seconds=0.1, lead_token=6, drafted_alone=alone)
         drafting.learn(draft, verdict, 3, policy.verify_time)
 
     both = TokenTree.with_root(5)

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ..draft import TreeDraft, eos_token_ids
+from ..draft import Draft, eos_token_ids
 from ..generate_inputs import left_padding
 from ..stats import DraftStats
 from .attention import target_masks, tree_allowed
@@ -150,9 +150,9 @@ class BatchDecoder:
         """A row's share of a pass verifying k tokens per row: t(k, B) / B (one row: t(k))."""
         return lambda k: self.policy.batch_verify_time(k, rows) / rows
 
-    def _draft(self, row: Row, share: Callable[[int], float], drafting: bool) -> TreeDraft:
+    def _draft(self, row: Row, share: Callable[[int], float], drafting: bool) -> Draft:
         if not drafting:
-            return TreeDraft(tree=TokenTree.with_root(int(row.ids[0, -1])))
+            return Draft(TokenTree.with_root(int(row.ids[0, -1])), chain=self.settings.chain)
         return row.drafting.draft(row.tokens, share, columns=row.ids.shape[1])
 
     def _drafting_can_pay(self) -> bool:
@@ -194,7 +194,7 @@ class BatchDecoder:
             self._append(row, tokens[b], rows[b], raw[b : b + 1], stops[b])
         return tokens, rows
 
-    def _tree_pass(self, drafts: list[TreeDraft], width: int) -> tuple[list[Verdict], list[int]]:
+    def _tree_pass(self, drafts: list[Draft], width: int) -> tuple[list[Verdict], list[int]]:
         """Every row's tree in one pass of `width` tokens per row; walks, appends, compacts the cache."""
         device = self.rows[0].ids.device
         trees = [d.tree for d in drafts]

@@ -35,6 +35,27 @@ def choose_nodes(tree: TokenTree, verify_time: Callable[[int], float] | None, ma
     return order[: max(range(len(rates)), key=rates.__getitem__)]
 
 
+def choose_path(tree: TokenTree, verify_time: Callable[[int], float] | None, max_nodes: int) -> list[int]:
+    """A chain's nodes: the root-to-leaf path, cut to its best prefix of at most `max_nodes`, that promises the most
+    tokens per unit time (`verify_time` None: the most expected tokens, uncut), ties to the earlier leaf. Values fall along a
+    path, so the nodes come likeliest first, as `choose_nodes` gives them. Empty where no draft beats a plain step."""
+    best: tuple[float, list[int]] = (float("-inf"), [])
+    for leaf in range(1, len(tree)):
+        if tree.children[leaf]:
+            continue
+        path = tree.path_to(leaf)[: max(0, int(max_nodes))]
+        values = [tree.nodes[i].value for i in path]
+        if verify_time is None:
+            rate, n = sum(values), len(path)
+        else:
+            rates = pass_rates([values], verify_time, lambda _: 0.0)
+            n = max(range(len(rates)), key=rates.__getitem__)
+            rate = rates[n]
+        if rate > best[0]:
+            best = (rate, path[:n])
+    return best[1]
+
+
 def choose_width(rows: Sequence[Sequence[float]], verify_time: Callable[[int], float] | None, max_nodes: int) -> int:
     """The candidate nodes per row (root excluded) of one batched pass: every row's tree is cut to its best n nodes,
     the pass padded to n + 1 tokens per row. rows: each row's node values, likeliest first; verify_time(k): a pass
@@ -62,7 +83,7 @@ def drafting_pays(
     per level); call_time: one drafter call in verify_time's unit; sunk_calls: calls already made for this pass
     (charged to every choice). Drafting d = 1..len(levels) more levels is compared with stopping now, each choice
     verifying its best nodes (at most `max_nodes`), so a level that only pays with the next one behind it (a CPU
-    whose t(4) is below t(2)) is still drafted, as `DraftPolicyState.worth_extending` does for chains.
+    whose t(4) is below t(2)) is still drafted.
     """
     cap = max(0, int(max_nodes))
     best = sorted(values, reverse=True)[:cap]

@@ -1,6 +1,7 @@
-"""`SequenceDrafter`: what drafts trees for one sequence of a generate call, and learns from their verdicts.
+"""`SequenceDrafter`: what drafts trees and chains for one sequence of a generate call, and learns from their verdicts.
 
-One per sequence: the tree loop (`loop.py`) holds one, the batched loop (`batch.py`) one per row. It owns the
+One per sequence: the batched loop (`batch.py`, which runs a single tree prompt as a batch of one) holds one per
+row, the chain's candidate generator (`candidate_generator.py`) one for its prompt. It owns the
 sequence's `NgramIndex`, the drafter's teacher-forced context (`LatentTreeDrafter`, absent in lookup mode) and the
 statistics its rounds go to; the learned policy (`DraftPolicyState`) is the drafter's, shared by every sequence.
 The target pass is not its business: `draft` returns a tree, `learn` takes the verdict.
@@ -15,12 +16,12 @@ from collections.abc import Callable
 
 import torch
 
-from ..draft import TreeDraft
+from ..draft import Draft
 from ..draft_policy import DraftPolicyState
 from ..lookup import NgramIndex
 from ..stats import DraftStats
 from .build import LatentTreeDrafter, add_lookup_after_latent, add_lookup_branches
-from .cost import choose_nodes, drafting_pays, latent_levels_below_root
+from .cost import choose_nodes, choose_path, drafting_pays, latent_levels_below_root
 from .settings import TreeSettings
 from .tree import TokenTree
 from .verify import Verdict
@@ -59,7 +60,7 @@ class SequenceDrafter:
         if self.latent is not None:
             self.latent.observe(hidden_states, keep)
 
-    def draft(self, input_ids: torch.LongTensor, verify_time: VerifyTime, columns: int | None = None) -> TreeDraft:
+    def draft(self, input_ids: torch.LongTensor, verify_time: VerifyTime, columns: int | None = None) -> Draft:
         """A tree below the last token of input_ids (1, T) (the sequence, no padding): lookup and latent branches,
         cut to the size the cost model pays for. columns: the sequence's length as `max_length` counts it (with a
         batch's left padding; default T)."""
@@ -79,8 +80,9 @@ class SequenceDrafter:
             # verifying the tree without the drafter promises and talk the drafter out of calls that pay
             add_lookup_branches(tree, copies, min_ngram=settings.filler_min_ngram,
                                 max_ngram=settings.lookup_min_ngram - 1, policy=policy, eos_ids=self.eos_ids)
-            tree = tree.keep(choose_nodes(tree, verify_time if settings.cost_aware else None, settings.max_nodes))
-        return TreeDraft(tree=tree, calls=calls, seconds=timer.seconds, lead_token=lead, drafted_alone=alone and calls > 0)
+            choose = choose_path if settings.chain else choose_nodes
+            tree = tree.keep(choose(tree, verify_time if settings.cost_aware else None, settings.max_nodes))
+        return Draft(tree, calls, timer.seconds, lead, alone and calls > 0, settings.chain, input_ids.shape[1])
 
     def _draft_latent(self, tree: TokenTree, input_ids: torch.LongTensor, depth: int,
                       verify_time: VerifyTime) -> tuple[int, int | None]:
@@ -117,7 +119,7 @@ class SequenceDrafter:
         values = [node.value for node in tree.nodes[1:]]
         return drafting_pays(values, levels, verify_time, policy.draft_step_time(), 0, self.settings.max_nodes)
 
-    def learn(self, draft: TreeDraft, verdict: Verdict, kept: int, verify_time: VerifyTime) -> None:
+    def learn(self, draft: Draft, verdict: Verdict, kept: int, verify_time: VerifyTime) -> None:
         """Calibration, the back-off and statistics from one verified round of `kept` tokens (the pass's time is
         learned by the loop, which knows what the pass verified).
 

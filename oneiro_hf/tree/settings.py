@@ -1,8 +1,9 @@
 """`TreeSettings`: a tree call's view of its `DraftingSettings`, and the chain seen as a tree of one branch.
 
-The tree loop and the batched loop read the drafting settings through this view. A batched call with chain
-settings (`oneiro_tree=False`) runs the tree code on a tree of one branch (`TreeSettings.for_chain`): top-1 below
-each node, one node expanded per level, one lookup continuation, `max_draft_tokens` deep.
+The tree loop and the batched loop read the drafting settings through this view. A chain
+(`oneiro_tree=False`, one prompt or a batch) is drafted by the same code as a tree of one branch
+(`TreeSettings.for_chain`): top-1 below each node, one node expanded per level, one lookup continuation,
+`max_draft_tokens` deep, and of what that grows the one root-to-leaf path that pays best (`cost.choose_path`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ class TreeSettings:
     and check (settings.py), or derived from them (`filler_min_ngram`)."""
 
     drafting: DraftingSettings
+    chain: bool = False  # verify one root-to-leaf path (`for_chain`), not a tree
 
     @classmethod
     def from_drafting_settings(cls, settings: DraftingSettings) -> TreeSettings:
@@ -36,7 +38,7 @@ class TreeSettings:
             settings, tree_max_nodes=depth, tree_max_depth=depth, tree_topk=1, tree_beam=1, tree_lookup_branches=1,
             tree_lookup_min_ngram=min(int(settings.lookup_min_ngram), int(settings.lookup_max_ngram)),
         )
-        return cls(chain.validate())
+        return cls(chain.validate(), chain=True)
 
     @property
     def mode(self) -> str:
