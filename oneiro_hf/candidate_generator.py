@@ -1,6 +1,6 @@
 """OneiroCandidateGenerator: plugs OneiroDraft chains into transformers' assisted-decoding loop.
 
-A chain is drafted by the one drafting engine (`tree.drafting.SequenceDrafter`) as a tree of one branch
+A chain is drafted by the one drafting engine (`drafting.engine.SequenceDrafter`) as a tree of one branch
 (`TreeSettings.for_chain`); this class only adapts it to the loop. Each call of `get_candidates` **syncs** (the
 accepted positions' states of the last verification pass go to the drafter's context; no extra target forward),
 **drafts** (lookup and latent branches, of which the path that pays best) and **proposes** the path's tokens. The
@@ -20,12 +20,11 @@ from typing import Any
 import torch
 from transformers.generation.candidate_generator import CandidateGenerator
 
-from .draft import Draft, eos_token_ids
+from .drafting.draft import Draft, Verdict, eos_token_ids
+from .drafting.engine import SequenceDrafter
+from .drafting.settings import TreeSettings
 from .session import DraftingSession
 from .settings import DraftingSettings
-from .tree.drafting import SequenceDrafter
-from .tree.settings import TreeSettings
-from .tree.verify import Verdict
 from .verification import RelaxedAcceptanceProcessor, check_relaxed_supported, warn_lossy_once
 
 

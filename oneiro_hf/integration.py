@@ -88,8 +88,8 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
     if rows > 1:  # several prompts: the batched loop, with tree or chain settings alike
         _check_batch_call(settings, kwargs, rows)
         from .compat import check_tree_supported
+        from .drafting.settings import TreeSettings
         from .tree.batch import batch_generate_function
-        from .tree.settings import TreeSettings
 
         check_tree_supported(batch=True)
         view = TreeSettings.from_drafting_settings(settings) if settings.tree else TreeSettings.for_chain(settings)
@@ -97,8 +97,8 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
         kwargs["custom_generate"] = batch_generate_function(drafter, view)
     elif settings.tree:  # the tree owns its decoding loop: generate's public custom_generate runs it
         from .compat import check_tree_supported
+        from .drafting.settings import TreeSettings
         from .tree.loop import tree_generate_function
-        from .tree.settings import TreeSettings
 
         check_tree_supported()
 

@@ -30,7 +30,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from .assistant_guard import acquire_guard, release_guard
 from .compat import cache_keyword, check_transformers_version, hidden_states_selection
 from .configuration_oneiro import DrafterNotBound, OneiroDrafterConfig, not_bound_message
-from .draft_policy import DraftPolicyState
+from .drafting.policy import DraftPolicyState
 from .identity import (
     canonical_model_id,
     compute_fingerprint,

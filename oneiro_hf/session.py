@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .draft_policy import DraftPolicyState
+from .drafting.policy import DraftPolicyState
 from .settings import DraftingSettings
 from .stats import DraftStats
 

@@ -42,8 +42,8 @@ sys.path.insert(0, str(ROOT))
 
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.candidate_generator import OneiroCandidateGenerator
+from oneiro_hf.drafting.lookup import NgramIndex
 from oneiro_hf.kv_cache import DrafterKVCache
-from oneiro_hf.lookup import NgramIndex
 
 TINY = "tiny-llama"
 TEXTS = [

@@ -9,10 +9,10 @@ import torch
 from tiny import make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.draft import Draft, cut_at_eos
 from oneiro_hf.drafter_context import DrafterContext
+from oneiro_hf.drafting.draft import Draft, cut_at_eos
+from oneiro_hf.drafting.tree import TokenTree
 from oneiro_hf.stats import DraftRound, DraftStats
-from oneiro_hf.tree.tree import TokenTree
 
 PACKAGE = Path(__file__).resolve().parent.parent / "oneiro_hf"
 

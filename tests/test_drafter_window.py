@@ -8,12 +8,12 @@ import torch
 from tiny import greedy, make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.draft_policy import DraftPolicyState
 from oneiro_hf.drafter_context import DrafterContext
+from oneiro_hf.drafting.build import LatentTreeDrafter
+from oneiro_hf.drafting.policy import DraftPolicyState
+from oneiro_hf.drafting.tree import TokenTree
 from oneiro_hf.kv_cache import DrafterKVCache
 from oneiro_hf.settings import DraftingSettings
-from oneiro_hf.tree.build import LatentTreeDrafter
-from oneiro_hf.tree.tree import TokenTree
 
 PROMPT = 40
 W = 16  # longer than the tiny sliding window (8): windowed layers mask inside the drafter's context too

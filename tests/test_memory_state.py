@@ -17,9 +17,9 @@ from tiny import greedy, make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.candidate_generator import OneiroCandidateGenerator
-from oneiro_hf.draft_policy import LOOKUP_POSITIONS
+from oneiro_hf.drafting.lookup import NgramIndex
+from oneiro_hf.drafting.policy import LOOKUP_POSITIONS
 from oneiro_hf.kv_cache import DrafterKVCache
-from oneiro_hf.lookup import NgramIndex
 
 MAX_DRAFT = 6
 MAX_NGRAM = 4

@@ -11,6 +11,7 @@ from tiny import greedy, make_model, random_prompt
 from transformers import TrainerCallback
 
 from oneiro_hf import OneiroDrafter
+from oneiro_hf.drafting.engine import SequenceDrafter
 from oneiro_hf.modeling_oneiro import DrafterTargetMismatch
 from oneiro_hf.training.cli import main as cli_main
 from oneiro_hf.training.onpolicy import (
@@ -21,7 +22,6 @@ from oneiro_hf.training.onpolicy import (
     collect,
 )
 from oneiro_hf.training.trainer import OneiroTrainingArguments
-from oneiro_hf.tree.drafting import SequenceDrafter
 
 
 def prompts_for(n: int, seed: int = 0, length: int = 6) -> list[dict]:

@@ -72,7 +72,7 @@ def test_tree_run_next_to_the_chain_and_its_h200_breakdown(env, tmp_path):  # no
 
 def test_pinned_profile_decides_as_on_the_h200_and_never_relearns(env, tmp_path):  # noqa: F811
     from oneiro_hf.bench.profile import H200_PROFILE
-    from oneiro_hf.draft_policy import DraftPolicyState
+    from oneiro_hf.drafting.policy import DraftPolicyState
 
     state = DraftPolicyState()
     state.pin_profile(H200_PROFILE["ratios"], H200_PROFILE["t1_s"], H200_PROFILE["drafter_step_ratio"])

@@ -11,31 +11,31 @@ from transformers import DynamicCache
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.bench.breakdown import ratio_at
 from oneiro_hf.bench.profile import H200_RATIOS
-from oneiro_hf.draft import Draft
-from oneiro_hf.draft_policy import PROFIT_EMA, DraftPolicyState
-from oneiro_hf.kv_cache import DrafterKVCache
-from oneiro_hf.lookup import NgramIndex
-from oneiro_hf.settings import DraftingSettings
-from oneiro_hf.stats import DraftStats
-from oneiro_hf.tree.attention import target_masks, tree_allowed
-from oneiro_hf.tree.build import (
+from oneiro_hf.drafting.build import (
     LOOKUP_RANK_DECAY,
     LatentTreeDrafter,
     add_lookup_after_latent,
     add_lookup_branches,
 )
-from oneiro_hf.tree.cache import UnsupportedTreeCache, compact_rows, prepare_cache, trim_sliding_layers
-from oneiro_hf.tree.cost import (
+from oneiro_hf.drafting.cost import (
     choose_nodes,
     drafting_pays,
     latent_levels_below,
     latent_levels_below_root,
 )
-from oneiro_hf.tree.drafting import SequenceDrafter
-from oneiro_hf.tree.drafting import calibrate as _calibrate
-from oneiro_hf.tree.settings import TreeSettings
-from oneiro_hf.tree.tree import TokenTree
-from oneiro_hf.tree.verify import Verdict, greedy_walk, sampling_walk
+from oneiro_hf.drafting.draft import Draft, Verdict
+from oneiro_hf.drafting.engine import SequenceDrafter
+from oneiro_hf.drafting.engine import calibrate as _calibrate
+from oneiro_hf.drafting.lookup import NgramIndex
+from oneiro_hf.drafting.policy import PROFIT_EMA, DraftPolicyState
+from oneiro_hf.drafting.settings import TreeSettings
+from oneiro_hf.drafting.tree import TokenTree
+from oneiro_hf.kv_cache import DrafterKVCache
+from oneiro_hf.settings import DraftingSettings
+from oneiro_hf.stats import DraftStats
+from oneiro_hf.tree.attention import target_masks, tree_allowed
+from oneiro_hf.tree.cache import UnsupportedTreeCache, compact_rows, prepare_cache, trim_sliding_layers
+from oneiro_hf.tree.verify import greedy_walk, sampling_walk
 
 
 def _sample_tree() -> tuple[TokenTree, dict[str, int]]:

@@ -310,7 +310,7 @@ def load_models(args, plan: Plan) -> BenchContext:
     ctx = BenchContext(model, tokenizer, drafters.get(None), assistant, {s.name: s for s in plan.specs}, recorder,
                        drafters={k: v for k, v in drafters.items() if k is not None})
     if getattr(args, "pin_profile", None) == "h200":  # decide as on the H200: its t(k) and drafter step cost, never re-learned
-        from ..draft_policy import DraftPolicyState
+        from ..drafting.policy import DraftPolicyState
         from .profile import H200_PROFILE
 
         call_ratio = getattr(args, "drafter_call_ratio", None)

@@ -29,7 +29,11 @@ from typing import Any
 
 import torch
 
-from ..draft import Draft, eos_token_ids
+from ..drafting.cost import choose_nodes, choose_width
+from ..drafting.draft import Draft, Verdict, eos_token_ids
+from ..drafting.engine import SequenceDrafter
+from ..drafting.settings import TreeSettings
+from ..drafting.tree import TokenTree
 from ..generate_inputs import left_padding
 from ..stats import DraftStats
 from .attention import target_masks, tree_allowed
@@ -45,11 +49,7 @@ from .core import (
     row_view,
     start_empty,
 )
-from .cost import choose_nodes, choose_width
-from .drafting import SequenceDrafter
-from .settings import TreeSettings
-from .tree import TokenTree
-from .verify import Verdict, greedy_walk, sampling_walk
+from .verify import greedy_walk, sampling_walk
 
 # full-attention layers' holes are closed (`cache.realign_rows`, one gather of the cache) once the widest exceeds
 # 1/REALIGN_FRACTION of the columns: every pass reads them, masked, until then

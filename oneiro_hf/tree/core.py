@@ -13,11 +13,11 @@ from typing import Any
 import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
+from ..drafting.draft import Verdict
+from ..drafting.engine import SequenceDrafter
+from ..drafting.tree import TokenTree
 from ..stats import DraftStats
 from .cache import prepare_cache, trim_sliding_layers
-from .drafting import SequenceDrafter
-from .tree import TokenTree
-from .verify import Verdict
 
 # model_kwargs generate prepares for a decoder-only text model; anything else is refused with the fix
 _KNOWN_MODEL_KWARGS = {"attention_mask", "position_ids", "use_cache", "logits_to_keep", "cache", "output_attentions",

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
+from ..drafting.settings import TreeSettings
 from .batch import batch_decode
-from .settings import TreeSettings
 
 
 def tree_generate_function(drafter, settings: TreeSettings, streamer=None) -> Callable:

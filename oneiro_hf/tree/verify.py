@@ -19,20 +19,11 @@ chosen with probability r(c_1); otherwise (probability 1 - r(c_1)) the rest is e
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
-from .tree import TokenTree
-
-
-@dataclass
-class Verdict:
-    """The outcome of one tree pass: accepted nodes (root excluded) and the tokens it yields."""
-
-    path: list[int]  # node indices of accepted tokens, root's child first
-    tokens: list[int]  # the tokens of `path`, then the bonus token
-    scores: list[torch.Tensor]  # (1, V) processed scores each token was chosen from, in order
+from ..drafting.draft import Verdict
+from ..drafting.tree import TokenTree
 
 
 def greedy_walk(tree: TokenTree, scores: Callable[[int], torch.Tensor]) -> Verdict:

@@ -35,11 +35,11 @@ from typing import NamedTuple
 
 import torch
 
-from ..draft import cut_at_eos
-from ..draft_policy import DraftPolicyState
 from ..drafter_context import DrafterContext
-from ..lookup import NgramIndex
 from .cost import drafting_pays, latent_levels_below
+from .draft import cut_at_eos
+from .lookup import NgramIndex
+from .policy import DraftPolicyState
 from .tree import TokenTree, window_mask
 
 LOOKUP_RANK_DECAY = 0.5

@@ -8,8 +8,12 @@ j + 1 and its parent is node j. Statistics (`DraftStats.record_round`) and whate
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .tree.tree import TokenTree
+from .tree import TokenTree
+
+if TYPE_CHECKING:  # annotations only
+    import torch
 
 
 @dataclass
@@ -73,6 +77,15 @@ class Draft:
         if source == "latent":
             tokens = tokens[: next((j for j in range(self.size) if self.source_of(j + 1) != "latent"), self.size)]
         return self.start, tokens, min(accepted, len(tokens)), source
+
+
+@dataclass
+class Verdict:
+    """The outcome of one tree pass: accepted nodes (root excluded) and the tokens it yields."""
+
+    path: list[int]  # node indices of accepted tokens, root's child first
+    tokens: list[int]  # the tokens of `path`, then the bonus token
+    scores: list[torch.Tensor]  # (1, V) processed scores each token was chosen from, in order
 
 
 def eos_token_ids(generation_config) -> set[int]:

@@ -16,15 +16,14 @@ from collections.abc import Callable
 
 import torch
 
-from ..draft import Draft
-from ..draft_policy import DraftPolicyState
-from ..lookup import NgramIndex
 from ..stats import DraftStats
 from .build import LatentTreeDrafter, add_lookup_after_latent, add_lookup_branches
 from .cost import choose_nodes, choose_path, drafting_pays, latent_levels_below_root
+from .draft import Draft, Verdict
+from .lookup import NgramIndex
+from .policy import DraftPolicyState
 from .settings import TreeSettings
 from .tree import TokenTree
-from .verify import Verdict
 
 VerifyTime = Callable[[int], float]
 

@@ -7,7 +7,7 @@ matched n-gram length and position in the copied span for lookup tokens). Chains
 priced by `pass_rates`: a pass verifying n candidates per row yields 1 + the sum of their values (each value the
 probability that the candidate is on the accepted path) and costs t(n + 1) plus the drafter calls made for it;
 n = 0 (a plain one-token step) is always a candidate, which is what keeps a weak drafter from making generation
-slower than greedy. `tree/cost.py` picks nodes, paths and when to call the drafter with it.
+slower than greedy. `cost.py` picks nodes, paths and when to call the drafter with it.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ..draft_policy import pass_rates
+from .policy import pass_rates
 from .tree import TokenTree
 
 
