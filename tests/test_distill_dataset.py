@@ -14,7 +14,6 @@ from safetensors.torch import load_file
 from tiny import tiny_config
 from transformers import LlamaForCausalLM
 
-from oneiro_hf.training import features as feat
 from oneiro_hf.training.cli import main as cli_main
 from oneiro_hf.training.distill_dataset import (
     ExportSettings,
@@ -67,18 +66,18 @@ def test_round_trip_jsonl_dataset_training_records(tmp_path):
     assert sorted(p.name for p in (out / "data").iterdir()) == [
         "train-00000.parquet", "train-00001.parquet", "train-00002.parquet"]
 
-    expected = without_prompt(feat.load_records(tmp_path / "gen.jsonl", vocab_size=VOCAB))
+    expected = without_prompt(load_records(tmp_path / "gen.jsonl", vocab_size=VOCAB))
     assert load_dataset_records(out, vocab_size=VOCAB) == expected
-    assert feat.load_records(out, vocab_size=VOCAB) == expected  # what oneiro-train --data calls
+    assert load_records(out, vocab_size=VOCAB) == expected  # what oneiro-train --data calls
 
     ds = datasets.load_dataset(str(out), split="train", cache_dir=str(tmp_path / "hf-cache"))
     assert ds.column_names == ["id", "source", "input_ids", "output_ids", "stopped"]
     assert ds.features["input_ids"].feature.dtype == "uint16"
     assert "prompt" not in ds.column_names  # the raw text is never stored
     ds.save_to_disk(str(tmp_path / "saved"))
-    assert feat.load_records(tmp_path / "saved", vocab_size=VOCAB) == expected
+    assert load_records(tmp_path / "saved", vocab_size=VOCAB) == expected
     datasets.load_dataset(str(out), cache_dir=str(tmp_path / "hf-cache")).save_to_disk(str(tmp_path / "saved_dict"))  # a DatasetDict copy
-    assert feat.load_records(tmp_path / "saved_dict", vocab_size=VOCAB) == expected
+    assert load_records(tmp_path / "saved_dict", vocab_size=VOCAB) == expected
 
     card = (out / "README.md").read_text()
     meta = yaml.safe_load(card.split("---")[1])
@@ -157,17 +156,17 @@ def test_large_vocabulary_uses_uint32(tmp_path):
 def test_bad_inputs_name_the_fix(tmp_path):
     write_jsonl(tmp_path / "gen.jsonl", make_records(3))
     export_jsonl(tmp_path / "gen.jsonl", tmp_path / "ds", settings())
-    with pytest.raises(feat.DataFileError, match="uint16.*Fix: export into a new directory"):
+    with pytest.raises(DataFileError, match="uint16.*Fix: export into a new directory"):
         export_jsonl(tmp_path / "gen.jsonl", tmp_path / "ds", settings(100_000))
-    with pytest.raises(feat.DataFileError, match="holds answers of 'tiny-target'.*Fix"):
+    with pytest.raises(DataFileError, match="holds answers of 'tiny-target'.*Fix"):
         export_jsonl(tmp_path / "gen.jsonl", tmp_path / "ds", ExportSettings(target="other", vocab_size=VOCAB))
-    with pytest.raises(feat.DataFileError, match="outside the target's vocabulary.*Fix"):
+    with pytest.raises(DataFileError, match="outside the target's vocabulary.*Fix"):
         export_jsonl(tmp_path / "gen.jsonl", tmp_path / "ds2", settings(10))
-    with pytest.raises(feat.DataFileError, match="outside the target's vocabulary.*Fix"):
+    with pytest.raises(DataFileError, match="outside the target's vocabulary.*Fix"):
         load_records(tmp_path / "ds", vocab_size=10)
-    with pytest.raises(feat.DataFileError, match="does not exist. Fix: pass --data"):
-        feat.load_records(tmp_path / "nowhere")
-    with pytest.raises(feat.DataFileError, match="could not load.*Fix"):
+    with pytest.raises(DataFileError, match="does not exist. Fix: pass --data"):
+        load_records(tmp_path / "nowhere")
+    with pytest.raises(DataFileError, match="could not load.*Fix"):
         (tmp_path / "empty").mkdir()
         load_records(tmp_path / "empty")  # a directory holding no dataset
 
@@ -175,13 +174,13 @@ def test_bad_inputs_name_the_fix(tmp_path):
     overlapping[1]["prompt"] = "Compose an engaging travel blog post about a recent trip to Hawaii, please"
     write_jsonl(tmp_path / "gen.jsonl", overlapping, mode="a")
     mt_bench_like = EvaluationFilter(["Compose an engaging travel blog post about a recent trip to Hawaii."])
-    with pytest.raises(feat.DataFileError, match="1 new records.*overlap an evaluation set.*Fix: regenerate"):
+    with pytest.raises(DataFileError, match="1 new records.*overlap an evaluation set.*Fix: regenerate"):
         export_jsonl(tmp_path / "gen.jsonl", tmp_path / "ds", settings(), eval_filter=mt_bench_like)
     assert len(load_records(tmp_path / "ds")) == 3  # nothing was written
 
     cols = tmp_path / "cols"
     datasets.Dataset.from_dict({"id": ["a"], "tokens": [[1, 2]]}).save_to_disk(str(cols))
-    with pytest.raises(feat.DataFileError, match=r"lacks columns \['input_ids', 'output_ids'\].*Fix"):
+    with pytest.raises(DataFileError, match=r"lacks columns \['input_ids', 'output_ids'\].*Fix"):
         load_records(cols)
 
 

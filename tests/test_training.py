@@ -18,6 +18,7 @@ from oneiro_hf import OneiroDrafter
 from oneiro_hf.kv_cache import DrafterKVCache
 from oneiro_hf.training import features as feat
 from oneiro_hf.training.cli import main as cli_main
+from oneiro_hf.training.records import DataFileError, load_records
 from oneiro_hf.training.ridge import fit_fuse_ridge
 from oneiro_hf.training.trainer import (
     CheckpointMismatch,
@@ -226,23 +227,23 @@ def test_malformed_and_empty_data_files(tmp_path):
     good = {"id": "a", "input_ids": [3, 4], "output_ids": [5, 6]}
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(good) + "\n{not json\n" + json.dumps(good | {"id": "b"}) + "\n")
-    with pytest.raises(feat.DataFileError, match=r"bad.jsonl:2"):
-        feat.load_records(bad)
+    with pytest.raises(DataFileError, match=r"bad.jsonl:2"):
+        load_records(bad)
     missing = tmp_path / "missing.jsonl"
     missing.write_text(json.dumps(good) + "\n" + json.dumps({"id": "x", "input_ids": [1]}) + "\n")
-    with pytest.raises(feat.DataFileError, match=r"missing.jsonl:2.*output_ids"):
-        feat.load_records(missing)
+    with pytest.raises(DataFileError, match=r"missing.jsonl:2.*output_ids"):
+        load_records(missing)
     oov = tmp_path / "oov.jsonl"
     oov.write_text(json.dumps(good | {"output_ids": [5, 999]}) + "\n")
-    with pytest.raises(feat.DataFileError, match=r"oov.jsonl:1"):
-        feat.load_records(oov, vocab_size=VOCAB)
+    with pytest.raises(DataFileError, match=r"oov.jsonl:1"):
+        load_records(oov, vocab_size=VOCAB)
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
-    with pytest.raises(feat.DataFileError, match="no records"):
-        feat.load_records(empty)
+    with pytest.raises(DataFileError, match="no records"):
+        load_records(empty)
     growing = tmp_path / "growing.jsonl"
     growing.write_text(json.dumps(good) + "\n" + '{"id": "b", "input_ids": [1')
-    assert [r["id"] for r in feat.load_records(growing)] == ["a"]
+    assert [r["id"] for r in load_records(growing)] == ["a"]
 
 
 # ------------------------------------------------------------------------------------------ rollouts

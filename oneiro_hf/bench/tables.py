@@ -12,6 +12,7 @@ import statistics
 from pathlib import Path
 
 from .answers import BenchInputError, read_run_answers
+from .report import format_value
 
 CSV_COLUMNS = ("question_id", "category", "method", "new_tokens", "wall_s", "target_passes", "identical_to_greedy")
 
@@ -94,10 +95,6 @@ def write_csv(result: dict, path: str | Path) -> None:
                                  row["target_passes"], row["turns"] == greedy[q]["turns"]])
 
 
-def _fmt(value, spec: str = ".2f", suffix: str = "") -> str:
-    return "—" if value is None else f"{value:{spec}}{suffix}"
-
-
 def current_table(summary: dict) -> str:
     """docs/benchmarks.md's current-figures table of one summary.json: per method its kernels, speedup over greedy on
     the same kernels and over stock greedy, tau, same-kernel speedup per tau, draft share, answers identical."""
@@ -107,8 +104,8 @@ def current_table(summary: dict) -> str:
     for name, entry in summary["methods"].items():
         e = entry["overall"]
         kernels = "stock" if entry.get("kernels") == "stock" else "oneiro"
-        rows.append(f"| {name} | {kernels} | {_fmt(e.get('speedup_vs_same_kernel_greedy'), suffix='x')} "
-                    f"({e.get('same_kernel_baseline', 'greedy')}) | {_fmt(e['speedup_vs_greedy'], suffix='x')} "
-                    f"| {_fmt(e['mean_accepted_tokens'])} | {_fmt(e.get('same_kernel_speedup_per_tau'))} "
-                    f"| {e['draft_time_share']:.1%} | {_fmt(e['identical_to_greedy'], '.0%')} |")
+        rows.append(f"| {name} | {kernels} | {format_value(e.get('speedup_vs_same_kernel_greedy'), suffix='x')} "
+                    f"({e.get('same_kernel_baseline', 'greedy')}) | {format_value(e['speedup_vs_greedy'], suffix='x')} "
+                    f"| {format_value(e['mean_accepted_tokens'])} | {format_value(e.get('same_kernel_speedup_per_tau'))} "
+                    f"| {e['draft_time_share']:.1%} | {format_value(e['identical_to_greedy'], '.0%')} |")
     return "\n".join(rows)

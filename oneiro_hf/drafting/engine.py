@@ -48,8 +48,9 @@ class SequenceDrafter:
                  eos_ids: set[int], max_length: int) -> None:
         self.settings, self.policy, self.stats, self.eos_ids = settings, policy, stats, eos_ids
         self.max_length = max_length
-        # the drafter holds the accepted positions plus at most one level of `beam` speculative nodes per depth
-        capacity = max_length + settings.beam * settings.max_depth
+        # the drafter holds the accepted positions plus `beam` speculative nodes per level, and a draft's levels fit
+        # in what is left of max_length: beyond it only the beam's other nodes (none for a chain)
+        capacity = max_length + (settings.beam - 1) * settings.max_depth
         self.latent = LatentTreeDrafter(drafter, capacity, settings.context_window) if settings.mode != "lookup" else None
         self.index = NgramIndex(settings.filler_min_ngram, settings.lookup_max_ngram,
                                 keep_occurrences=settings.lookup_branches)

@@ -16,9 +16,10 @@ from ..settings import DraftingSettings
 
 @dataclass(frozen=True)
 class TreeSettings:
-    """A tree call's view of its `DraftingSettings` (config defaults + oneiro_* kwargs), under the names the tree
-    code reads. It declares nothing: every value is a DraftingSettings field, whose declaration holds its default
-    and check (settings.py), or derived from them (`filler_min_ngram`)."""
+    """A call's view of its `DraftingSettings` (config defaults + oneiro_* kwargs), under the names the drafting
+    engine reads. It declares no setting: every value is a DraftingSettings field, whose declaration holds its
+    default and check (settings.py), or derived from them (`filler_min_ngram`); `chain` says only how the draft is
+    verified (one path, `for_chain`, or a tree)."""
 
     drafting: DraftingSettings
     chain: bool = False  # verify one root-to-leaf path (`for_chain`), not a tree

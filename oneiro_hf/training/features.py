@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from filelock import FileLock
 from torch.utils.data import Dataset
 
 from ..compat import hidden_states_selection
 from ..targets import base_model, select_input_states, text_config
-from .records import DataFileError, load_records
 
 logger = logging.getLogger(__name__)
 
@@ -374,15 +374,9 @@ class FeatureCache:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """Exclusive lock on the directory, so concurrent builders (other runs, other ranks) never collide."""
-        import fcntl
-
-        with open(self.dir / ".lock", "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                self._read_index()  # pick up what others wrote meanwhile
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        with FileLock(self.dir / ".lock"):
+            self._read_index()  # pick up what others wrote meanwhile
+            yield
 
     def resid_tokens(self) -> int:
         if self.resid_layer is None:
@@ -675,27 +669,3 @@ def format_count(n: float) -> str:
         return f"{n / 1e3:.1f}k"
     return str(int(n)) if float(n).is_integer() else f"{n:.3g}"
 
-
-__all__ = [
-    "IGNORE",
-    "CachedFeatureDataset",
-    "DataFileError",
-    "FeatureCache",
-    "FeatureCacheMismatch",
-    "FeatureCacheNoSpace",
-    "SequenceDataset",
-    "batches_by_tokens",
-    "collate",
-    "format_count",
-    "is_eval_record",
-    "iter_feature_batches",
-    "load_records",
-    "loss_mask",
-    "make_sequence",
-    "response_token_count",
-    "sequence_key",
-    "split_records",
-    "state_statistics",
-    "target_features",
-    "target_fingerprint",
-]

@@ -545,11 +545,12 @@ def _stage3_prompts(args, data_args, data: TrainingData, vocab_size: int) -> tup
     """Stage 3's prompts: --onpolicy_prompts or the training split, after --onpolicy_prompt_offset, never a
     held-out record. Returns them and where they came from."""
     from . import features as feat
+    from .records import DataFileError, load_records
 
     if args.onpolicy_prompts:
         try:
-            source = feat.load_records(args.onpolicy_prompts, vocab_size=vocab_size)
-        except feat.DataFileError as err:
+            source = load_records(args.onpolicy_prompts, vocab_size=vocab_size)
+        except DataFileError as err:
             raise TrainingInputError(str(err)) from err
         prompts_from = args.onpolicy_prompts
     else:

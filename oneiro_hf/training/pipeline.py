@@ -122,6 +122,7 @@ def prepare_data(model_args, data_args, args, target, tokenizer, timer: Timer) -
     the training part to --max_train_records."""
     from ..targets import text_config
     from . import features as feat
+    from .records import DataFileError, load_records
 
     data_path = data_args.data or os.path.join(args.output_dir, "selfdistill.jsonl")
     if data_args.prompts:
@@ -140,8 +141,8 @@ def prepare_data(model_args, data_args, args, target, tokenizer, timer: Timer) -
                 batch_size=data_args.gen_batch_size, progress=False)
         logger.info("self-distillation: %s", stats)
     try:
-        records = feat.load_records(data_path, vocab_size=text_config(target).vocab_size)
-    except feat.DataFileError as err:
+        records = load_records(data_path, vocab_size=text_config(target).vocab_size)
+    except DataFileError as err:
         raise TrainingInputError(str(err)) from err
     if data_args.max_records:
         records = records[: data_args.max_records]
