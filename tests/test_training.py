@@ -495,7 +495,8 @@ def test_cli_end_to_end(tiny_dir, tmp_path, capsys):
 
     with safe_open(str(out / "model.safetensors"), framework="pt") as fh:
         assert fh.get_tensor("fuse.weight").dtype == torch.bfloat16
-    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    config = json.loads((out / "config.json").read_text())
+    assert config["dtype"] == "bfloat16" and config["tree"] is True  # trained drafters verify trees by default
     # the saved drafter loads onto the target and decodes losslessly
     model = LlamaForCausalLM.from_pretrained(tiny_dir / "model").eval()
     drafter = OneiroDrafter.from_pretrained(str(out), target=model)

@@ -174,8 +174,9 @@ def _checkpoint_vocab(checkpoint: str) -> torch.Tensor | None:
 
 def build_drafter(args, target, tokenizer, data: TrainingData, resume: str | None) -> tuple[Any, float]:
     """A fresh drafter for the target: --interval (default: the last two layers) and a draft vocabulary chosen
-    from the training responses (or the resumed checkpoint's). Returns it and its held-out vocabulary coverage;
-    a checkpoint to resume that does not fit fails here, before any work."""
+    from the training responses (or the resumed checkpoint's); its config defaults to tree verification, as the
+    shipped drafters' do (measured faster than chains, docs/benchmarks.md). Returns it and its held-out vocabulary
+    coverage; a checkpoint to resume that does not fit fails here, before any work."""
     from .. import OneiroDrafter
     from ..targets import text_config
     from .trainer import check_checkpoint_compatible, parse_interval
@@ -199,7 +200,7 @@ def build_drafter(args, target, tokenizer, data: TrainingData, resume: str | Non
                                             draft_vocab_ids=None if full_vocab else vocab_ids,
                                             transition_init=args.transition_init,
                                             input_layers=args.parsed_input_layers(),
-                                            verified_context=args.verified_context)
+                                            verified_context=args.verified_context, tree=True)
     except ValueError as err:
         raise TrainingInputError(f"--input_layers {args.input_layers} / --verified_context "
                                  f"{args.verified_context}: {err}") from err
