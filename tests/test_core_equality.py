@@ -202,6 +202,7 @@ def _hybrid_extended_steps(arch: str) -> int:
         ref = greedy(model, ids, 48)
         for sample, cost_aware in ((False, True), (False, False), (True, True)):
             ctx = f"{arch}/seed{seed}/sample={sample}/cost_aware={cost_aware}"
+            drafter.reset_drafting_policy()  # what a timed call learned must not steer the untimed ones
             torch.manual_seed(seed)
             with torch.no_grad():
                 out = model.generate(ids, max_new_tokens=48, do_sample=sample, top_k=1, assistant_model=drafter,
