@@ -18,7 +18,7 @@ from oneiro_hf.training.prompts import (
     stdlib_prompts,
     synthetic_prompts,
 )
-from oneiro_hf.training.selfdistill import scan_existing
+from oneiro_hf.training.selfdistill import prepare_prompt_list, scan_existing
 
 
 def _take(gen, n: int) -> list[dict]:
@@ -179,6 +179,22 @@ def test_load_user_prompts_record_without_prompt_is_named(tmp_path: Path, record
     path.write_text('{"prompt": "fine"}\n' + record + "\n")
     with pytest.raises(ValueError, match=r"noprompt\.jsonl:2"):
         load_user_prompts(path)
+
+
+def test_prompt_list_is_reused_for_its_sources_and_rebuilt_for_others(tmp_path: Path) -> None:
+    path = tmp_path / "answers.prompts.jsonl"
+    first = prepare_prompt_list(path, 6, "stdlib", 0)
+    assert {r["source"] for r in first} == {"stdlib"}
+    kept = {**first[0], "id": "kept:1", "prompt": "a prompt only the stored list holds"}
+    path.write_text("\n".join(json.dumps(r) for r in [kept, *first[1:]]) + "\n")
+    assert prepare_prompt_list(path, 6, "stdlib", 0)[0]["id"] == "kept:1"  # same sources: the stored list
+    assert len(prepare_prompt_list(path, 8, "stdlib", 0)) == 8  # more prompts: extended, the stored ones first
+    assert prepare_prompt_list(path, 8, "stdlib", 0)[0]["id"] == "kept:1"
+    rebuilt = prepare_prompt_list(path, 6, "synthetic", 0)  # another mix takes effect
+    assert {r["source"] for r in rebuilt} == {"synthetic"}
+    assert prepare_prompt_list(path, 6, "synthetic", 0) == rebuilt
+    path.with_name(path.name + ".meta.json").unlink()  # a list of unrecorded origin is rebuilt too
+    assert [r["id"] for r in prepare_prompt_list(path, 6, "stdlib", 0)] == [r["id"] for r in first]
 
 
 def test_scan_existing_drops_a_truncated_last_line(tmp_path: Path) -> None:

@@ -49,3 +49,36 @@ def test_required_flags_are_marked_and_defaults_shown_once(help_text):
     assert threads.count("default") == 1, threads
     assert "(default: 0.05)" in _flag_line(help_text, "--eval_fraction")
     assert "(default: None)" not in help_text
+
+
+
+@pytest.mark.parametrize("flags, bf16, use_cpu", [
+    (["--bf16"], True, True), (["--bf16", "true"], True, True), (["--bf16=True"], True, True),
+    (["--bf16", "false"], False, False), ([], False, False), (["--bf16", "--use_cpu", "false"], True, False),
+])
+def test_bf16_without_accelerator_trains_under_cpu_autocast(monkeypatch, tmp_path, flags, bf16, use_cpu):
+    """--bf16 on a machine without accelerators switches use_cpu on (the Trainer refuses bf16 otherwise)."""
+    from oneiro_hf.training import cli
+
+    monkeypatch.setattr(cli, "_no_accelerator", lambda: True)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    argv = ["--target", "tiny", "--data", "d.jsonl", "--output_dir", str(tmp_path / "out"), "--report_to", "none"]
+    if flags[-2:] == ["--use_cpu", "false"]:  # the user's explicit choice stands, and the Trainer's check says why
+        with pytest.raises(ValueError, match="use_cpu"):
+            cli.parse_args(argv + flags)
+        return
+    _, _, args = cli.parse_args(argv + flags)
+    assert (args.bf16, args.use_cpu) == (bf16, use_cpu)
+
+
+def test_bf16_with_an_accelerator_leaves_the_device_alone(monkeypatch, tmp_path):
+    from oneiro_hf.training import cli
+
+    monkeypatch.setattr(cli, "_no_accelerator", lambda: False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    seen = []
+    parser = cli.build_parser()
+    monkeypatch.setattr(parser, "parse_args_into_dataclasses", lambda args: seen.append(args))
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    cli.parse_args(["--target", "tiny", "--data", "d.jsonl", "--output_dir", str(tmp_path), "--bf16"])
+    assert "--use_cpu" not in seen[0]

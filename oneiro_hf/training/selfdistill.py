@@ -302,16 +302,24 @@ def prepare_prompt_list(
     """Build (or reuse) the fixed prompt list for a run, stored next to the output.
 
     Keeping the list on disk makes a resumed run see exactly the same prompts, whatever the sources (a user's
-    file may have changed since). Asking for more prompts than stored extends the list.
+    file may have changed since). Asking for more prompts than stored extends the list. A list is reused only
+    for the sources, seed and exclusions it was built from (recorded beside it, ``<path>.meta.json``): other
+    ones rebuild it, so a changed mix takes effect; prompts already answered stay answered, skipped by id.
     """
     p = Path(path)
+    meta_path = p.with_name(p.name + ".meta.json")
+    meta = {"sources": sources, "seed": seed, "exclude": sorted(str(e) for e in exclude)}
     existing: list[Prompt] = []
     if p.exists():
-        existing = load_user_prompts(p) if p.stat().st_size else []
-        existing = [dict(rec) for rec in existing]
-        if len(existing) >= num_prompts:
-            return existing[:num_prompts]
-        logger.info("Extending prompt list %s from %d to %d prompts.", p, len(existing), num_prompts)
+        stored = json.loads(meta_path.read_text()) if meta_path.is_file() else None
+        if stored == meta:
+            existing = [dict(rec) for rec in load_user_prompts(p)] if p.stat().st_size else []
+            if len(existing) >= num_prompts:
+                return existing[:num_prompts]
+            logger.info("Extending prompt list %s from %d to %d prompts.", p, len(existing), num_prompts)
+        else:
+            logger.warning("Rebuilding prompt list %s: it was built from %s, this run asks for %s (answered "
+                           "prompts are kept and skipped by id).", p, stored or "unrecorded sources", meta)
     seen = {rec["id"] for rec in existing}
     prompts = list(existing)
     for rec in iter_prompts(
@@ -331,6 +339,7 @@ def prepare_prompt_list(
         for rec in prompts:
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
     os.replace(tmp, p)
+    meta_path.write_text(json.dumps(meta))
     return prompts
 
 
