@@ -295,20 +295,12 @@ class OnPolicyTrainer(OneiroTrainer):
 
     ``prompts`` are records with ``input_ids`` (chat-formatted, never evaluation data); round r decodes
     ``prompts[r * n : (r + 1) * n]`` (wrapping around when they run out). ``max_steps`` is set to
-    ``onpolicy_rounds * onpolicy_steps_per_round``.
+    ``onpolicy_rounds * onpolicy_steps_per_round``. ``kwargs`` go to ``OneiroTrainer`` (``eval_dataset``,
+    ``state_mean``, ``state_std``, ``callbacks``, ``provenance``, ...); the train dataset is the slots.
     """
 
     def __init__(
-        self,
-        drafter: Any,
-        target: Any,
-        args: OneiroTrainingArguments,
-        prompts: Sequence[Mapping[str, Any]],
-        eval_dataset: Any = None,
-        state_mean: torch.Tensor | None = None,
-        state_std: torch.Tensor | None = None,
-        callbacks: list[TrainerCallback] | None = None,
-        provenance: dict[str, Any] | None = None,
+        self, drafter: Any, target: Any, args: OneiroTrainingArguments, prompts: Sequence[Mapping[str, Any]],
         **kwargs: Any,
     ) -> None:
         if not isinstance(args, OneiroTrainingArguments) or args.stage != "3":
@@ -328,10 +320,7 @@ class OnPolicyTrainer(OneiroTrainer):
         if args.world_size > 1:
             raise OnPolicyError("stage 3 runs in a single process (collection decodes one prompt at a time).")
         slots = total * args.per_device_train_batch_size * args.gradient_accumulation_steps
-        super().__init__(
-            drafter, target, args, train_dataset=_SlotDataset(slots), eval_dataset=eval_dataset,
-            state_mean=state_mean, state_std=state_std, callbacks=callbacks, provenance=provenance, **kwargs,
-        )
+        super().__init__(drafter, target, args, train_dataset=_SlotDataset(slots), **kwargs)
         self.data_collator = _collate_slots
         self.steps = args.onpolicy_draft_tokens
         self.step_weight_list = args.step_weights(self.steps)
