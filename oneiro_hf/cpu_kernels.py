@@ -10,7 +10,8 @@ that use "sdpa": a pass of several tokens reads each key/value head of the cache
 `max_memory` caps the copies, which stay with the model until `release_cpu_kernels(model)`). A drafter's
 `generate` always runs the target inside them, so plain greedy inside them (`oneiro-greedy` in oneiro-bench)
 separates speculation from the kernels. Results differ from stock kernels' by float32 summation order only (a
-near-tie between two logits can break the other way). docs/api.md (`cpu_kernels`) and docs/design.md give more.
+near-tie between two logits can break the other way). docs/api.md (`cpu_kernels`) and docs/design.md give
+more.
 """
 
 from __future__ import annotations

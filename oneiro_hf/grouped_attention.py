@@ -1,12 +1,13 @@
 """Attention for verification passes: grouped-query attention without copying the target's cache.
 
-transformers' sdpa attention copies each layer's keys and values to every query head (`repeat_kv`) for a pass of
-several tokens with a mask, which every verification pass is. `grouped_sdpa_attention` computes the same attention
-with each group's query heads stacked along the query axis, (B, H, q, D) -> (B, H_kv, g*q, D) with g = H / H_kv,
-and the mask repeated g times along that axis, so SDPA reads every key/value head once; everything else (one
-query token, no mask, a per-head mask, position biases, softcap, dropout) goes to transformers' own sdpa function.
-`grouped_attention(model)` runs a target that uses "sdpa" with it (registered as `ATTENTION_NAME`) while a
-generate call with a drafter runs. docs/design.md ("The cache is read once per key/value head") says why.
+transformers' sdpa attention copies each layer's keys and values to every query head (`repeat_kv`) for a pass
+of several tokens with a mask, which every verification pass is. `grouped_sdpa_attention` computes the same
+attention with each group's query heads stacked along the query axis, (B, H, q, D) -> (B, H_kv, g*q, D) with g
+= H / H_kv, and the mask repeated g times along that axis, so SDPA reads every key/value head once; everything
+else (one query token, no mask, a per-head mask, position biases, softcap, dropout) goes to transformers' own
+sdpa function. `grouped_attention(model)` runs a target that uses "sdpa" with it (registered as
+`ATTENTION_NAME`) while a generate call with a drafter runs. docs/design.md ("The cache is read once per
+key/value head") says why.
 """
 
 from __future__ import annotations

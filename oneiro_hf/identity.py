@@ -1,12 +1,12 @@
 """Which base model a drafter belongs to, told by the base model's weights rather than by its name or path.
 
-A drafter records `base_model_fingerprint`: `SAMPLES_PER_TENSOR` values per tensor of the base weights it depends
-on, at positions that depend only on the tensor's size, stored as bfloat16. Binding takes the same sample from the
-target and compares both after rounding to bfloat16, within one bfloat16 step. A base that is a quantized copy
-also records each tensor's quantization (and, for K-quants, each sampled value's `cells`), so the original
-weights bind too: simple roundings (`REQUANTIZABLE`) are re-quantized with `quantize_dequantize`, K-quant values
-must lie in their cell (`lattice_step`, `EDGE_STEPS`). docs/hub.md ("Which targets a drafter accepts") states
-the rules and what binds.
+A drafter records `base_model_fingerprint`: `SAMPLES_PER_TENSOR` values per tensor of the base weights it
+depends on, at positions that depend only on the tensor's size, stored as bfloat16. Binding takes the same
+sample from the target and compares both after rounding to bfloat16, within one bfloat16 step. A base that is
+a quantized copy also records each tensor's quantization (and, for K-quants, each sampled value's `cells`), so
+the original weights bind too: simple roundings (`REQUANTIZABLE`) are re-quantized with `quantize_dequantize`,
+K-quant values must lie in their cell (`lattice_step`, `EDGE_STEPS`). docs/hub.md ("Which targets a drafter
+accepts") states the rules and what binds.
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
 """Linear layers on a CPU on weights reordered once (oneDNN), where MKL's GEMM packs them again on every call.
 
-`prepacked_linears(model)` runs a float32 CPU model's `nn.Linear` layers that way inside a block (every generate
-call with a drafter, and `oneiro_hf.cpu_kernels`). From how many rows a layer runs prepacked is measured, not
-assumed: `measured_min_rows` times both calls at `ROW_GRID` row counts once per weight shape and thread count,
-and `choose_min_rows` picks the threshold (1: one-token steps too; shapes that never gain keep F.linear and no
-copy). The copies cost as much memory as their weights (a float32 Qwen2.5-Coder-1.5B holds 6.2 GB in linear
-layers), so `max_copy_bytes` caps them, the layers that save the most time per byte (`measured_saving`) first;
-they stay with the layer (weak references) until `release_packed(model)` (`oneiro_hf.release_cpu_kernels`).
-Results differ from F.linear's by float32 rounding only. docs/design.md ("On a CPU, the weights are packed
-once, ...") gives the measurements.
+`prepacked_linears(model)` runs a float32 CPU model's `nn.Linear` layers that way inside a block (every
+generate call with a drafter, and `oneiro_hf.cpu_kernels`). From how many rows a layer runs prepacked is
+measured, not assumed: `measured_min_rows` times both calls at `ROW_GRID` row counts once per weight shape and
+thread count, and `choose_min_rows` picks the threshold (1: one-token steps too; shapes that never gain keep
+F.linear and no copy). The copies cost as much memory as their weights (a float32 Qwen2.5-Coder-1.5B holds 6.2
+GB in linear layers), so `max_copy_bytes` caps them, the layers that save the most time per byte
+(`measured_saving`) first; they stay with the layer (weak references) until `release_packed(model)`
+(`oneiro_hf.release_cpu_kernels`). Results differ from F.linear's by float32 rounding only. docs/design.md
+("On a CPU, the weights are packed once, ...") gives the measurements.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 `strict` (the default) leaves the loop alone, so the output is the target's own. The relaxed `topk` and
 `threshold` criteria are lossy and greedy-only, and apply only where the target's entropy is at least
-`verification_min_entropy`. `RelaxedAcceptanceProcessor`, appended last to the loop's logits processors, raises
-the score of a draft the rule keeps above its row's maximum, so the loop's own argmax comparison accepts it.
-docs/verification.md states the rules (ties, the bonus token) and how the processor works.
+`verification_min_entropy`. `RelaxedAcceptanceProcessor`, appended last to the loop's logits processors,
+raises the score of a draft the rule keeps above its row's maximum, so the loop's own argmax comparison
+accepts it. docs/verification.md states the rules (ties, the bonus token) and how the processor works.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
     fidelity = evaluate.load(oneiro_hf.metrics.path("spec_fidelity"))
 
-``spec_fidelity`` (ROUGE-L F1 and exact match of texts), ``token_identity`` (identical token ids, common prefix)
-and ``spec_task_score`` (Spec-Bench task scores, the category as configuration); each module's own docstring says
-what it computes, and docs/api.md (``oneiro_hf.metrics``) describes them all.
+``spec_fidelity`` (ROUGE-L F1 and exact match of texts), ``token_identity`` (identical token ids, common
+prefix) and ``spec_task_score`` (Spec-Bench task scores, the category as configuration); each module's own
+docstring says what it computes, and docs/api.md (``oneiro_hf.metrics``) describes them all.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Turns the JSONL that ``python -m oneiro_hf.training.selfdistill`` appends to into a dataset directory in the
 Hub layout (card ``README.md``, settings ``export.json``, zstd parquet shards under ``data/``), incrementally:
 only ids the dataset lacks are added, and full shards never change. docs/training.md ("The data as a dataset,
-kept in the repository") describes the layout, the columns and the CLI; ``records.load_records`` reads it back.
+kept in the repository") describes the layout, the columns and the CLI; ``records.load_records`` reads it
+back.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ SETTINGS_FILE = "export.json"
 SHARD_GLOB = "train-*.parquet"
 COLUMNS = ("id", "source", "input_ids", "output_ids", "stopped")
 UINT16_VOCAB_LIMIT = 1 << 16
-# the card's text (package data, like the drafter card's template: oneiro_hf/model_cards links to model_cards/)
+# the card's text, package data like the drafter card's template (oneiro_hf/model_cards links to model_cards/)
 CARD_TEMPLATE = Path(__file__).resolve().parent.parent / "model_cards" / "dataset_card.md"
 
 # Where the non-package sources come from and under which terms (the public ones: prompts.public.PACKAGES).
