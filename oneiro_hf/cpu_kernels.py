@@ -4,24 +4,14 @@
         out = model.generate(**inputs, max_new_tokens=256)   # identical tokens to stock greedy, sooner on a CPU
     print(kernels)   # "grouped attention + prepacked linears (211 of 211 layers; 1 from one row)"
 
-Two substitutions, each measured to pay and each restored when the block ends (normally or by an error):
-
-* `grouped_attention` (targets that use "sdpa", any device): a pass of several tokens with a mask reads each
-  key/value head of the cache once, where transformers' sdpa copies the cache to every query head.
-* `prepacked_linears` (float32 targets on a CPU whose torch has oneDNN): each `nn.Linear` runs on its weight
-  reordered once, from the row count measured to pay for its shape on this machine (1 where oneDNN's one-row
-  call beats MKL's; never for shapes that never gain). Costs a second copy of the weights that run prepacked
-  (`max_memory` caps it: with `cpu_kernels(model, max_memory=0.45)` a float32 Qwen2.5-Coder-1.5B ran 107 of its
-  197 linear layers prepacked).
-
-The prepacked copies stay with the model for later blocks; `release_cpu_kernels(model)` frees them (the model keeps
-working on stock kernels until a block makes them again).
-
-A drafter's `generate` always runs the target inside these kernels (and the drafter's own copied layers on prepacked
-linears). Plain greedy inside them is therefore the baseline that separates speculation from the kernels:
-`oneiro-bench` runs it as the method `oneiro-greedy`.
-Results differ from stock kernels' by float32 summation order only; greedy tokens stay identical in practice
-(tested), but as with any kernel change, a near-tie between two logits can break the other way.
+Two substitutions, each restored when the block ends (normally or by an error): `grouped_attention` (targets
+that use "sdpa": a pass of several tokens reads each key/value head of the cache once) and `prepacked_linears`
+(float32 targets on a CPU: each `nn.Linear` on its weight reordered once, from the row count measured to pay;
+`max_memory` caps the copies, which stay with the model until `release_cpu_kernels(model)`). A drafter's
+`generate` always runs the target inside them, so plain greedy inside them (`oneiro-greedy` in oneiro-bench)
+separates speculation from the kernels. Results differ from stock kernels' by float32 summation order only (a
+near-tie between two logits can break the other way). docs/api.md (`cpu_kernels`) and docs/design.md give
+more.
 """
 
 from __future__ import annotations

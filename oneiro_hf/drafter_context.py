@@ -1,26 +1,13 @@
 """The drafter's teacher-forced context in one generate call: its KV cache, kept in step with the accepted sequence.
 
 Drafter position p takes (h_{p-1}, x_p): the target's state before a token and the token. Positions
-`first..true_len` are **teacher-forced** (built from the target's real states and accepted tokens); they fill
-the cache's first `true_len - offset` entries, where `offset = first - 1`. Speculative entries (chain drafts,
-tree nodes) sit after them and are cropped at the next catch-up. Target states of newly accepted positions
-wait in `pending` until a latent draft is wanted, then go through the drafter in one batched causal pass.
-
-`window` bounds the first catch-up: a prompt with more than `window` teacher-forceable positions feeds only
-its last `window` ones, at their absolute positions (RoPE and sliding windows see the true distances), so the
-catch-up's cost stops growing with the prompt. Drafters are trained on sequences of `--max_seq_len` tokens, so
-attending further back is outside what they learned. Later catch-ups feed every new position (the cache then
-holds at most `window` + generated positions). `window=None` feeds the whole prompt.
-
-**Exact verified context** (`config.verified_context == "exact"`): the copied layers' keys and values at verified
-positions come from the target's own inputs to those layers (`OneiroDrafter.attend_context`), not from the
-drafter's approximation of them. The catch-up then writes exact entries for positions `first..T-2` (the target has
-run them) and runs the full transition only at T-1, the bonus token the target has not run yet; that one entry
-is the drafter's own, and the next catch-up replaces it with the exact one (`exact_len` counts the exact ones).
-
-A latent rollout starts with `catch_up` (the state at the last accepted token) and goes on with `step` (the
-drafter's own predictions fed back as speculative entries). The chain generator (`OneiroCandidateGenerator`) and
-the tree builder (`LatentTreeDrafter`) both hold one and roll out only through these two calls.
+`first..true_len` are **teacher-forced** (the target's real states and accepted tokens) and fill the cache's
+first `true_len - offset` entries, `offset = first - 1`; speculative entries (chain drafts, tree nodes) sit
+after them and are cropped at the next catch-up. Newly accepted states wait in `pending` until a latent draft
+is wanted, then go through the drafter in one batched causal pass (`catch_up`); `step` feeds the drafter's own
+predictions. `window` bounds the first catch-up to the latest positions; with exact verified context the
+catch-up writes the target's own keys and values for positions it has run (`exact_len`). docs/design.md
+("Which cache", and "Exact verified context") says why.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """Attention for verification passes: grouped-query attention without copying the target's cache.
 
-transformers' sdpa attention (5.24) runs a pass of one query token on the key/value heads directly, but a pass of
-several tokens with a mask, which is what every verification pass is (a draft, or a tree), first copies each
-layer's keys and values to every query head (`repeat_kv`): num_attention_heads / num_key_value_heads copies of the
-whole cache, in every layer, on every pass. At a 4,096-token context that copy made a 2-token pass cost 2.1 times a
-1-token one for SmolLM2 on this project's CPU (3 key/value heads for 9 query heads), where weights alone cost 1.6.
-
-`grouped_sdpa_attention` computes the same attention with each group's query heads stacked along the query axis,
-(B, H, q, D) -> (B, H_kv, g*q, D) with g = H / H_kv, and the mask repeated g times along that axis, so SDPA reads
-every key/value head once. Each query row sees the keys it saw before, through the same mask row: the same
-attention, with no copy. Everything else (one query token, no mask, a per-head mask, position biases, softcap,
-dropout) goes to transformers' own sdpa function unchanged.
-
-`grouped_attention(model)` runs a target that uses "sdpa" with this function (registered as `ATTENTION_NAME` in
-transformers' AttentionInterface, its masks built as sdpa's) while a generate call with a drafter runs, and sets
-it back when the last such call on that model ends.
+transformers' sdpa attention copies each layer's keys and values to every query head (`repeat_kv`) for a pass
+of several tokens with a mask, which every verification pass is. `grouped_sdpa_attention` computes the same
+attention with each group's query heads stacked along the query axis, (B, H, q, D) -> (B, H_kv, g*q, D) with g
+= H / H_kv, and the mask repeated g times along that axis, so SDPA reads every key/value head once; everything
+else (one query token, no mask, a per-head mask, position biases, softcap, dropout) goes to transformers' own
+sdpa function. `grouped_attention(model)` runs a target that uses "sdpa" with it (registered as
+`ATTENTION_NAME`) while a generate call with a drafter runs. docs/design.md ("The cache is read once per
+key/value head") says why.
 """
 
 from __future__ import annotations

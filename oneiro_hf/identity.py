@@ -1,40 +1,12 @@
 """Which base model a drafter belongs to, told by the base model's weights rather than by its name or path.
 
-A drafter records two things about the model it was made from (docs/hub.md, "Which targets a drafter accepts"):
-
-* `base_model_name_or_path`: the base model's canonical Hub id when it is known (a Hub id the model was loaded
-  by, or the id of an oneiro-hf reference model), else the name it was loaded by. Informational only: it names
-  the base in messages and model cards, and is never compared.
-* `base_model_fingerprint`: a fixed, deterministic sample of the base weights the drafter depends on (the input
-  embedding, the copied decoder layers, the final norm and an untied LM head), `SAMPLES_PER_TENSOR` values per
-  tensor, stored as bfloat16.
-
-Binding compares the fingerprint with the same sample taken from the target. The tolerance rule: every sampled
-value must agree within one bfloat16 step, |a - b| <= 2**-7 * max(|a|, |b|) + 1e-6, after both are rounded to
-bfloat16. A copy of the same weights in float32, bfloat16 or float16, on any device, therefore matches; weights
-that were fine-tuned, re-quantized or otherwise changed by more than bfloat16 rounding do not.
-
-A drafter made from a quantized copy of a model (an oneiro-hf reference model is a GGUF dequantized to float32)
-also records, per tensor, the quantization its values went through (`quantization`, e.g. {"embed_tokens": "Q8_0",
-"layers.17.mlp.down_proj.weight": "Q6_K"}; a tensor not named went through none), so that the original weights the
-copy was made from bind too. A quantized value stands for a **cell**: every original value that rounds to it.
-Blocks of 32 or 16 values along the tensor's last (contiguous, input) dimension share one scale:
-
-* Q8_0, Q5_0 and Q4_1 (`REQUANTIZABLE`) are simple roundings: each sampled value's block of the target is quantized
-  and dequantized the way llama.cpp's reference quantizers do (`quantize_dequantize`), and the result must agree
-  with the recorded value within one bfloat16 step. This also checks the block's scale, so a rescaled block fails.
-* The K-quants (Q4_K, Q6_K, ...) choose their scales by a search that cannot be replayed exactly, so the drafter
-  also records each sampled value's cell (`cells`): the step between the levels of its block, read off the
-  dequantized copy (its values lie on a lattice of levels one step apart, `lattice_step`), and whether the value
-  is its block's lowest or highest level. The target's value must lie within half a step of the recorded one; at
-  a block's lowest or highest level up to `EDGE_STEPS` steps beyond it (the scale search can leave a block's
-  extremes outside its range, and llama.cpp clamps them).
-
-Up to `MAX_QUANTIZED_MISSES` of a tensor's samples may miss (rounding ties); a change that moves values out of their
-cells is refused. A change smaller than a cell cannot be told from the original: at 4 bits a cell is about a
-fifteenth of its block's range (docs/hub.md says what binds).
-
-Sampling costs one gather of 64 values per tensor (about 20 tensors), so binding stays cheap.
+A drafter records `base_model_fingerprint`: `SAMPLES_PER_TENSOR` values per tensor of the base weights it
+depends on, at positions that depend only on the tensor's size, stored as bfloat16. Binding takes the same
+sample from the target and compares both after rounding to bfloat16, within one bfloat16 step. A base that is
+a quantized copy also records each tensor's quantization (and, for K-quants, each sampled value's `cells`), so
+the original weights bind too: simple roundings (`REQUANTIZABLE`) are re-quantized with `quantize_dequantize`,
+K-quant values must lie in their cell (`lattice_step`, `EDGE_STEPS`). docs/hub.md ("Which targets a drafter
+accepts") states the rules and what binds.
 """
 
 from __future__ import annotations

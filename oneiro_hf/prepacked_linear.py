@@ -1,27 +1,14 @@
-"""Linear layers on a CPU on weights reordered once, not on every call.
+"""Linear layers on a CPU on weights reordered once (oneDNN), where MKL's GEMM packs them again on every call.
 
-torch's float32 `F.linear` on a CPU runs MKL's GEMM, which for multi-row inputs packs the weight matrix again on
-every call. Where that starts depends on the CPU: on some a layer costs the same at 1-3 rows and twice as much at
-4; on others twice as much already at 2 rows (`scripts/probe_prepacked_linear.py` measures it). oneDNN reorders a
-weight once (`torch.ops.mkldnn._reorder_linear_weight`) and then takes any row count on it.
-
-`prepacked_linears(model)` runs a model's `nn.Linear` layers that way inside a block: the target's and the drafter's
-in every generate call with a drafter (setting `prepack_cpu_weights`, on by default), and the target's in
-`oneiro_hf.cpu_kernels` for any forward or plain generate. It applies to float32 models on a CPU whose torch has
-oneDNN. Whether a layer gains, and from how many rows, is measured on this machine, not assumed:
-`measured_min_rows` times F.linear against the prepacked call at `ROW_GRID` row counts, once per weight shape and thread count in a process, and a layer runs prepacked from the
-row count that makes those timings cheapest (`choose_min_rows`); a threshold of 1 means one-token decoding steps
-run prepacked too. Shapes that never gain keep F.linear everywhere and keep no copy; fewer rows and everything
-else keep F.linear too.
-
-The reordered copies cost as much memory as the weights they copy; they are made when a block first swaps the
-layers in, kept for later blocks, made again if a weight changes, and go with the layer (weak references) or
-earlier with `release_packed(model)` (public as `oneiro_hf.release_cpu_kernels`).
-`max_copy_bytes` caps them: the layers that save the most time per byte (measured, `measured_saving`) get a copy
-until the cap is reached, the others keep F.linear (a Qwen2.5-Coder-1.5B target in float32 holds 7.1 GB of
-weights, 6.2 GB of them in linear layers: copies of all of them double its memory).
-Results differ from F.linear's by float32 rounding only (a different summation order), as a multi-token GEMM's
-already differ from greedy's one-row GEMV.
+`prepacked_linears(model)` runs a float32 CPU model's `nn.Linear` layers that way inside a block (every
+generate call with a drafter, and `oneiro_hf.cpu_kernels`). From how many rows a layer runs prepacked is
+measured, not assumed: `measured_min_rows` times both calls at `ROW_GRID` row counts once per weight shape and
+thread count, and `choose_min_rows` picks the threshold (1: one-token steps too; shapes that never gain keep
+F.linear and no copy). The copies cost as much memory as their weights (a float32 Qwen2.5-Coder-1.5B holds 6.2
+GB in linear layers), so `max_copy_bytes` caps them, the layers that save the most time per byte
+(`measured_saving`) first; they stay with the layer (weak references) until `release_packed(model)`
+(`oneiro_hf.release_cpu_kernels`). Results differ from F.linear's by float32 rounding only. docs/design.md
+("On a CPU, the weights are packed once, ...") gives the measurements.
 """
 
 from __future__ import annotations

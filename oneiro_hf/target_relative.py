@@ -1,20 +1,11 @@
 """Target-relative storage: a drafter checkpoint that holds only how its weights differ from its target's.
 
-A drafter's transition starts as a copy of target decoder layers, so most of what a full checkpoint stores is
-already on the user's disk, inside the target. Stored relative to the target, each copied layer matrix W is
-kept as a rank-r difference from the target's own matrix T (W ~= T + A @ B, A: (out, r), B: (r, in)); the
-fusion's token-embedding block, which starts as the identity, likewise as identity + A @ B; the fusion's state
-block (learned from nothing), the norms, biases and the draft vocabulary as they are. Loading rebuilds each
-matrix from the bound target, after the target's identity was checked (a difference only means something
-against the weights it was taken from).
-
-The truncation is lossy for the drafter (its drafts change a little; the output of strict verification does
-not): choose the ranks by held-out acceptance. On Qwen2.5-Coder-1.5B-Instruct, layer rank 32 and token rank
-256 store 11 MiB instead of 188 MiB (docs/hub.md, "Target-relative checkpoints").
-
-Tensor names in the file: `<matrix>.delta_a` and `<matrix>.delta_b` for a matrix stored as a difference
-(`fuse.weight.token.delta_*` for the fusion's token block, with `fuse.weight.states` beside it); every other
-name is a tensor of the drafter's state dict, stored as it is.
+Each copied layer matrix W is stored as a rank-r difference from the target's own matrix T (W ~= T + A @ B, as
+`<matrix>.delta_a` and `<matrix>.delta_b`), the fusion's token-embedding block as identity + A @ B
+(`fuse.weight.token.delta_*`, beside `fuse.weight.states`); every other tensor is stored as it is. Loading
+rebuilds each matrix from the bound target after checking the target's identity. The truncation changes the
+drafter's drafts a little, never the output of strict verification. docs/hub.md ("Target-relative
+checkpoints") describes the format, the checks and the measured sizes.
 """
 
 from __future__ import annotations

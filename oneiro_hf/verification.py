@@ -1,25 +1,10 @@
 """Configurable verification: how a drafted token is judged inside transformers' assisted-decoding loop.
 
-`strict` (the default) leaves the loop alone: a drafted token is kept iff it is the target's greedy
-choice (or passes the speculative-sampling test when sampling), so the output is the target's own.
-
-The relaxed criteria are lossy and greedy-only:
-
-* `topk`: keep a drafted token if it is among the target's top `verification_topk` tokens at its
-  position (ties are broken by token id, as `argmax` breaks them, so k=1 is exactly `strict`);
-* `threshold`: keep it if `p(draft) >= verification_threshold * max_v p(v)` under the target's
-  distribution at its position (t=1.0 is `strict` up to exact ties).
-
-Either relaxed rule is only applied where the target's entropy at that position is at least
-`verification_min_entropy` nats (0 = everywhere); where the target is more confident than that, the
-position is judged strictly.
-
-The loop compares drafted tokens with `argmax` of the processed scores, after running its logits
-processors on every candidate position. `RelaxedAcceptanceProcessor`, appended last to that very
-processor list, looks up the token drafted at the position it is called for and, when the rule keeps
-it, raises that token's score above the row's maximum, so the loop's own comparison accepts it. It
-never touches a position without a draft (the bonus token after the last accepted one is the target's
-unchanged choice). See docs/verification.md.
+`strict` (the default) leaves the loop alone, so the output is the target's own. The relaxed `topk` and
+`threshold` criteria are lossy and greedy-only, and apply only where the target's entropy is at least
+`verification_min_entropy`. `RelaxedAcceptanceProcessor`, appended last to the loop's logits processors,
+raises the score of a draft the rule keeps above its row's maximum, so the loop's own argmax comparison
+accepts it. docs/verification.md states the rules (ties, the bonus token) and how the processor works.
 """
 
 from __future__ import annotations

@@ -90,6 +90,7 @@ def test_wheel_carries_the_template_and_publishes_a_dry_run_from_it(tmp_path):
         assert zf.read("oneiro_hf/model_cards/drafter_card.md") == TEMPLATE.read_bytes()
         assert not any("model_cards/drafters/" in n for n in names)  # rendered cards stay in the repository
         assert "oneiro_hf/training/prompts/data/words.json" in names  # the template prompt sources read it
+        assert "oneiro_hf/model_cards/dataset_card.md" in names  # distill_dataset renders data cards from it
         metadata = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "License-Expression: Apache-2.0" in metadata
     site = tmp_path / "site"

@@ -1,24 +1,13 @@
 """The OneiroDraft drafter as a vLLM model: what `oneiro-export vllm` folders run as inside vLLM's EAGLE-3 path.
 
-vLLM's hidden-state draft path (vllm/v1/spec_decode/llm_base_proposer.py) calls, per engine step:
-`combine_hidden_states(aux)` once on the target's states of the newly verified positions, then
-`forward(input_ids, positions, hidden_states)` over those positions (input_ids shifted by one: position t gets
-token t+1, as the drafter's teacher-forced pass pairs the state before a token with the token) and once per
-further draft token on the previous step's second output; `compute_logits` on the first output picks each
-draft token. The drafter's function maps onto that exactly:
-
-* fusion `fuse([s_1; ...; s_k; e]) = W_s [s_1; ...; s_k] + W_e e + b`: `combine_hidden_states` computes the state
-  part of the target's states (each through the target's final norm, in the drafter's slot order),
-  `forward` adds the token part; for speculative positions the drafter's predicted state p fills every slot,
-  so `forward`'s second output is W_s [p; ...; p], the state part of the next step's input;
-* the copied layers are vLLM's own decoder layers of the target's architecture (their input norms included),
-  then the target's final norm;
-* the readout is the target's LM-head rows of the draft vocabulary, scattered into the full vocabulary (-inf
-  elsewhere), so vLLM's argmax and sampling see target token ids.
-
-vLLM asserts that an `eagle3` draft model is one of its EAGLE-3 classes (the isinstance check in
-`SpecDecodeBaseProposer.propose`), hence the subclass of `Eagle3LlamaForCausalLM`; nothing of that class's
-layout is used. The token embedding is the target's, shared by vLLM after loading (`has_own_embed_tokens`).
+vLLM's hidden-state draft path calls `combine_hidden_states` on the target's states of the newly verified
+positions (the fusion's state part), `forward` over those positions and once per further draft token (the
+fusion's token part, the copied layers as vLLM's own decoder layers, the target's final norm) and
+`compute_logits` (the target's LM-head rows of the draft vocabulary, scattered into the full vocabulary). vLLM
+asserts that an `eagle3` draft model is one of its EAGLE-3 classes, hence the subclass of
+`Eagle3LlamaForCausalLM`; nothing of that class's layout is used, and the token embedding is the target's
+(`has_own_embed_tokens`). docs/serving.md ("Why the method is `eagle3`", "What runs where in vLLM") gives the
+full mapping.
 """
 
 from __future__ import annotations

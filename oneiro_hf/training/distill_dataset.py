@@ -1,32 +1,10 @@
 """Self-distillation data as a ``datasets`` dataset: compact, carded, stored in the repository, never lost.
 
-``python -m oneiro_hf.training.selfdistill`` appends the target's greedy answers to a JSONL file (resumable,
-one record per prompt). This module turns such a file into a dataset directory in the Hub layout::
-
-    data/selfdistill/smollm2-135m-instruct/
-        README.md                 dataset card (YAML front matter + text), generated from the data
-        export.json               generation settings, throughput and prompt plan (read back on every export)
-        data/train-00000.parquet  zstd-compressed shards of at most SHARD_RECORDS records
-
-Columns: ``id`` (string), ``source`` (string), ``input_ids`` and ``output_ids`` (lists of ``uint16`` token ids
-when the vocabulary has at most 65,536 entries, else ``uint32``), ``stopped`` (bool: the answer ended with an
-end-of-turn token rather than at the token limit). The raw prompt text is left out: shared chats may hold
-personal data. The prompt's token ids stay (training needs them), so the card says that they decode to it.
-
-The export is incremental and idempotent: records whose id is already in the dataset are skipped, new ones
-fill up the last shard and then new shards, so full shards never change (a git history of snapshots holds each
-full shard once, plus the versions of the one partial shard). Re-running it while generation is still appending
-picks up what was added.
-
-``records.load_records`` reads such a directory (``datasets.load_dataset``), a ``save_to_disk`` copy
-(``datasets.load_from_disk``) or a Hub dataset id into the records ``oneiro-train`` trains on.
-
-CLI::
-
-    python -m oneiro_hf.training.distill_dataset --jsonl runs/selfdistill/smollm2.jsonl \\
-        --out data/selfdistill/smollm2-135m-instruct --target smollm2-135m-instruct \\
-        --log runs/selfdistill/gen.log --max-new-tokens 256 --batch-size 32 --threads 1 \\
-        --exclude ../shared/data/spec_bench/question.jsonl
+Turns the JSONL that ``python -m oneiro_hf.training.selfdistill`` appends to into a dataset directory in the
+Hub layout (card ``README.md``, settings ``export.json``, zstd parquet shards under ``data/``), incrementally:
+only ids the dataset lacks are added, and full shards never change. docs/training.md ("The data as a dataset,
+kept in the repository") describes the layout, the columns and the CLI; ``records.load_records`` reads it
+back.
 """
 
 from __future__ import annotations
@@ -53,6 +31,8 @@ SETTINGS_FILE = "export.json"
 SHARD_GLOB = "train-*.parquet"
 COLUMNS = ("id", "source", "input_ids", "output_ids", "stopped")
 UINT16_VOCAB_LIMIT = 1 << 16
+# the card's text, package data like the drafter card's template (oneiro_hf/model_cards links to model_cards/)
+CARD_TEMPLATE = Path(__file__).resolve().parent.parent / "model_cards" / "dataset_card.md"
 
 # Where the non-package sources come from and under which terms (the public ones: prompts.public.PACKAGES).
 BUILTIN_SOURCE_NOTES: dict[str, tuple[str, str]] = {
@@ -358,181 +338,40 @@ def _source_counts(out: Path) -> dict[str, Counter[str]]:
 
 
 def dataset_card(out_dir: str | Path, settings: ExportSettings) -> str:
-    """The dataset card (README.md), computed from the shards and ``settings``; deterministic."""
+    """The dataset card (README.md), computed from the shards and ``settings``; deterministic.
+
+    Rendered from CARD_TEMPLATE (Jinja), which holds the card's text; this fills in the counts and sources.
+    """
+    import jinja2
+
+    from .prompts.public import MT_BENCH, PACKAGES, PREFIX_CHARS, SHINGLE_WORDS
+
     out = Path(out_dir)
     per_source = _source_counts(out)
-    n = sum(c["records"] for c in per_source.values())
-    sections = (
-        _card_header(out, settings, n),
-        _card_use_and_sources(out, settings, per_source),
-        _card_filter_and_generation(settings, n),
-    )
-    return "\n".join(line for section in sections for line in section) + "\n"
-
-
-def _card_header(out: Path, settings: ExportSettings, n: int) -> list[str]:
-    """YAML front matter, title, columns and the note on prompt text."""
-    dtype = settings.token_dtype
-    return [
-        "---",
-        f"pretty_name: Self-distillation data for {settings.target} (oneiro-hf)",
-        "license: other",
-        "license_name: mixed",
-        "license_details: per source, see the Sources table; the answers are the target's own output",
-        "language: [en]",
-        "tags: [speculative-decoding, self-distillation, oneiro-hf]",
-        f"size_categories: [{_size_category(n)}]",
-        "configs:",
-        "- config_name: default",
-        "  data_files:",
-        "  - split: train",
-        f"    path: data/{SHARD_GLOB}",
-        "dataset_info:",
-        "  features:",
-        "  - name: id",
-        "    dtype: string",
-        "  - name: source",
-        "    dtype: string",
-        "  - name: input_ids",
-        "    list: " + dtype,
-        "  - name: output_ids",
-        "    list: " + dtype,
-        "  - name: stopped",
-        "    dtype: bool",
-        "---",
-        "",
-        f"# Self-distillation data for {settings.target}",
-        "",
-        ("The target's own greedy answers to a mix of prompts, as token ids: what a lossless speculative-decoding "
-         "drafter has to predict. Made by `python -m oneiro_hf.training.selfdistill`, exported by "
-         "`python -m oneiro_hf.training.distill_dataset` (this card is generated; do not edit it by hand)."),
-        "",
-        "| column | type | meaning |",
-        "|---|---|---|",
-        "| `id` | string | `<source>:<hash of the prompt text>`; stable, so generation and export resume by id |",
-        "| `source` | string | the prompt source (table below) |",
-        (f"| `input_ids` | list of {dtype} | the prompt exactly as the target saw it "
-         "(`oneiro_hf.chat.encode_prompt`: the chat template, or a plain Question/Answer document for a base "
-         "model) |"),
-        (f"| `output_ids` | list of {dtype} | the target's greedy answer, ending with its end-of-turn token "
-         "when it stopped by itself |"),
-        "| `stopped` | bool | true: the answer ended on its own; false: it was cut at the token limit |",
-        "",
-        f"Token ids are stored as {dtype} (vocabulary of {settings.vocab_size} tokens"
-        + ("; 16 bits suffice" if dtype == "uint16" else "; more than 16 bits needed")
-        + f") in {len(_shards(out))} zstd-compressed parquet shard(s) under `data/`.",
-        "",
-        ("**No prompt text.** Shared chats (ShareGPT) may hold personal data, so the raw prompt text is not "
-         "stored. The prompt's token ids are (training needs the exact context), and they decode back to the "
-         "prompt with the target's tokenizer: treat the data as containing the prompts, and do not use it to "
-         "republish them."),
-        "",
-    ]
-
-
-def _card_use_and_sources(out: Path, settings: ExportSettings, per_source: dict[str, Counter[str]]) -> list[str]:
-    """How to load it, and the per-source table with licences and counts."""
-    from .prompts.public import PACKAGES
-
     total: Counter[str] = sum(per_source.values(), Counter())
-    n = total["records"]
-    lines = [
-        "## Use",
-        "",
-        "```python",
-        "from datasets import load_dataset",
-        "",
-        f'ds = load_dataset("{out.as_posix()}", split="train")   # offline; a local directory',
-        "```",
-        "",
-        (f"Train a drafter on it: `oneiro-train --target {settings.target} --data {out.as_posix()} ...` "
-         "(a `save_to_disk` copy or a Hub dataset id work too)."),
-        "",
-        "## Sources",
-        "",
-        "| source | what | licence | records | prompt tokens | response tokens | stopped by itself |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    sources = []
     for source in sorted(per_source, key=lambda s: (-per_source[s]["records"], s)):
-        c = per_source[source]
         if source in PACKAGES:
             what, licence = f"real user prompts from `{PACKAGES[source].requirement}`", PACKAGES[source].license
         else:
             what, licence = BUILTIN_SOURCE_NOTES.get(source, ("user-supplied prompts", "unknown: check"))
-        lines.append(
-            f"| {source} | {what} | {licence} | {c['records']} | {c['prompt_tokens']} | {c['response_tokens']} "
-            f"| {c['stopped'] / c['records']:.0%} |"
-        )
-    lines += [
-        (f"| **all** | | | **{n}** | **{total['prompt_tokens']}** | **{total['response_tokens']}** "
-         f"| {total['stopped'] / max(n, 1):.0%} |"),
-        "",
-        f"The answers are {settings.target}'s output: its licence applies to them.",
-    ]
-    if settings.prompt_plan:
-        plan = ", ".join(f"{k} {v}" for k, v in sorted(settings.prompt_plan.items(), key=lambda kv: -kv[1]))
-        lines += [
-            "",
-            f"Prompt list of the generation job: {sum(settings.prompt_plan.values())} prompts ({plan}); "
-            f"{n} answered so far"
-            + (f", {settings.skipped_too_long} skipped as longer than {settings.max_prompt_tokens} tokens"
-               if settings.skipped_too_long else "")
-            + ".",
-        ]
-    return lines
-
-
-def _card_filter_and_generation(settings: ExportSettings, n: int) -> list[str]:
-    """Which evaluation sets were kept out and how, and the generation settings and measured throughput."""
-    from .prompts.public import MT_BENCH, PREFIX_CHARS, SHINGLE_WORDS
-
-    tp = settings.throughput
-    excluded = ", ".join([f"MT-bench (`{MT_BENCH.requirement}`)", *settings.exclude])
-    lines = [
-        "",
-        "## Evaluation sets are kept out",
-        "",
-        (f"Every public prompt was dropped at generation time if it shares a run of {SHINGLE_WORDS} words, or its "
-         f"first {PREFIX_CHARS} characters, with any turn of these evaluation sets: {excluded}. Texts are compared "
-         "lower-cased and reduced to letters and digits (`oneiro_hf/training/prompts/public.py`). Spec-Bench includes MT-bench, WMT14 de-en, "
-         "CNN/DailyMail, Natural Questions, GSM8K and DPR questions, so those turns are covered by its file. "
-         f"Re-checked against the same sets at export, with the prompt text of the generation file: "
-         f"{settings.prompts_rechecked} of {n} records, no overlap."),
-        "",
-        "## Generation",
-        "",
-        f"- target: {settings.target} ({settings.dtype}{', the latest part' if len(settings.parts) > 1 else ''}), "
-        "greedy decoding, batched"
-        + (f" ({settings.batch_size} sequences per forward, left-padded)"
-           if settings.batch_size and len(settings.parts) <= 1 else ""),
-        f"- max new tokens: {settings.max_new_tokens if settings.max_new_tokens is not None else 'not recorded'}"
-        + (f"; prompts longer than {settings.max_prompt_tokens} tokens skipped" if settings.max_prompt_tokens else "")
-        + (" (the latest part's limit)" if len(settings.parts) > 1 else ""),
-        f"- prompt sources and weights: {settings.sources or 'not recorded'}"
-        + (" (the latest part's)" if len(settings.parts) > 1 else "")
-        + (f", seed {settings.seed}" if settings.seed is not None else ""),
-        f"- hardware: {settings.hardware or 'not recorded'}"
-        + (f", {settings.threads} torch thread(s)" if settings.threads else ""),
-    ]
-    if len(settings.parts) > 1:
-        lines[-1] = "- made in parts, on different machines:"
-        for part in settings.parts:
-            ptp = part.get("throughput") or {}
-            lines.append(
-                f"  - {part['records']} records on {part['hardware'] or 'hardware not recorded'}"
-                + (f", {part['batch_size']} sequences per forward" if part.get("batch_size") else "")
-                + (f", {part['threads']} torch thread(s)" if part.get("threads") else "")
-                + (f", {part['dtype']}" if part.get("dtype") else "")
-                + (f", sources {part['sources']}" if part.get("sources") else "")
-                + (f": {ptp['response_tokens']} response tokens in {ptp['seconds'] / 3600:.2f} h = "
-                   f"**{ptp['response_tokens_per_s']:.1f} response tokens/s**" if ptp.get("seconds") else "")
-            )
-    elif tp.get("seconds"):
-        lines.append(
-            f"- measured: {tp['response_tokens']} response tokens in {tp['seconds'] / 3600:.2f} h "
-            f"({tp['runs']} run(s) of the resumable job) = **{tp['response_tokens_per_s']:.1f} response tokens/s**"
-        )
-    return lines
+        sources.append((source, what, licence, per_source[source]))
+    environment = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    return environment.from_string(CARD_TEMPLATE.read_text(encoding="utf-8")).render(
+        s=settings,
+        dtype=settings.token_dtype,
+        n=total["records"],
+        size_category=_size_category(total["records"]),
+        shard_glob=SHARD_GLOB,
+        shards=len(_shards(out)),
+        path=out.as_posix(),
+        sources=sources,
+        total=total,
+        plan=", ".join(f"{k} {v}" for k, v in sorted(settings.prompt_plan.items(), key=lambda kv: -kv[1])),
+        excluded=", ".join([f"MT-bench (`{MT_BENCH.requirement}`)", *settings.exclude]),
+        shingle_words=SHINGLE_WORDS,
+        prefix_chars=PREFIX_CHARS,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- CLI

@@ -1,32 +1,9 @@
 """Stage 3: on-policy refinement. The drafter is trained on the states it reaches itself while drafting.
 
-Stages 1-2 only ever start a draft from the target's true states on fixed self-distillation text. At
-inference the drafter starts wherever the last verification ended and rolls forward on its own predictions,
-and its errors cluster where those drift. Stage 3 lets the target supervise exactly those drafts:
-
-1. **Collect.** The current drafter drafts for the target through real speculative decoding
-   (``generate(assistant_model=drafter)``, latent mode, strict greedy, a fixed draft length with the cost
-   model off, so every step drafts) on the next slice of training prompts. The candidate generator records
-   every drafting round (``drafter.record_draft_rounds``): where it started, what was drafted and how many
-   tokens were accepted; the first rejected position is the error position. In strict greedy the final
-   sequence is exactly the target's greedy answer, so it is also self-distillation data.
-2. **Replay.** A round started at sequence length ``T`` is the rollout chain that ``parallel_rollout`` starts
-   at drafter index ``T - 2`` (state ``H[T-2]``, token ``x[T-1]``). Rolling K steps from every start at once,
-   with the chain's own states but the target's tokens (target-assisted: the continuation stays on the
-   target's path), reproduces the inference-time states of every step up to and including the error
-   (greedy: accepted drafts are the target's tokens). Labels are the target's states and distributions on
-   the final sequence.
-3. **Train.** Batches are sequences drawn from a replay buffer (FIFO or reservoir) of collected sequences.
-   Every recorded round of a drawn sequence is a chain with its own loss weight: rounds with a rejection
-   share ``onpolicy_mix_ratio`` of the batch's weight, fully accepted rounds the rest; within a chain the
-   step weights apply and the error step counts ``onpolicy_error_weight`` times more.
-
-``rounds`` x (collect -> ``steps_per_round`` optimiser steps) run inside one ``transformers.Trainer`` run:
-the train dataset is a list of slot numbers, and the slot's sequence is drawn from the buffer when the step
-runs, after that round's collection. Checkpoints hold the buffer, the round index and the per-round logs
-(``oneiro_onpolicy.json``) besides the Trainer's own state; each collection is also written to
-``output_dir/onpolicy/round-NNN.json`` with a digest of the weights it was collected with, so resuming before
-a collection that already happened reuses it instead of decoding again.
+Each round collects (the drafter drafts for the target in real speculative decoding, every drafting round
+recorded), replays the recorded rounds as rollout chains weighted towards their first rejection, and trains on
+a replay buffer of the collected sequences; all rounds run inside one ``transformers.Trainer`` run.
+docs/training.md ("Stage 3: on-policy refinement") describes the design, the checkpoints and the settings.
 """
 
 from __future__ import annotations
@@ -318,20 +295,12 @@ class OnPolicyTrainer(OneiroTrainer):
 
     ``prompts`` are records with ``input_ids`` (chat-formatted, never evaluation data); round r decodes
     ``prompts[r * n : (r + 1) * n]`` (wrapping around when they run out). ``max_steps`` is set to
-    ``onpolicy_rounds * onpolicy_steps_per_round``.
+    ``onpolicy_rounds * onpolicy_steps_per_round``. ``kwargs`` go to ``OneiroTrainer`` (``eval_dataset``,
+    ``state_mean``, ``state_std``, ``callbacks``, ``provenance``, ...); the train dataset is the slots.
     """
 
     def __init__(
-        self,
-        drafter: Any,
-        target: Any,
-        args: OneiroTrainingArguments,
-        prompts: Sequence[Mapping[str, Any]],
-        eval_dataset: Any = None,
-        state_mean: torch.Tensor | None = None,
-        state_std: torch.Tensor | None = None,
-        callbacks: list[TrainerCallback] | None = None,
-        provenance: dict[str, Any] | None = None,
+        self, drafter: Any, target: Any, args: OneiroTrainingArguments, prompts: Sequence[Mapping[str, Any]],
         **kwargs: Any,
     ) -> None:
         if not isinstance(args, OneiroTrainingArguments) or args.stage != "3":
@@ -351,10 +320,7 @@ class OnPolicyTrainer(OneiroTrainer):
         if args.world_size > 1:
             raise OnPolicyError("stage 3 runs in a single process (collection decodes one prompt at a time).")
         slots = total * args.per_device_train_batch_size * args.gradient_accumulation_steps
-        super().__init__(
-            drafter, target, args, train_dataset=_SlotDataset(slots), eval_dataset=eval_dataset,
-            state_mean=state_mean, state_std=state_std, callbacks=callbacks, provenance=provenance, **kwargs,
-        )
+        super().__init__(drafter, target, args, train_dataset=_SlotDataset(slots), **kwargs)
         self.data_collator = _collate_slots
         self.steps = args.onpolicy_draft_tokens
         self.step_weight_list = args.step_weights(self.steps)
