@@ -73,15 +73,6 @@ def sequence_key(seq: Sequence[int], prompt_len: int) -> str:
     return h.hexdigest()
 
 
-def response_token_count(records: Iterable[Mapping[str, Any]], max_len: int) -> int:
-    total = 0
-    for rec in records:
-        made = make_sequence(rec, max_len)
-        if made is not None:
-            total += len(made[0]) - made[1]
-    return total
-
-
 # ---------------------------------------------------------------------------------------------- datasets
 class SequenceDataset(Dataset):
     """Token sequences only; the trainer computes the target's features on the fly."""
@@ -660,12 +651,3 @@ def state_statistics(
     std = var.sqrt()
     floor = max(float(std.median()) * 1e-3, 1e-6)
     return mean.float(), std.clamp_min(floor).float()
-
-
-def format_count(n: float) -> str:
-    if n >= 1e6:
-        return f"{n / 1e6:.2f}M"
-    if n >= 1e3:
-        return f"{n / 1e3:.1f}k"
-    return str(int(n)) if float(n).is_integer() else f"{n:.3g}"
-
