@@ -39,6 +39,8 @@ from ..targets import base_model, select_input_states, text_config
 logger = logging.getLogger(__name__)
 
 IGNORE = -100
+
+
 def is_eval_record(record_id: str, eval_fraction: float, seed: int = 0) -> bool:
     """Stable hold-out membership by id hash, so the split does not move when the data file grows."""
     if eval_fraction <= 0:
@@ -323,7 +325,7 @@ class FeatureCache:
             meta["compute_dtype"] = str(computed_in).removeprefix("torch.")
         self.index: dict[str, tuple[int, int, int, int]] = {}
         self.shard_resid: dict[int, int | None] = {}
-        self._shards: dict[int, dict[str, torch.Tensor]] = {}
+        self._shards: dict[int, Any] = {}  # shard number -> safetensors handle
         self.dir.mkdir(parents=True, exist_ok=True)
         with self._locked():  # ranks and runs opening a new directory at once: one writes meta.json, all check it
             self._claim(meta)
@@ -529,11 +531,13 @@ class FeatureCache:
             self.index[key] = (n, s, length, prompt_len)
         return start if resid else 0
 
-    def shard(self, n: int) -> dict[str, torch.Tensor]:
+    def shard(self, n: int) -> Any:
+        """Shard ``n`` opened for slicing (``get_slice(name)[a:b]``): a read loads only the slice asked for, so
+        training holds no more than its batches in memory, whatever the cache's size."""
         if n not in self._shards:
-            from safetensors.torch import load_file
+            from safetensors import safe_open
 
-            self._shards[n] = load_file(str(self.dir / f"shard-{n:05d}.safetensors"))
+            self._shards[n] = safe_open(str(self.dir / f"shard-{n:05d}.safetensors"), framework="pt")
         return self._shards[n]
 
     def lookup(self, record: Mapping[str, Any]) -> tuple[int, int, int, int] | None:
@@ -545,18 +549,15 @@ class FeatureCache:
     def get(self, entry: tuple[int, int, int, int], resid: bool = False) -> dict[str, Any]:
         n, start, length, prompt_len = entry
         sh = self.shard(n)
-        item = {
-            "input_ids": sh["input_ids"][start : start + length].long(),
-            "prompt_len": prompt_len,
-            "states": sh["states"][start : start + length],
-            "target_argmax": sh["target_argmax"][start : start + length].long(),
-        }
-        if self.input_layers:
-            item["inputs"] = sh["inputs"][start : start + length]
-        if self.context_layers:
-            item["context"] = sh["context"][start : start + length]
-        if resid:
-            item["resid"] = sh["resid"][start : start + length]
+
+        def read(name: str) -> torch.Tensor:
+            return sh.get_slice(name)[start : start + length]
+
+        item = {"input_ids": read("input_ids").long(), "prompt_len": prompt_len, "states": read("states"),
+                "target_argmax": read("target_argmax").long()}
+        for name, wanted in (("inputs", self.input_layers), ("context", self.context_layers), ("resid", resid)):
+            if wanted:
+                item[name] = read(name)
         return item
 
     def has_resid(self, entry: tuple[int, int, int, int]) -> bool:
