@@ -121,6 +121,48 @@ def test_a_campaign_grows_the_data_trains_at_milestones_commits_and_resumes(tmp_
     assert sum(len(r["output_ids"]) for r in grown) >= 56
 
 
+def test_a_campaign_captures_features_the_training_then_finds_cached(tmp_path, monkeypatch, smollm2) -> None:
+    """--feature_cache_dir: the answering bfloat16 copy stores each answer's features; a float32 target training
+    with --feature_dtype bfloat16 on that cache computes none of them again, and finds them close to its own."""
+    import torch
+
+    from oneiro_hf.training import features as feat
+    from oneiro_hf.training.records import load_records
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["--target", "smollm2-135m-instruct", "--dataset", "data/ds", "--until", "+24h", "--sources", "synthetic",
+            "--num_prompts", "6", "--max_new_tokens", "8", "--batch_size", "3", "--dtype", "bfloat16", "--device",
+            "cpu", "--threads", "1", "--milestone_tokens", "30", "--goal_tokens", "30", "--feature_cache_dir",
+            "features", "--max_seq_len", "96"]
+    assert campaign.main(argv) == 0
+    records = load_records("data/ds")
+    target = smollm2[0]  # float32, as oneiro-train loads it
+    cache = feat.FeatureCache("features", target, 96, compute_dtype=torch.bfloat16)
+    usable = [r for r in records if feat.make_sequence(r, 96) is not None]
+    assert usable and cache.build(records, progress=False)["computed"] == 0
+    fresh = feat.FeatureCache("pass", target, 96, compute_dtype=torch.bfloat16)
+    fresh.build(records, progress=False)
+    for rec in usable:
+        a, b = cache.get(cache.lookup(rec)), fresh.get(fresh.lookup(rec))
+        assert torch.equal(a["input_ids"], b["input_ids"])
+        cos = torch.nn.functional.cosine_similarity(a["states"].float(), b["states"].float(), dim=-1)
+        assert cos.min() > 0.995 and cos.mean() > 0.999  # bfloat16 weights against bfloat16 autocast
+        labelled = b["target_argmax"] >= 0
+        # the captured labels are the bfloat16 copy's greedy answer; the pass's come from the float32 head
+        assert (a["target_argmax"][labelled] == b["target_argmax"][labelled]).float().mean() > 0.8
+
+
+def test_captured_features_must_be_what_the_recipe_trains_on(tmp_path: Path) -> None:
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({"feature_cache_dir": "runs/f", "feature_dtype": "bfloat16", "max_seq_len": 1024}))
+    base = {"target": "t", "dataset": "d", "until": "+1h", "recipe": str(recipe), "max_seq_len": 1024}
+    campaign.check_capture(campaign.CampaignArguments(**base, feature_cache_dir="runs/f/"))
+    for wrong in ({"feature_cache_dir": "runs/g"}, {"feature_cache_dir": "runs/f", "dtype": "float32"},
+                  {"feature_cache_dir": "runs/f", "max_seq_len": 512}):
+        with pytest.raises(campaign.CampaignError, match="Fix: set those in the recipe"):
+            campaign.check_capture(campaign.CampaignArguments(**{**base, **wrong}))
+
+
 def test_probe_only_measures_writes_and_exits(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setattr(campaign, "PROBED_BATCH_SIZES", (1, 2))
     argv = ["--target", "smollm2-135m-instruct", "--dataset", str(tmp_path / "ds"), "--until", "+5m", "--dtype",

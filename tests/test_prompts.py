@@ -237,7 +237,7 @@ def test_self_distillation_matches_unbatched_greedy_and_resumes(tmp_path: Path) 
     assert sorted(r["id"] for r in recs) == sorted(p["id"] for p in prompts)
     stops = stop_token_ids(tok, model)
     for r in recs:
-        single, _ = generate_batch(model, [r["input_ids"]], 6, stops, tok.pad_token_id)[0]
+        single, _, _ = generate_batch(model, [r["input_ids"]], 6, stops, tok.pad_token_id)[0]
         assert single == r["output_ids"]
 
     # a machine without the JSONL resumes from the committed dataset: nothing is generated twice

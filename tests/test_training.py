@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny import tiny_config
+from tiny import MODEL_CLASSES, tiny_config
 from transformers import LlamaForCausalLM, TrainerCallback
 
 from oneiro_hf import OneiroDrafter
@@ -196,6 +196,40 @@ def test_bfloat16_feature_cache_computes_in_bfloat16_and_never_mixes_with_float3
         feat.FeatureCache(tmp_path / "bf16", target, 64)  # a float32 run never reads bfloat16 features
     feat.FeatureCache(tmp_path / "f32", target, 64)
     assert "compute_dtype" not in json.loads((tmp_path / "f32" / "meta.json").read_text())  # as before the option
+
+
+@pytest.mark.parametrize("arch, max_len", [("llama", 64), ("llama", 12), ("qwen2", 64), ("gemma3", 64)])
+def test_features_captured_while_answering_match_the_feature_pass(tmp_path, arch, max_len):
+    """generate_batch(with_states=True) keeps the states the decode computed; stored with FeatureCache.add they
+    are what FeatureCache.build computes for the same records (left padding, early stops, the last token, and
+    sequences cut at max_len included)."""
+    from oneiro_hf.training.selfdistill import captured_features, generate_batch
+
+    torch.manual_seed(0)
+    target = MODEL_CLASSES[arch](tiny_config(arch, layers=3, vocab=VOCAB)).eval()
+    prompts = [[5, 9, 11, 3, 20], [7, 8], [30, 31, 32, 33, 34, 35, 36, 37, 38, 39]]  # longer than gemma's window
+    free = generate_batch(target, prompts, 8, [], 0)
+    stop = free[0][0][2]  # a token row 0 says third: row 0 stops early, the others may run to the limit
+    results = generate_batch(target, prompts, 8, [stop], 0, with_states=True)
+    assert results[0][1] and len(results[0][0]) <= 3
+    assert any(not stopped for _, stopped, _ in results)
+    assert [s.shape[0] for _, _, s in results] == [len(p) + len(r) for p, (r, _, _) in zip(prompts, results)]
+
+    captured = feat.FeatureCache(tmp_path / "captured", target, max_len)
+    written = captured.add(captured_features(target, prompts, results, max_len))
+    assert written == sum(min(max_len, len(p) + len(r)) for p, (r, _, _) in zip(prompts, results))
+    assert captured.add(captured_features(target, prompts, results, max_len)) == 0  # already there
+    records = [{"input_ids": p, "output_ids": r} for p, (r, _, _) in zip(prompts, results)]
+    passed = feat.FeatureCache(tmp_path / "pass", target, max_len)
+    passed.build(records, progress=False)
+    for rec in records:
+        a, b = captured.get(captured.lookup(rec)), passed.get(passed.lookup(rec))
+        assert torch.equal(a["input_ids"], b["input_ids"]) and a["prompt_len"] == b["prompt_len"]
+        assert torch.equal(a["target_argmax"], b["target_argmax"])
+        assert torch.allclose(a["states"].float(), b["states"].float(), atol=2e-3)
+    with pytest.raises(ValueError, match="one state and one label per token"):
+        seq, plen, f = captured_features(target, prompts, results, max_len)[1]
+        captured.add([([*seq, 3], plen, f)])
 
 
 def test_bfloat16_features_need_a_cache_dir(tmp_path):

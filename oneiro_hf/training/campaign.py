@@ -72,6 +72,12 @@ class CampaignArguments:
     dtype: str = field(default="bfloat16", metadata={"help": "the target's dtype while answering"})
     device: str = field(default="auto", metadata={"help": "where the target answers (auto: a GPU if there is one)"})
     threads: int | None = field(default=None, metadata={"help": "torch CPU threads"})
+    feature_cache_dir: str | None = field(
+        default=None, metadata={"help": "store each answer's features, as the answering decode computed them, in "
+                                        "this oneiro-train --feature_cache_dir (feature_dtype = --dtype), so "
+                                        "training runs no feature pass over them"})
+    max_seq_len: int = field(default=1024, metadata={"help": "the training's --max_seq_len (with "
+                                                               "--feature_cache_dir: where captured sequences are cut)"})
     train_minutes: float = field(default=60.0, metadata={"help": "training time box of one milestone"})
     curve: str | None = field(
         default=None, metadata={"help": "learning curve JSON (default: learning_curve.json in --dataset)"}
@@ -151,7 +157,16 @@ def answer_prompts(args: CampaignArguments, work: Path, stop_at_tokens: int, dea
     if args.threads:
         torch.set_num_threads(args.threads)
     began = time.perf_counter()
-    model, tokenizer = load_target(args.target, getattr(torch, args.dtype), device=resolve_device(args.device))
+    features = None
+    if args.feature_cache_dir:  # the cache belongs to the float32 weights the answering copy is cast from
+        from .features import FeatureCache, target_fingerprint
+
+        model, tokenizer = load_target(args.target, torch.float32, device=resolve_device(args.device))
+        fingerprint = target_fingerprint(model)
+        model.to(getattr(torch, args.dtype))
+        features = FeatureCache(args.feature_cache_dir, model, args.max_seq_len, fingerprint=fingerprint)
+    else:
+        model, tokenizer = load_target(args.target, getattr(torch, args.dtype), device=resolve_device(args.device))
     # the line distill_dataset.parse_generation_log starts a run at
     logger.info("Loaded %s on %s in %.1fs (threads=%d)", args.target, model.device, time.perf_counter() - began,
                 torch.get_num_threads())
@@ -167,7 +182,8 @@ def answer_prompts(args: CampaignArguments, work: Path, stop_at_tokens: int, dea
     stats = generate_self_distillation_data(
         model, tokenizer, prompts, work / "answers.jsonl", max_new_tokens=args.max_new_tokens,
         batch_size=batch_size, max_prompt_tokens=args.max_prompt_tokens, progress=False, skip_ids=skip,
-        until=deadline, max_response_tokens=max(0, stop_at_tokens - have - _unexported_tokens(work, skip)))
+        until=deadline, max_response_tokens=max(0, stop_at_tokens - have - _unexported_tokens(work, skip)),
+        features=features)
     return {**stats, "batch_size": batch_size}
 
 
@@ -285,6 +301,20 @@ def commit(paths: list[str], message: str) -> None:
 
 
 # ================================================================================================== loop
+def check_capture(args: CampaignArguments) -> None:
+    """Captured features serve the milestone trainings only if the recipe trains on the same cache, in the dtype
+    they were computed in, cut at the same length: refuse a mismatch before hours of answers."""
+    if not args.feature_cache_dir or args.recipe is None:
+        return
+    recipe = dict(zip(recipe_flags(args.recipe)[::2], recipe_flags(args.recipe)[1::2]))
+    want = {"--feature_cache_dir": args.feature_cache_dir, "--feature_dtype": args.dtype,
+            "--max_seq_len": str(args.max_seq_len)}
+    have = {flag: recipe.get(flag, "float32" if flag == "--feature_dtype" else None) for flag in want}
+    if any(str(have[f]) != str(want[f]) and Path(str(have[f])) != Path(str(want[f])) for f in want):
+        raise CampaignError(f"--recipe {args.recipe} trains with {have}, the captured features are {want}. Fix: set "
+                            "those in the recipe, or pass the recipe's --feature_cache_dir, --dtype and --max_seq_len.")
+
+
 def run(args: CampaignArguments) -> int:
     """Rounds of answer -> export -> (train at a milestone) -> commit until the goal or the deadline."""
     deadline = parse_deadline(args.until)
@@ -293,6 +323,7 @@ def run(args: CampaignArguments) -> int:
             args, exclude=resolve_exclude(args.sources, args.exclude))
     except ValueError as err:
         raise CampaignError(str(err)) from None
+    check_capture(args)
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     package = logging.getLogger("oneiro_hf")

@@ -242,6 +242,18 @@ def target_features(
     return feats
 
 
+@contextlib.contextmanager
+def final_states_recorded(target: Any) -> Iterator[list[torch.Tensor]]:
+    """While open, every forward pass of ``target`` appends its final-normed states (B, T_step, D) to the list
+    yielded: what a batched ``generate`` computes anyway, so its answers' features need no second pass."""
+    chunks: list[torch.Tensor] = []
+    handle = base_model(target).norm.register_forward_hook(lambda _m, _i, out: chunks.append(out.detach()))
+    try:
+        yield chunks
+    finally:
+        handle.remove()
+
+
 def target_fingerprint(target: Any) -> dict[str, Any]:
     """What identifies the target's features: architecture sizes plus a hash of a few weights."""
     config = text_config(target)
@@ -305,7 +317,10 @@ class FeatureCache:
         input_layers: Sequence[int] | None = None,
         context_layers: Sequence[int] | None = None,
         compute_dtype: torch.dtype | None = None,
+        fingerprint: dict[str, Any] | None = None,
     ) -> None:
+        """``fingerprint``: the target's ``target_fingerprint`` when ``target`` is a copy cast to another dtype
+        (features computed by a bfloat16 copy belong to the float32 weights it was cast from)."""
         self.dir = Path(directory)
         self.compute_dtype = compute_dtype
         self.input_layers = [int(i) for i in input_layers] if input_layers else None
@@ -315,7 +330,7 @@ class FeatureCache:
         self.resid_layer = resid_layer
         self.resid_budget = int(resid_budget)
         self.shard_tokens = int(shard_tokens)
-        meta = {"format": self.FORMAT, "max_len": self.max_len, "target": target_fingerprint(target)}
+        meta = {"format": self.FORMAT, "max_len": self.max_len, "target": fingerprint or target_fingerprint(target)}
         if self.input_layers:
             meta.update(format=self.FORMAT_MULTILAYER, input_layers=self.input_layers)
         if self.context_layers:
@@ -450,6 +465,28 @@ class FeatureCache:
         stats["tokens"] = done_tokens
         stats["seconds"] = round(time.perf_counter() - t0, 2)
         return stats
+
+    def add(self, sequences: Sequence[tuple[Sequence[int], int, dict[str, torch.Tensor]]]) -> int:
+        """Store features computed elsewhere (e.g. captured while the target answered): ``(token ids, prompt
+        length, {"states": (L, D), "target_argmax": (L,)})`` per sequence, ids as ``make_sequence`` makes them.
+        Sequences already cached are skipped; returns the tokens written."""
+        with self._locked():
+            buf = []
+            for seq, prompt_len, feats in sequences:
+                key = sequence_key(seq, prompt_len)
+                if key in self.index or any(k == key for k, _, _ in buf):
+                    continue
+                if feats["states"].shape[0] != len(seq) or feats["target_argmax"].shape[0] != len(seq):
+                    raise ValueError(f"features of {tuple(feats['states'].shape)} states and "
+                                     f"{tuple(feats['target_argmax'].shape)} labels for a {len(seq)}-token sequence. "
+                                     "Fix: pass one state and one label per token of the sequence.")
+                buf.append((key, {**feats, "input_ids": torch.tensor(list(seq))}, prompt_len))
+            if not buf:
+                return 0
+            tokens = sum(len(f["input_ids"]) for _, f, _ in buf)
+            self._check_space(tokens, 0)
+            self._write_shard(buf)
+            return tokens
 
     def _check_space(self, tokens: int, resid_tokens: int) -> None:
         """Refuse a build whose shards (`tokens` positions, `resid_tokens` of them with the float32 residual stream)

@@ -17,6 +17,7 @@ CLI::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -103,10 +104,15 @@ def generate_batch(
     max_new_tokens: int,
     stop_ids: list[int],
     pad_id: int,
-) -> list[tuple[list[int], bool]]:
-    """Greedy-decode a left-padded batch; return each response (cut after its first stop token) and whether
-    it stopped on its own (True) or hit ``max_new_tokens`` (False)."""
+    with_states: bool = False,
+) -> list[tuple[list[int], bool, torch.Tensor | None]]:
+    """Greedy-decode a left-padded batch; return each response (cut after its first stop token), whether it
+    stopped on its own (True) or hit ``max_new_tokens`` (False), and with ``with_states`` the target's
+    final-normed states at every position of prompt + response ((P + R, D), as the decode computed them; one
+    extra decode step gives the last token's, which generation never feeds back)."""
     from transformers import GenerationConfig
+
+    from .features import final_states_recorded
 
     device = next(model.parameters()).device
     width = max(len(ids) for ids in input_ids)
@@ -121,19 +127,69 @@ def generate_batch(
         num_beams=1,
         eos_token_id=stop_ids,
         pad_token_id=pad_id,
+        return_dict_in_generate=True,
     )
-    out = model.generate(
-        input_ids=padded.to(device), attention_mask=mask.to(device), generation_config=config
-    )
+    with final_states_recorded(model) if with_states else contextlib.nullcontext([]) as chunks:
+        out = model.generate(
+            input_ids=padded.to(device), attention_mask=mask.to(device), generation_config=config
+        )
+        if with_states:
+            _feed_last_token(model, out, mask.to(device))
+    steps = out.sequences.shape[1] - width
+    states = torch.cat(chunks, dim=1) if with_states else None
+    if states is not None and states.shape[1] != width + steps:
+        raise RuntimeError(f"recorded {states.shape[1]} positions of states for {width} prompt and {steps} answer "
+                           "positions: this transformers version's generate runs the model other than once per "
+                           "token. Fix: answer without captured features and build them with the feature pass.")
     stops = set(stop_ids)
-    results: list[tuple[list[int], bool]] = []
-    for row in out[:, width:].tolist():
+    results: list[tuple[list[int], bool, torch.Tensor | None]] = []
+    for row_index, row in enumerate(out.sequences[:, width:].tolist()):
         end = next((i for i, tok in enumerate(row) if tok in stops), None)
-        results.append((row[: end + 1], True) if end is not None else (row, False))
+        response, stopped = (row[: end + 1], True) if end is not None else (row, False)
+        row_states = None
+        if states is not None:
+            row_states = states[row_index, width - len(input_ids[row_index]) : width + len(response)]
+        results.append((response, stopped, row_states))
     return results
 
 
 @torch.no_grad()
+def captured_features(model: Any, prompts: list[list[int]], results: list[tuple[list[int], bool, Any]],
+                      max_len: int) -> list[tuple[list[int], int, dict[str, torch.Tensor]]]:
+    """``FeatureCache.add`` entries from ``generate_batch(..., with_states=True)``: each answer's sequence as
+    ``make_sequence`` cuts it, its states, and its next-token labels (the greedy answer is the target's argmax;
+    the last position's label is the head's argmax of its state, as the feature pass takes it)."""
+    from .features import IGNORE, make_sequence
+
+    head = model.get_output_embeddings()
+    entries = []
+    for ids, (response, _, states) in zip(prompts, results):
+        made = make_sequence({"input_ids": ids, "output_ids": response}, max_len)
+        if made is None:
+            continue
+        seq, prompt_len = made
+        full = list(ids) + list(response)
+        labels = torch.full((len(seq),), IGNORE, dtype=torch.long)
+        labels[prompt_len - 1 : len(seq) - 1] = torch.tensor(seq[prompt_len : len(seq)])
+        last = len(seq) - 1
+        labels[last] = full[last + 1] if len(full) > len(seq) else int(head(states[last]).argmax())
+        entries.append((seq, prompt_len, {"states": states[: len(seq)].cpu(), "target_argmax": labels}))
+    return entries
+
+
+@torch.no_grad()
+def _feed_last_token(model: Any, out: Any, prompt_mask: torch.Tensor) -> None:
+    """One decode step on the batch's last tokens, on generate's own cache, so their states are computed too."""
+    from ..compat import cache_keyword
+    from ..targets import base_model
+
+    seqs, base = out.sequences, base_model(model)
+    mask = torch.cat([prompt_mask, torch.ones_like(seqs[:, prompt_mask.shape[1] :])], dim=1)
+    position = (mask.sum(dim=1, keepdim=True) - 1).clamp_min(0)
+    base(input_ids=seqs[:, -1:], attention_mask=mask, position_ids=position, use_cache=True,
+         **{cache_keyword(type(base)): out.past_key_values})
+
+
 def measure_batch_throughput(
     model: Any, batch_sizes: Sequence[int], prompt_tokens: int = 32, new_tokens: int = 8
 ) -> dict[str, Any]:
@@ -200,6 +256,7 @@ def generate_self_distillation_data(
     skip_ids: Iterable[str] = (),
     until: float | None = None,
     max_response_tokens: int | None = None,
+    features: Any = None,
 ) -> dict[str, Any]:
     """Append the target's greedy answers to ``prompts`` to ``out_path`` as JSONL; return throughput stats.
 
@@ -210,6 +267,8 @@ def generate_self_distillation_data(
     are skipped too: the records a committed dataset already holds (``--skip-dataset``), so a machine without
     the JSONL carries on where the last one stopped. ``until`` (Unix seconds): no batch is started that the last
     batch's duration says would end after it; ``max_response_tokens``: stop once this many answer tokens are written.
+    ``features`` (a ``FeatureCache`` of this target in the model's dtype): each batch's features, as the decode
+    computed them, are stored there after its answers are written, so training needs no feature pass for them.
     """
     from tqdm.auto import tqdm
 
@@ -265,15 +324,19 @@ def generate_self_distillation_data(
                 logger.info("stopping: a batch of about %.0fs would end after the deadline", last_batch)
                 break
             began = time.perf_counter()
-            results = generate_batch(model, [ids for _, ids in batch], max_new_tokens, stop_ids, pad_id)
+            results = generate_batch(model, [ids for _, ids in batch], max_new_tokens, stop_ids, pad_id,
+                                     with_states=features is not None)
             lines = []
-            for (rec, ids), (response, stopped) in zip(batch, results):
+            for (rec, ids), (response, stopped, _) in zip(batch, results):
                 lines.append(_record_line(rec, ids, response, stopped))
                 stats["prompt_tokens"] += len(ids)
                 stats["response_tokens"] += len(response)
             fh.write("\n".join(lines) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
+            if features is not None:  # after the answers: a record without features gets them from the pass
+                stats["feature_tokens"] = stats.get("feature_tokens", 0) + features.add(
+                    captured_features(model, [ids for _, ids in batch], results, features.max_len))
             stats["written"] += len(batch)
             last_batch = time.perf_counter() - began
             elapsed = time.perf_counter() - start
