@@ -84,7 +84,7 @@ def collect(
     from tqdm.auto import tqdm
 
     if not prompts:
-        raise OnPolicyError("collect() needs at least one prompt.")
+        raise OnPolicyError("collect() needs at least one prompt. Fix: pass a non-empty list of prompt records.")
     device = next(target.parameters()).device
     pad = target.generation_config.pad_token_id
     if pad is None:
@@ -161,7 +161,8 @@ class ReplayBuffer:
 
     def __init__(self, size: int, policy: str = "fifo", seed: int = 0) -> None:
         if policy not in ("fifo", "reservoir"):
-            raise OnPolicyError("buffer policy must be 'fifo' or 'reservoir'")
+            raise OnPolicyError(f"buffer policy {policy!r} is not one of 'fifo', 'reservoir'. Fix: pass "
+                                "--onpolicy_buffer_policy fifo or reservoir.")
         self.size, self.policy, self.seed = int(size), policy, int(seed)
         self.items: list[CollectedSequence] = []
         self.seen = 0
@@ -267,10 +268,12 @@ def check_prompts(prompts: Sequence[Mapping[str, Any]], vocab_size: int) -> list
     for i, rec in enumerate(prompts):
         ids = rec.get("input_ids") if isinstance(rec, Mapping) else None
         if not isinstance(ids, (list, tuple)) or not ids or not all(isinstance(t, int) for t in ids):
-            raise OnPolicyError(f"prompt {i}: 'input_ids' must be a non-empty list of token ids.")
+            raise OnPolicyError(f"prompt {i}: 'input_ids' must be a non-empty list of token ids. Fix: give each "
+                                "prompt record its chat-formatted token ids.")
         if min(ids) < 0 or max(ids) >= vocab_size:
             raise OnPolicyError(
-                f"prompt {i}: token ids outside the target's vocabulary (size {vocab_size}): made for another target?"
+                f"prompt {i}: token ids outside the target's vocabulary (size {vocab_size}): made for another target? Fix: "
+                "tokenize the prompts with this target's tokenizer."
             )
         out.append({"id": str(rec.get("id", f"p{i}")), "input_ids": list(ids)})
     return out
@@ -304,7 +307,8 @@ class OnPolicyTrainer(OneiroTrainer):
         **kwargs: Any,
     ) -> None:
         if not isinstance(args, OneiroTrainingArguments) or args.stage != "3":
-            raise OnPolicyError("OnPolicyTrainer needs OneiroTrainingArguments with stage='3'.")
+            raise OnPolicyError("OnPolicyTrainer needs OneiroTrainingArguments with stage='3'. Fix: build the "
+                                "arguments as OneiroTrainingArguments(..., stage='3').")
         if drafter is None:
             raise OnPolicyError("stage 3 refines a trained drafter and got none. Fix: pass --init_drafter PATH.")
         from ..targets import text_config
@@ -318,7 +322,8 @@ class OnPolicyTrainer(OneiroTrainer):
             )
         args.max_steps = total
         if args.world_size > 1:
-            raise OnPolicyError("stage 3 runs in a single process (collection decodes one prompt at a time).")
+            raise OnPolicyError("stage 3 runs in a single process (collection decodes one prompt at a time). Fix: run "
+                                "oneiro-train --stage 3 without accelerate launch / torchrun.")
         slots = total * args.per_device_train_batch_size * args.gradient_accumulation_steps
         super().__init__(drafter, target, args, train_dataset=_SlotDataset(slots), **kwargs)
         self.data_collator = _collate_slots
