@@ -20,6 +20,7 @@ import dataclasses
 import datetime
 import json
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -306,11 +307,13 @@ def check_capture(args: CampaignArguments) -> None:
     they were computed in, cut at the same length: refuse a mismatch before hours of answers."""
     if not args.feature_cache_dir or args.recipe is None:
         return
-    recipe = dict(zip(recipe_flags(args.recipe)[::2], recipe_flags(args.recipe)[1::2]))
-    want = {"--feature_cache_dir": args.feature_cache_dir, "--feature_dtype": args.dtype,
+    flags = recipe_flags(args.recipe)
+    recipe = dict(zip(flags[::2], flags[1::2]))
+    want = {"--feature_cache_dir": os.path.normpath(args.feature_cache_dir), "--feature_dtype": args.dtype,
             "--max_seq_len": str(args.max_seq_len)}
-    have = {flag: recipe.get(flag, "float32" if flag == "--feature_dtype" else None) for flag in want}
-    if any(str(have[f]) != str(want[f]) and Path(str(have[f])) != Path(str(want[f])) for f in want):
+    have = {"--feature_cache_dir": os.path.normpath(recipe.get("--feature_cache_dir", "")),
+            "--feature_dtype": recipe.get("--feature_dtype", "float32"), "--max_seq_len": recipe.get("--max_seq_len")}
+    if have != want:
         raise CampaignError(f"--recipe {args.recipe} trains with {have}, the captured features are {want}. Fix: set "
                             "those in the recipe, or pass the recipe's --feature_cache_dir, --dtype and --max_seq_len.")
 

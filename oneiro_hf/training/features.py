@@ -471,11 +471,12 @@ class FeatureCache:
         length, {"states": (L, D), "target_argmax": (L,)})`` per sequence, ids as ``make_sequence`` makes them.
         Sequences already cached are skipped; returns the tokens written."""
         with self._locked():
-            buf = []
+            buf, keys = [], set(self.index)
             for seq, prompt_len, feats in sequences:
                 key = sequence_key(seq, prompt_len)
-                if key in self.index or any(k == key for k, _, _ in buf):
+                if key in keys:
                     continue
+                keys.add(key)
                 if feats["states"].shape[0] != len(seq) or feats["target_argmax"].shape[0] != len(seq):
                     raise ValueError(f"features of {tuple(feats['states'].shape)} states and "
                                      f"{tuple(feats['target_argmax'].shape)} labels for a {len(seq)}-token sequence. "

@@ -292,6 +292,7 @@ def generate_self_distillation_data(
         "skipped_too_long": 0,
         "prompt_tokens": 0,
         "response_tokens": 0,
+        "feature_tokens": 0,
     }
 
     def pending() -> Iterator[tuple[Prompt, list[int]]]:
@@ -335,7 +336,7 @@ def generate_self_distillation_data(
             fh.flush()
             os.fsync(fh.fileno())
             if features is not None:  # after the answers: a record without features gets them from the pass
-                stats["feature_tokens"] = stats.get("feature_tokens", 0) + features.add(
+                stats["feature_tokens"] += features.add(
                     captured_features(model, [ids for _, ids in batch], results, features.max_len))
             stats["written"] += len(batch)
             last_batch = time.perf_counter() - began
