@@ -172,3 +172,33 @@ def test_probe_only_measures_writes_and_exits(tmp_path, monkeypatch, capsys) -> 
     (probe,) = stored.values()
     assert set(probe["decode_tokens_per_s"]) == {"1", "2"} and json.loads(capsys.readouterr().out) == stored
     assert not (tmp_path / "ds").exists() and not (tmp_path / "w" / "answers.jsonl").exists()
+
+
+def test_a_milestone_training_cut_by_the_deadline_is_paused_then_resumed(tmp_path: Path, monkeypatch) -> None:
+    """The training's time box spans sessions: cut at the deadline it is not a curve point; the next run resumes it."""
+    recipe = tmp_path / "r.json"
+    recipe.write_text(json.dumps({"max_steps": 4000}))
+    args = CampaignArguments(target="t", dataset="d", until="+1h", recipe=str(recipe), train_minutes=120.0)
+    out = tmp_path / "train-200"
+    runs: list[list[str]] = []
+
+    def fake_train(cmd, check):
+        argv = cmd[3:]
+        runs.append(argv)
+        finished = len(runs) == 2
+        out.mkdir(exist_ok=True)
+        evals = [{"label": "final", "eval_tau": 1.9, "eval_accept_1": 0.55}] if finished else []
+        (out / "training_summary.json").write_text(json.dumps({
+            "finished": finished, "evals": evals, "train_response_tokens": 200, "records": 3, "sources": {},
+            "global_step": 7, "epochs": 1.5, "trained_minutes": 120.0 if finished else 50.0, "timings": "",
+            "hardware": "", "date": ""}))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(campaign.subprocess, "run", fake_train)
+    assert campaign.train_milestone(args, tmp_path, 200, until=1234.0) is None
+    flags = dict(zip(runs[0][::2], runs[0][1::2]))
+    assert flags["--max_train_minutes"] == "120.0" and flags["--train_until"] == "1234"
+    assert flags["--resume_from_checkpoint"] == "auto"
+    point = campaign.train_milestone(args, tmp_path, 200, until=99999.0)  # the next session
+    assert len(runs) == 2 and point["eval_tau"] == 1.9 and point["epochs"] == 1.5
+    assert campaign.train_milestone(args, tmp_path, 200, until=99999.0) == point and len(runs) == 2  # done: no rerun

@@ -100,16 +100,18 @@ class OneiroTrainingArguments(TrainingArguments):
     max_train_minutes: float | None = field(
         default=None,
         metadata={
-            "help": "stop training after this many minutes of training steps, then evaluate and save as usual (a "
-            "safety net for a lease that ends; size max_steps so that it is rarely reached)"
+            "help": "the run's time box: training minutes, counted across resumes, after which it evaluates and "
+            "saves as usual; the learning-rate schedule and the stage switch follow the spent share of the box, so "
+            "a box that ends long before max_steps still anneals (oneiro_hf/training/timebox.py)"
         },
     )
     train_until: float | None = field(
         default=None,
         metadata={
             "help": "stop training at this wall-clock time (seconds since the epoch, e.g. `$(( $(date +%s) + 480 ))`), "
-            "then evaluate and save as usual: for a lease whose end is fixed while the time spent before training "
-            "(feature pass, ridge init) is not; with --max_train_minutes the earlier of the two ends training"
+            "then evaluate and save as usual. Alone, it is the time box (for a lease whose end is fixed while the "
+            "time spent before training is not). With --max_train_minutes it only pauses the run: a checkpoint is "
+            "saved and --resume_from_checkpoint last continues the schedule (training_summary.json: finished false)"
         },
     )
     save_dtype: str = field(
@@ -192,6 +194,11 @@ class OneiroTrainingArguments(TrainingArguments):
         if self.max_train_minutes is not None and self.max_train_minutes <= 0:
             raise ValueError(f"max_train_minutes must be > 0 (got {self.max_train_minutes}); leave it unset for no "
                              "time limit")
+        schedule = getattr(self.lr_scheduler_type, "value", self.lr_scheduler_type)
+        if (self.max_train_minutes or self.train_until is not None) and "plateau" in schedule:
+            raise ValueError(f"--lr_scheduler_type {schedule} cannot follow a time box (it is driven "
+                             "by metrics, not steps). Fix: use a step schedule (cosine, cosine_with_min_lr, linear, "
+                             "constant), or train without --max_train_minutes and --train_until.")
         from ..modeling_oneiro import TRANSITION_INITS
 
         if self.transition_init not in TRANSITION_INITS:

@@ -35,6 +35,8 @@ logger = logging.getLogger("oneiro_hf.training")
 
 
 PROBED_BATCH_SIZES = (1, 16, 32, 64, 96)
+SAVE_MARGIN_S = 300.0  # a milestone's training pauses this long before the deadline: checkpoint, drafter, card
+MIN_TRAIN_SESSION_S = 1200.0  # less time than this left: no training starts (its feature pass alone may not fit)
 
 
 class CampaignError(ValueError):
@@ -79,7 +81,9 @@ class CampaignArguments:
                                         "training runs no feature pass over them"})
     max_seq_len: int = field(default=1024, metadata={"help": "the training's --max_seq_len (with "
                                                                "--feature_cache_dir: where captured sequences are cut)"})
-    train_minutes: float = field(default=60.0, metadata={"help": "training time box of one milestone"})
+    train_minutes: float = field(default=60.0, metadata={
+        "help": "training time box of one milestone, counted across sessions: a training the deadline cuts short "
+                "is paused with a checkpoint and resumed by the next run of the same command"})
     curve: str | None = field(
         default=None, metadata={"help": "learning curve JSON (default: learning_curve.json in --dataset)"}
     )
@@ -252,22 +256,29 @@ def recipe_flags(path: str) -> list[str]:
     return flags
 
 
-def train_milestone(args: CampaignArguments, work: Path, milestone: int, minutes: float) -> dict[str, Any]:
-    """Train a drafter on the whole dataset with ``oneiro-train`` (resuming an interrupted run of the same
-    milestone); return its learning-curve point."""
+def train_milestone(args: CampaignArguments, work: Path, milestone: int, until: float) -> dict[str, Any] | None:
+    """Train a drafter on the whole dataset with ``oneiro-train`` in a time box of --train_minutes (counted across
+    sessions), stopping at ``until`` (Unix seconds) with a checkpoint if the box is not spent; return its
+    learning-curve point, or None while it is paused (the next call resumes it)."""
     out = work / f"train-{milestone}"
-    if not (out / "training_summary.json").is_file():
+    summary_path = out / "training_summary.json"
+    done = summary_path.is_file() and json.loads(summary_path.read_text()).get("finished", True)
+    if not done:
         argv = ["--target", args.target, "--data", args.dataset, "--output_dir", str(out), *recipe_flags(args.recipe),
-                "--max_train_minutes", f"{minutes:.1f}", "--resume_from_checkpoint", "auto"]
+                "--max_train_minutes", f"{args.train_minutes:.1f}", "--train_until", f"{until:.0f}",
+                "--resume_from_checkpoint", "auto"]
         if args.threads:
             argv += ["--threads", str(args.threads)]
         # a process of its own: oneiro-train's memory (target, features, optimiser) is returned when it ends
         if subprocess.run([sys.executable, "-m", "oneiro_hf.training.cli", *argv], check=False).returncode != 0:
             raise CampaignError(f"training the {milestone}-token milestone failed (see above); its log is in {out}.")
-    summary = json.loads((out / "training_summary.json").read_text())
+    summary = json.loads(summary_path.read_text())
+    if not summary.get("finished", True):
+        return None
     final = summary["evals"][-1]
     return {"milestone": milestone, "train_response_tokens": summary["train_response_tokens"],
             "records": summary["records"], "sources": summary["sources"], "global_step": summary["global_step"],
+            "epochs": summary.get("epochs"), "trained_minutes": summary.get("trained_minutes"),
             "eval_tau": final.get("eval_tau"), "eval_accept_1": final.get("eval_accept_1"),
             "eval_accept_2": final.get("eval_accept_2"), "eval_positions": final.get("eval_positions"),
             "feature_dtype": summary.get("feature_dtype", "float32"),
@@ -371,11 +382,14 @@ def _rounds(args: CampaignArguments, work: Path, deadline: float) -> int:
             if tokens >= args.goal_tokens:
                 return 0
             continue
-        minutes = min(args.train_minutes, (deadline - time.time()) / 60 / 1.5)
-        if minutes < 5:
+        if deadline - time.time() < MIN_TRAIN_SESSION_S:
             logger.info("campaign: milestone %d reached; too little time left to train", milestone)
             return 0
-        point = train_milestone(args, work, milestone, minutes)
+        point = train_milestone(args, work, milestone, deadline - SAVE_MARGIN_S)
+        if point is None:
+            logger.info("campaign: the %d-token milestone's training is paused at the deadline; the same command "
+                        "resumes it", milestone)
+            return 0
         add_point(curve_path, point)
         paths = [str(curve_path)]
         if args.checkpoint_out:

@@ -221,7 +221,8 @@ def check_arguments(data_args, args) -> None:
     from .trainer import OutputDirHasDrafter, check_output_dir
 
     try:
-        check_output_dir(args.output_dir, args.overwrite_output_dir)
+        check_output_dir(args.output_dir, args.overwrite_output_dir,
+                         resuming=resolve_resume(args.resume_from_checkpoint, args.output_dir) is not None)
     except OutputDirHasDrafter as err:
         raise TrainingInputError(str(err)) from err
     if args.stage == "3" and not args.init_drafter:
@@ -271,7 +272,10 @@ def train_offline(model_args, data_args, args, target, tokenizer, data, resume, 
         "rollout_step_weights": args.rollout_step_weights, "state_loss": args.state_loss,
         "state_loss_weight": args.state_loss_weight, "token_loss": args.token_loss,
         "token_loss_weight": args.token_loss_weight, "ridge": pipeline.describe_ridge(ridge, interval[0]),
-        "global_step": trainer.state.global_step,
+        "global_step": trainer.state.global_step, "epochs": round(trainer.state.epoch or 0.0, 3),
+        # a run stopped by --train_until with box time left is paused: --resume_from_checkpoint last goes on
+        "trained_minutes": round(trainer.clock.seconds() / 60, 1), "ended_by": trainer.time_box.ended_by,
+        "finished": not trainer.time_box.paused,
         "batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
         "learning_rate": args.learning_rate, "max_seq_len": args.max_seq_len, "save_dtype": args.save_dtype,
         # the dtype the target's layers computed the features in

@@ -336,6 +336,9 @@ def train_and_evaluate(trainer, resume: str | None, timer: Timer, phase: str, be
         before.append((before_label, m))
     with timer(phase):
         trainer.train(resume_from_checkpoint=resume)
+    if trainer.time_box.paused:  # evaluated when it finishes
+        logger.info("training paused at step %d by --train_until; no final evaluation", trainer.state.global_step)
+        return before, {}
     final = trainer.evaluate() if trainer.eval_dataset is not None else {}
     if final:
         logger.info("held-out, after %s: %s", phase, format_metrics(final))

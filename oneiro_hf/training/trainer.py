@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from transformers import Trainer, TrainerCallback
 from .arguments import STAGES, OneiroTrainingArguments, parse_interval, parse_step_weights  # noqa: F401 (re-exported)
 from .features import IGNORE, collate, iter_feature_batches, lacks_features, loss_mask, target_features
 from .rollout import parallel_rollout, rollout_mask, rollout_start  # noqa: F401 (re-exported)
+from .timebox import TimeBoxCallback, TrainingClock, follow_time_box
 
 logger = logging.getLogger(__name__)
 
@@ -286,25 +286,24 @@ def evaluate_drafter(
 
 # ============================================================================================ trainer
 class _StageCallback(TrainerCallback):
-    """Switches to stage 2 at stage1_fraction of the steps, or of the time box (seconds read from `clock`)."""
+    """Switches to stage 2 at stage1_fraction of the steps, or of the time box (``trainer.clock``)."""
 
-    def __init__(self, trainer: OneiroTrainer, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(self, trainer: OneiroTrainer) -> None:
         self.trainer = trainer
-        self.clock = clock
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.trainer._set_switch_step(state.max_steps)
-        self.start = self.clock()
-        self.budget = training_time_budget(args)
+        tr = self.trainer
+        if tr.switch_step is None or tr.switch_step > state.global_step:  # not resumed past the switch
+            tr._set_switch_step(state.max_steps)
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
         tr = self.trainer
         if (  # a time box: stage 2 starts at stage1_fraction of the steps or of the time, whichever is first
-            self.budget is not None
+            tr.clock.box_s is not None
             and tr.switch_step is not None
             and state.global_step < tr.switch_step
-            and self.clock() - self.start > args.stage1_fraction * self.budget
+            and tr.clock.fraction() > args.stage1_fraction
         ):
             logger.info("step %d: %.0f%% of the training time box spent in stage 1", state.global_step,
                         100 * args.stage1_fraction)
@@ -322,39 +321,6 @@ class _StageCallback(TrainerCallback):
                     control.should_evaluate = True
                 if args.save_strategy != "no":
                     control.should_save = True
-        return control
-
-
-def training_time_budget(args, now: float | None = None) -> float | None:
-    """Seconds of training left at `now` (Unix seconds; default: the current time) under --max_train_minutes and
-    --train_until (the earlier), or None."""
-    limits = []
-    if args.max_train_minutes:
-        limits.append(args.max_train_minutes * 60.0)
-    if args.train_until is not None:
-        limits.append(max(0.0, args.train_until - (time.time() if now is None else now)))
-    return min(limits) if limits else None
-
-
-class _TimeLimitCallback(TrainerCallback):
-    """Ends training once its time box (`training_time_budget` at the start of training) has passed, by `clock`
-    (seconds); the caller then evaluates and saves as usual."""
-
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
-        self.clock = clock
-        self.start: float | None = None
-        self.max_seconds: float | None = None
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.start = self.clock()
-        self.max_seconds = training_time_budget(args)
-        return control
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.max_seconds is not None and self.clock() - self.start > self.max_seconds:
-            logger.warning("step %d of %d: the training time box (%.1f min) is over; training stops here",
-                           state.global_step, state.max_steps, self.max_seconds / 60)
-            control.should_training_stop = True
         return control
 
 
@@ -412,6 +378,8 @@ class OneiroTrainer(Trainer):
             args.ddp_find_unused_parameters = False
         self.provenance = dict(provenance or {})
         self.switch_step: int | None = None
+        self.clock = TrainingClock.from_args(args)
+        self.time_box = TimeBoxCallback(self.clock)
         self._train_sums: torch.Tensor | None = None
         self._window_steps = 0  # largest rollout K used since the last log
         super().__init__(
@@ -420,9 +388,7 @@ class OneiroTrainer(Trainer):
             data_collator=collate,
             train_dataset=train_dataset,
             eval_dataset=eval_dataset,
-            callbacks=[_StageCallback(self)]
-            + ([_TimeLimitCallback()] if args.max_train_minutes or args.train_until is not None else [])
-            + list(callbacks or []),
+            callbacks=[self.time_box, _StageCallback(self), *(callbacks or [])],
             **kwargs,
         )
         self.model_accepts_loss_kwargs = False
@@ -508,8 +474,17 @@ class OneiroTrainer(Trainer):
                 self._train_sums.zero_()
         super().log(logs, start_time)
 
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
+        """The configured schedule; with a time box it also follows the box's spent share (``follow_time_box``)."""
+        fresh = self.lr_scheduler is None
+        scheduler = super().create_scheduler(num_training_steps, optimizer)
+        if fresh and (self.args.max_train_minutes or self.args.train_until is not None):
+            self.lr_scheduler = follow_time_box(scheduler, self.clock, self.args.get_warmup_steps(num_training_steps),
+                                                num_training_steps)
+        return self.lr_scheduler
+
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any):
-        check_output_dir(self.args.output_dir, self.args.overwrite_output_dir)
+        check_output_dir(self.args.output_dir, self.args.overwrite_output_dir, resuming=bool(resume_from_checkpoint))
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
 
     # ---------------------------------------------------------------- evaluation
@@ -579,6 +554,8 @@ class OneiroTrainer(Trainer):
             "rollout_steps": self.args.rollout_steps,
             "interval": list(module.drafter.config.interval),
             "draft_vocab_size": int(module.drafter.draft_vocab_ids.numel()),
+            "trained_seconds": round(self.clock.seconds(), 1),  # the time box counts them across resumes
+            "switch_step": self.switch_step,
         }
         Path(output_dir, TRAINING_INFO_FILE).write_text(json.dumps(info, indent=1))
         torch.save(self.args, os.path.join(output_dir, "training_args.bin"))
@@ -627,6 +604,11 @@ class OneiroTrainer(Trainer):
             stats = load_file(str(extra))
             module.state_mean.copy_(stats["state_mean"])
             module.state_std.copy_(stats["state_std"])
+        info = ckpt / TRAINING_INFO_FILE
+        if info.is_file():
+            run = json.loads(info.read_text())
+            self.clock.before_s = float(run.get("trained_seconds", 0.0))
+            self.switch_step = run.get("switch_step")
         logger.info("Loaded drafter weights from %s", ckpt)
 
     # ---------------------------------------------------------------- final artefact
@@ -663,8 +645,9 @@ class OneiroTrainer(Trainer):
 
 
 # ============================================================================================ guards
-def check_output_dir(output_dir: str | os.PathLike, overwrite: bool) -> None:
-    """Refuse to replace a finished drafter in ``output_dir`` unless ``overwrite``."""
+def check_output_dir(output_dir: str | os.PathLike, overwrite: bool, resuming: bool = False) -> None:
+    """Refuse to replace a finished drafter in ``output_dir`` unless ``overwrite``; a paused run's drafter
+    (training_summary.json ``finished`` false) is replaced by its own resumed run."""
     config = Path(output_dir) / "config.json"
     if overwrite or not config.is_file():
         return
@@ -672,6 +655,9 @@ def check_output_dir(output_dir: str | os.PathLike, overwrite: bool) -> None:
         model_type = json.loads(config.read_text()).get("model_type")
     except (OSError, json.JSONDecodeError):
         model_type = None
+    summary = Path(output_dir) / "training_summary.json"
+    if resuming and summary.is_file() and json.loads(summary.read_text()).get("finished") is False:
+        return
     if model_type == "oneiro_drafter":
         raise OutputDirHasDrafter(
             f"{output_dir} already holds a trained drafter. Nothing was changed. Fix: pass another --output_dir, "
