@@ -37,7 +37,7 @@ def _clock(box_minutes=None, until=None, before_s=0.0):
 
 def _step(callback, control=None):
     control = control or TrainerControl()
-    callback.on_step_end(SimpleNamespace(save_strategy="steps"), TrainerState(max_steps=100), control)
+    callback.on_step_end(SimpleNamespace(save_strategy="steps", device="cpu"), TrainerState(max_steps=100), control)
     return control
 
 
@@ -67,7 +67,7 @@ def test_train_until_alone_is_the_box_and_finishes_the_run():
     assert clock.box_s == pytest.approx(30.0)
     callback = TimeBoxCallback(clock)
     fake.now += 15
-    assert clock.fraction() == pytest.approx(0.5) and not _step(callback).should_training_stop
+    assert not _step(callback).should_training_stop and clock.fraction() == pytest.approx(0.5)
     fake.now += 15
     assert _step(callback).should_training_stop and callback.ended_by == "time box" and not callback.paused
 
@@ -104,10 +104,13 @@ def test_the_schedule_follows_the_spent_share_of_the_box():
     assert lam(5) == pytest.approx(by_step(5))  # warmup goes by steps
     assert lam(20) == pytest.approx(by_step(20))  # no time spent: the step schedule
     fake.now += 300  # half the box: the schedule is half way through the steps after warmup
+    assert lam(20) == pytest.approx(by_step(20))  # as of the last reading of the clocks
+    clock.tick()
     assert lam(20) == pytest.approx(by_step(10 + 0.5 * 990))
     assert lam(20) == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
     assert lam(900) == pytest.approx(by_step(900))  # steps further than the time: the steps
     fake.now += 400  # past the box: the end of the schedule
+    clock.tick()
     assert lam(30) == pytest.approx(0.1)
 
 
@@ -134,9 +137,11 @@ def test_stage_2_starts_at_its_share_of_the_box(tmp_path):
     callback.on_train_begin(args, state, control)
     assert trainer.switch_step == 500
     fake.now += 29.9
+    clock.tick()
     callback.on_step_end(args, state, control)  # too early: stage 1 goes on
     assert trainer.switch_step == 500
     fake.now += 0.2
+    clock.tick()
     state.global_step = 4
     callback.on_step_end(args, state, control)
     assert trainer.switch_step == 4
@@ -184,14 +189,15 @@ def test_a_paused_run_resumes_with_its_trained_seconds_and_schedule(target, reco
     assert first.state.global_step == 11  # the step that crossed the deadline ends the process
     saved = json.loads((out / "checkpoint-11" / TRAINING_INFO_FILE).read_text())
     assert saved["trained_seconds"] == pytest.approx(33.0) and saved["switch_step"] == 9  # 24 s of 60 > 40%
-    assert first.lr_scheduler.get_last_lr()[0] == pytest.approx(3e-3 * 0.5 * (1 + math.cos(math.pi * 33 / 60)))
+    # step 11's rate was set as of the clocks read at the end of step 10: half the box
+    assert first.lr_scheduler.get_last_lr()[0] == pytest.approx(3e-3 * 0.5 * (1 + math.cos(math.pi * 30 / 60)))
 
     resumed = fresh(fake.now + 3600)
     resumed.train(resume_from_checkpoint=str(out / "checkpoint-11"))
     assert resumed.clock.before_s == pytest.approx(33.0) and resumed.switch_step == 9
     assert resumed.time_box.ended_by == "time box" and not resumed.time_box.paused
     assert resumed.state.global_step == 20  # 27 more seconds of the box, not a new minute
-    assert resumed.lr_scheduler.get_last_lr()[0] == pytest.approx(0.0, abs=1e-9)
+    assert resumed.lr_scheduler.get_last_lr()[0] == pytest.approx(3e-3 * 0.5 * (1 + math.cos(math.pi * 57 / 60)))
     ks = {h["step"]: h["rollout_steps"] for h in resumed.state.log_history if "loss" in h}
     assert all(k == 3 for step, k in ks.items() if step > 11)  # stage 2 went on after the resume
 
@@ -207,3 +213,31 @@ def test_only_its_own_resume_replaces_a_paused_drafter(tmp_path):
     (tmp_path / "training_summary.json").write_text(json.dumps({"finished": True}))
     with pytest.raises(OutputDirHasDrafter):
         check_output_dir(tmp_path, overwrite=False, resuming=True)
+
+
+def _tick_on_rank(rank: int, port: int, results) -> None:
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2, init_method=f"tcp://127.0.0.1:{port}")
+    try:
+        fake = Clock(1000.0 + 100 * rank)  # each process's own clocks disagree
+        clock = TrainingClock(box_minutes=1.0, until=1050.0, clock=fake, wall=fake)
+        clock.start()
+        fake.now += 20 + 7 * rank
+        clock.tick()
+        results[rank] = (clock.seconds(), clock.deadline_passed())
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_every_process_reads_rank_0s_clocks():
+    """In a multi-process run all ranks must agree on the learning rate and on the step training stops at."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with mp.Manager() as manager:
+        results = manager.dict()
+        mp.spawn(_tick_on_rank, args=(port, results), nprocs=2, join=True)
+        assert dict(results) == {0: (20.0, False), 1: (20.0, False)}  # rank 1 alone would say 27 s, deadline passed

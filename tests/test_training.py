@@ -647,6 +647,8 @@ def test_two_process_gloo_accelerate_launch(tiny_dir, tmp_path):
         str(tmp_path / "cache"),
         "--threads",
         "1",
+        "--max_train_minutes",  # the time box's clocks are read from rank 0 by every rank (a collective a step)
+        "60",
     ]
     # this checkout's oneiro_hf, whatever the environment has installed
     root = str(Path(__file__).resolve().parent.parent)
@@ -659,6 +661,7 @@ def test_two_process_gloo_accelerate_launch(tiny_dir, tmp_path):
     assert proc.returncode == 0, raised[-3000:] + "\n" + proc.stdout[-2000:] + proc.stderr[-2000:]
     summary = json.loads((out / "training_summary.json").read_text())
     assert "2 process(es)" in summary["hardware"] and summary["global_step"] == 4
+    assert summary["ended_by"] == "max_steps" and summary["finished"]
     assert (out / "model.safetensors").is_file()
 
 

@@ -32,14 +32,18 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class TrainingClock:
-    """Seconds one run has trained (``before_s`` from earlier processes, from its checkpoint, plus this process's)
-    and the box they count against (``box_s``, None: no box). ``until`` (Unix seconds) stops this process."""
+    """Seconds one run has trained (``before_s`` from earlier processes, from its checkpoint, plus this process's
+    ``elapsed_s``) and the box they count against (``box_s``, None: no box). ``until`` (Unix seconds) stops this
+    process. The clocks are read by ``tick`` once a step; every process uses rank 0's readings, so all agree on
+    the learning rate and on the step training stops at."""
 
     box_minutes: float | None = None
     until: float | None = None
     before_s: float = 0.0
     box_s: float | None = None
     started: float | None = None
+    elapsed_s: float = 0.0
+    wall_at_tick: float = 0.0
     clock: Callable[[], float] = field(default=time.perf_counter, repr=False)
     wall: Callable[[], float] = field(default=time.time, repr=False)
 
@@ -47,16 +51,26 @@ class TrainingClock:
     def from_args(cls, args: Any, **clocks: Callable[[], float]) -> TrainingClock:
         return cls(box_minutes=args.max_train_minutes, until=args.train_until, **clocks)
 
-    def start(self) -> None:
+    def start(self, device: torch.device | str = "cpu") -> None:
         """Training starts (or resumes, after ``before_s`` was restored): fix the box."""
         self.started = self.clock()
+        self.tick(device)
         if self.box_minutes:
             self.box_s = self.box_minutes * 60.0
         elif self.until is not None:
-            self.box_s = self.before_s + max(0.0, self.until - self.wall())
+            self.box_s = self.before_s + max(0.0, self.until - self.wall_at_tick)
+
+    def tick(self, device: torch.device | str = "cpu") -> None:
+        """Read the clocks (rank 0's readings, in a multi-process run)."""
+        reading = torch.tensor([self.clock() - (self.started or 0.0), self.wall()], dtype=torch.float64)
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            reading = reading.to(device)
+            dist.broadcast(reading, src=0)
+        self.elapsed_s, self.wall_at_tick = (float(v) for v in reading.cpu())
 
     def seconds(self) -> float:
-        return self.before_s + (self.clock() - self.started if self.started is not None else 0.0)
+        return self.before_s + self.elapsed_s
 
     def fraction(self) -> float:
         """Share of the box spent (0 without a box)."""
@@ -66,7 +80,7 @@ class TrainingClock:
         return self.box_s is not None and self.seconds() >= self.box_s
 
     def deadline_passed(self) -> bool:
-        return self.until is not None and self.wall() >= self.until
+        return self.until is not None and self.wall_at_tick >= self.until
 
 
 def follow_time_box(scheduler: torch.optim.lr_scheduler.LRScheduler, clock: TrainingClock, warmup_steps: int,
@@ -100,10 +114,11 @@ class TimeBoxCallback(TrainerCallback):
         self.ended_by = "max_steps"
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.clock.start()  # after a resumed run's trained seconds were restored
+        self.clock.start(args.device)  # after a resumed run's trained seconds were restored
         return control
 
     def on_step_end(self, args, state, control, **kwargs):
+        self.clock.tick(args.device)
         if self.clock.box_spent() or (self.clock.deadline_passed() and not self.clock.box_minutes):
             logger.warning("step %d of %d: the training time box (%.1f min) is spent; training stops here",
                            state.global_step, state.max_steps, (self.clock.box_s or 0) / 60)
