@@ -37,7 +37,7 @@ def _clock(box_minutes=None, until=None, before_s=0.0):
 
 def _step(callback, control=None):
     control = control or TrainerControl()
-    callback.on_step_end(SimpleNamespace(save_strategy="steps", device="cpu"), TrainerState(max_steps=100), control)
+    callback.on_step_end(SimpleNamespace(save_strategy="no", device="cpu"), TrainerState(max_steps=100), control)
     return control
 
 
@@ -175,7 +175,7 @@ def test_a_paused_run_resumes_with_its_trained_seconds_and_schedule(target, reco
 
     def fresh(until):
         args = make_args(tmp_path, output_dir=str(out), stage="1+2", stage1_fraction=0.4, max_steps=400,
-                         save_strategy="steps", save_steps=1000, lr_scheduler_type="cosine",
+                         save_strategy="no", lr_scheduler_type="cosine",
                          max_train_minutes=1.0, train_until=until)
         drafter, train_ds, _, mean, std = build(target, records, args, cache_dir=tmp_path / "cache")
         trainer = OneiroTrainer(drafter, target, args, train_ds, None, state_mean=mean, state_std=std)
@@ -187,6 +187,7 @@ def test_a_paused_run_resumes_with_its_trained_seconds_and_schedule(target, reco
     first.train()
     assert first.time_box.paused and first.time_box.ended_by == "train_until"
     assert first.state.global_step == 11  # the step that crossed the deadline ends the process
+    assert [p.name for p in out.glob("checkpoint-*")] == ["checkpoint-11"]  # saved for the resume, --save_strategy no
     saved = json.loads((out / "checkpoint-11" / TRAINING_INFO_FILE).read_text())
     assert saved["trained_seconds"] == pytest.approx(33.0) and saved["switch_step"] == 9  # 24 s of 60 > 40%
     # step 11's rate was set as of the clocks read at the end of step 10: half the box

@@ -130,7 +130,7 @@ class TimeBoxCallback(TrainerCallback):
                            state.global_step, state.max_steps, self.clock.seconds() / 60, (self.clock.box_s or 0) / 60)
             self.ended_by = "train_until"
             control.should_training_stop = True
-            control.should_save = args.save_strategy != "no"
+            control.should_save = True  # whatever --save_strategy: the resume needs this checkpoint
         return control
 
     @property
