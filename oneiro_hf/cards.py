@@ -75,6 +75,7 @@ _SETTINGS = (
     ("trained_minutes", "training minutes (resumes included)"),
     ("ended_by", "training ended by"),
     ("finished", "schedule finished (false: paused, resumable)"),
+    ("features", "target features"),
     ("batch_size", "batch size (sequences)"),
     ("learning_rate", "learning rate"),
     ("max_seq_len", "max sequence length"),

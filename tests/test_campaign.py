@@ -202,3 +202,65 @@ def test_a_milestone_training_cut_by_the_deadline_is_paused_then_resumed(tmp_pat
     point = campaign.train_milestone(args, tmp_path, 200, until=99999.0)  # the next session
     assert len(runs) == 2 and point["eval_tau"] == 1.9 and point["epochs"] == 1.5
     assert campaign.train_milestone(args, tmp_path, 200, until=99999.0) == point and len(runs) == 2  # done: no rerun
+
+
+def test_a_paused_milestone_moves_to_another_machine_in_the_committed_checkpoint(tmp_path: Path, monkeypatch) -> None:
+    """--train_epochs: the steps bound the milestone; the paused training's last checkpoint is kept in
+    <checkpoint_out>/paused, from which a machine without the work dir resumes; the finished drafter replaces it."""
+    recipe = tmp_path / "r.json"
+    recipe.write_text(json.dumps({"max_steps": 4000}))
+    kept = tmp_path / "drafters" / "campaign"
+    args = CampaignArguments(target="t", dataset="d", until="+1h", recipe=str(recipe), train_epochs=1.0,
+                             checkpoint_out=str(kept))
+    runs: list[tuple[Path, list[str], list[str]]] = []
+
+    def fake_train(cmd, check):
+        argv = cmd[3:]
+        out = Path(argv[argv.index("--output_dir") + 1])
+        runs.append((out, argv, sorted(p.name for p in out.glob("checkpoint-*/*")) if out.is_dir() else []))
+        finished = len(runs) == 3
+        out.mkdir(parents=True, exist_ok=True)
+        step = 10 * len(runs)
+        ckpt = out / f"checkpoint-{step}"
+        ckpt.mkdir()
+        for name in ("model.safetensors", "optimizer.pt", "trainer_state.json", "rng_state.pth"):
+            (ckpt / name).write_text(f"{name} at {step}")
+        (out / "model.safetensors").write_text("final") if finished else None
+        (out / "training_summary.json").write_text(json.dumps({
+            "finished": finished, "evals": [{"eval_tau": 2.1}] if finished else [], "train_response_tokens": 9,
+            "records": 3, "sources": {}, "global_step": step, "epochs": 0.5 * len(runs), "trained_minutes": 50.0,
+            "timings": "", "hardware": "cpu", "date": ""}))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(campaign.subprocess, "run", fake_train)
+    assert campaign.train_milestone(args, tmp_path / "machine-a", 1000, until=1234.0) is None
+    flags = dict(zip(runs[0][1][::2], runs[0][1][1::2]))
+    assert flags["--max_steps"] == "-1" and flags["--num_train_epochs"] == "1.0"
+    assert flags["--max_train_minutes"] == "inf" and flags["--train_until"] == "1234"
+    last = len(runs[0][1]) - 1 - runs[0][1][::-1].index("--max_steps")
+    assert runs[0][1].index("4000") < last  # after the recipe's, so it wins
+    from oneiro_hf.training.cli import parse_args
+
+    parsed = parse_args(["--target", "t", "--data", "d", "--output_dir", str(tmp_path / "o"), "--max_steps", "4000",
+                         "--max_steps", "-1", "--num_train_epochs", "1.0", "--max_train_minutes", "inf"])[2]
+    assert parsed.max_steps == -1 and parsed.max_train_minutes == float("inf")
+    paused = kept / "paused"
+    assert sorted(p.name for p in paused.iterdir()) == ["model.safetensors", "optimizer.pt", "paused.json",
+                                                         "trainer_state.json"]  # no machine-bound rng state
+    assert json.loads((paused / "paused.json").read_text())["checkpoint"] == "checkpoint-10"
+
+    # another machine: no work dir; the kept checkpoint is put where --resume_from_checkpoint auto finds it
+    assert campaign.train_milestone(args, tmp_path / "machine-b", 1000, until=2000.0) is None
+    assert runs[1][2] == ["model.safetensors", "optimizer.pt", "trainer_state.json"]
+    assert (tmp_path / "machine-b" / "train-1000" / "checkpoint-10" / "optimizer.pt").read_text() == \
+        "optimizer.pt at 10"
+    assert json.loads((paused / "paused.json").read_text())["checkpoint"] == "checkpoint-20"
+    # another milestone's paused training is not resumed by this one
+    other = tmp_path / "machine-c" / "train-2000"
+    campaign.restore_paused(args, other, 2000)
+    assert not other.exists()
+
+    point = campaign.train_milestone(args, tmp_path / "machine-b", 1000, until=3000.0)
+    assert point["eval_tau"] == 2.1 and runs[2][2][:1] == ["model.safetensors"]  # machine-b's own checkpoints
+    campaign.keep_checkpoint(point, args.checkpoint_out)
+    assert not paused.exists() and (kept / "model.safetensors").read_text() == "final"

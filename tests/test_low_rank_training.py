@@ -94,6 +94,12 @@ def test_parametrised_run_resumes_exactly_and_refuses_other_ranks(target, record
     interrupted = fresh(tmp_path / "b")
     interrupted.add_callback(_StopAt(6))  # "killed" after step 6; the last checkpoint is step 4
     interrupted.train()
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "b" / "checkpoint-4" / "model.safetensors"), framework="pt") as fh:
+        stored = set(fh.keys())
+    assert any(k.endswith(".a") for k in stored)  # the factors are stored; the target's matrices are not
+    assert not [k for k in stored if k.endswith(".original")]
     resumed = fresh(tmp_path / "b")
     resumed.train(resume_from_checkpoint=str(tmp_path / "b" / "checkpoint-4"))
     assert resumed.state.global_step == 8
@@ -101,6 +107,11 @@ def test_parametrised_run_resumes_exactly_and_refuses_other_ranks(target, record
         torch.testing.assert_close(resumed.drafter.state_dict()[key], value, atol=1e-6, rtol=1e-5)
     with pytest.raises(CheckpointMismatch, match="relative_layer_rank"):
         fresh(tmp_path / "c", rank=3).train(resume_from_checkpoint=str(tmp_path / "b" / "checkpoint-4"))
+    other = fresh(tmp_path / "d")  # a drafter whose copied matrix is not the target's cannot rebuild the unstored
+    with torch.no_grad():
+        other.drafter.layers[0].mlp.up_proj.parametrizations.weight.original.add_(0.01)
+    with pytest.raises(CheckpointMismatch, match="missing"):
+        other.train(resume_from_checkpoint=str(tmp_path / "b" / "checkpoint-4"))
 
 
 def test_cli_saves_the_trained_differences_relative_to_the_target(target, records, tmp_path, monkeypatch) -> None:

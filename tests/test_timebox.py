@@ -88,6 +88,22 @@ def test_no_box_never_stops_or_moves_the_schedule():
     assert clock.fraction() == 0.0 and not _step(TimeBoxCallback(clock)).should_training_stop
 
 
+def test_an_unbounded_box_only_pauses_and_leaves_the_schedule_to_the_steps():
+    """--max_train_minutes inf (the campaign's --train_epochs): the steps bound the run, a deadline pauses it."""
+    clock, fake = _clock(box_minutes=math.inf, until=1000.0 + 30.0)
+    scheduler, by_step = _scheduler(clock)
+    callback = TimeBoxCallback(clock)
+    fake.now += 29
+    assert not _step(callback).should_training_stop
+    for _ in range(500):
+        scheduler.step()
+    assert scheduler.get_last_lr()[0] == pytest.approx(by_step(500))  # the step's rate, not the box's
+    fake.now += 2
+    control = _step(callback)
+    assert control.should_training_stop and control.should_save and callback.paused
+    assert clock.fraction() == 0.0 and not clock.box_spent()
+
+
 def _scheduler(clock, kind="cosine_with_min_lr", warmup=10, steps=1000):
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     kwargs = {"min_lr_rate": 0.1} if kind == "cosine_with_min_lr" else None

@@ -232,11 +232,12 @@ def test_features_captured_while_answering_match_the_feature_pass(tmp_path, arch
         captured.add([([*seq, 3], plen, f)])
 
 
-def test_bfloat16_features_need_a_cache_dir(tmp_path):
-    with pytest.raises(ValueError, match="--feature_cache_dir"):
-        make_args(tmp_path, feature_dtype="bfloat16")
+def test_feature_dtype_and_streaming_settings_are_checked(tmp_path):
+    assert make_args(tmp_path, feature_dtype="bfloat16").feature_compute_dtype == torch.bfloat16  # on the fly too
     with pytest.raises(ValueError, match="float32 or bfloat16"):
         make_args(tmp_path, feature_dtype="float16", feature_cache_dir=str(tmp_path / "c"))
+    with pytest.raises(ValueError, match="--stream_features .*Fix: pass --feature_cache_dir"):
+        make_args(tmp_path, stream_features=True)
 
 
 def test_vocab_selection_frequency_specials_and_errors():

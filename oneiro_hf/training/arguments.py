@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import torch
 from transformers import TrainingArguments
 
 STAGES = ("1", "2", "1+2", "3")
@@ -80,9 +81,18 @@ class OneiroTrainingArguments(TrainingArguments):
     feature_dtype: str = field(
         default="float32",
         metadata={
-            "help": "dtype the target's decoder layers compute the cached features in: float32, or bfloat16 (autocast; "
-            "its next-token labels stay float32) at about 2.4x float32's rate on a CPU with bf16 units; needs "
-            "--feature_cache_dir (docs/training.md measures what it does to held-out tau)"
+            "help": "dtype the target's decoder layers compute the features in: float32, or bfloat16 (autocast; "
+            "its next-token labels stay float32) at about 2.4x float32's rate on a CPU with bf16 units "
+            "(docs/training.md measures what it does to held-out tau)"
+        },
+    )
+    stream_features: bool = field(
+        default=False,
+        metadata={
+            "help": "with --feature_cache_dir: no feature pass over the training records; those the cache holds "
+            "(e.g. captured while the campaign answered) are read from it, the others computed batch by batch "
+            "as training reaches them (one epoch costs one feature pass, and the disk holds only the cache). The "
+            "held-out records are still cached"
         },
     )
     feature_batch_tokens: int = field(
@@ -102,7 +112,8 @@ class OneiroTrainingArguments(TrainingArguments):
         metadata={
             "help": "the run's time box: training minutes, counted across resumes, after which it evaluates and "
             "saves as usual; the learning-rate schedule and the stage switch follow the spent share of the box, so "
-            "a box that ends long before max_steps still anneals (oneiro_hf/training/timebox.py)"
+            "a box that ends long before max_steps still anneals (oneiro_hf/training/timebox.py); inf: no box (the "
+            "steps bound the run, --train_until only pauses it)"
         },
     )
     train_until: float | None = field(
@@ -186,9 +197,10 @@ class OneiroTrainingArguments(TrainingArguments):
             raise ValueError("save_dtype must be bfloat16, float16 or float32")
         if self.feature_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"feature_dtype must be float32 or bfloat16 (got {self.feature_dtype!r})")
-        if self.feature_dtype != "float32" and not self.feature_cache_dir:
-            raise ValueError(f"--feature_dtype {self.feature_dtype} applies to the cached feature pass. Fix: pass "
-                             "--feature_cache_dir, or leave --feature_dtype float32.")
+        if self.stream_features and not self.feature_cache_dir:
+            raise ValueError("--stream_features reads what a feature cache holds and streams the rest. Fix: pass "
+                             "--feature_cache_dir (it may be empty), or leave --stream_features off to compute "
+                             "every batch's features on the fly.")
         if self.draft_vocab_size < 1:
             raise ValueError("draft_vocab_size must be >= 1")
         if self.max_train_minutes is not None and self.max_train_minutes <= 0:
@@ -234,6 +246,11 @@ class OneiroTrainingArguments(TrainingArguments):
                              "drop --relative_layer_rank, and store the refined drafter relative when you publish it "
                              "(examples/publish.py --layer-rank)")
         return RelativeStorage(self.relative_layer_rank, self.relative_token_rank)
+
+    @property
+    def feature_compute_dtype(self) -> torch.dtype:
+        """What the target's decoder layers compute features in, cached or on the fly."""
+        return getattr(torch, self.feature_dtype)
 
     def step_weights(self, steps: int) -> list[float]:
         return parse_step_weights(self.rollout_step_weights, steps)

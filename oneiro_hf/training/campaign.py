@@ -84,11 +84,17 @@ class CampaignArguments:
     train_minutes: float = field(default=60.0, metadata={
         "help": "training time box of one milestone, counted across sessions: a training the deadline cuts short "
                 "is paused with a checkpoint and resumed by the next run of the same command"})
+    train_epochs: float | None = field(default=None, metadata={
+        "help": "train each milestone for this many passes over its data instead of a --train_minutes box (the "
+                "recipe's max_steps does not apply; the schedule follows the steps); deadlines pause it as they "
+                "pause a box"})
     curve: str | None = field(
         default=None, metadata={"help": "learning curve JSON (default: learning_curve.json in --dataset)"}
     )
     checkpoint_out: str | None = field(
-        default=None, metadata={"help": "directory the latest milestone drafter is copied to (committed)"}
+        default=None, metadata={"help": "directory the latest milestone drafter is copied to (committed); a paused "
+                                        "training's last checkpoint is kept in its paused/ (committed too), so "
+                                        "another machine resumes it"}
     )
     commit: bool = field(default=False, metadata={"help": "git-commit dataset, curve and checkpoint at milestones"})
     probe_only: bool = field(
@@ -257,16 +263,19 @@ def recipe_flags(path: str) -> list[str]:
 
 
 def train_milestone(args: CampaignArguments, work: Path, milestone: int, until: float) -> dict[str, Any] | None:
-    """Train a drafter on the whole dataset with ``oneiro-train`` in a time box of --train_minutes (counted across
-    sessions), stopping at ``until`` (Unix seconds) with a checkpoint if the box is not spent; return its
-    learning-curve point, or None while it is paused (the next call resumes it)."""
+    """Train a drafter on the whole dataset with ``oneiro-train``, for --train_epochs or in a time box of
+    --train_minutes (counted across sessions), stopping at ``until`` (Unix seconds) with a checkpoint if it is not
+    done; return its learning-curve point, or None while it is paused (kept in ``paused_dir``, and the next call
+    resumes it, on this machine or another)."""
     out = work / f"train-{milestone}"
     summary_path = out / "training_summary.json"
     done = summary_path.is_file() and json.loads(summary_path.read_text()).get("finished", True)
     if not done:
+        restore_paused(args, out, milestone)
+        length = (["--max_steps", "-1", "--num_train_epochs", str(args.train_epochs), "--max_train_minutes", "inf"]
+                  if args.train_epochs else ["--max_train_minutes", f"{args.train_minutes:.1f}"])
         argv = ["--target", args.target, "--data", args.dataset, "--output_dir", str(out), *recipe_flags(args.recipe),
-                "--max_train_minutes", f"{args.train_minutes:.1f}", "--train_until", f"{until:.0f}",
-                "--resume_from_checkpoint", "auto"]
+                *length, "--train_until", f"{until:.0f}", "--resume_from_checkpoint", "auto"]
         if args.threads:
             argv += ["--threads", str(args.threads)]
         # a process of its own: oneiro-train's memory (target, features, optimiser) is returned when it ends
@@ -274,6 +283,7 @@ def train_milestone(args: CampaignArguments, work: Path, milestone: int, until: 
             raise CampaignError(f"training the {milestone}-token milestone failed (see above); its log is in {out}.")
     summary = json.loads(summary_path.read_text())
     if not summary.get("finished", True):
+        keep_paused(args, out, milestone, summary)
         return None
     final = summary["evals"][-1]
     return {"milestone": milestone, "train_response_tokens": summary["train_response_tokens"],
@@ -281,9 +291,51 @@ def train_milestone(args: CampaignArguments, work: Path, milestone: int, until: 
             "epochs": summary.get("epochs"), "trained_minutes": summary.get("trained_minutes"),
             "eval_tau": final.get("eval_tau"), "eval_accept_1": final.get("eval_accept_1"),
             "eval_accept_2": final.get("eval_accept_2"), "eval_positions": final.get("eval_positions"),
-            "feature_dtype": summary.get("feature_dtype", "float32"),
+            "feature_dtype": summary.get("feature_dtype", "float32"), "features": summary.get("features"),
             "timings": summary["timings"], "hardware": summary["hardware"], "date": summary["date"],
             "output_dir": str(out)}
+
+
+# ================================================================================================ paused
+PAUSED_INFO = "paused.json"
+
+
+def paused_dir(args: CampaignArguments) -> Path | None:
+    """Where a paused milestone training's last checkpoint is kept for the next machine (None: nowhere)."""
+    return Path(args.checkpoint_out) / "paused" if args.checkpoint_out else None
+
+
+def keep_paused(args: CampaignArguments, out: Path, milestone: int, summary: dict[str, Any]) -> None:
+    """Copy the paused training's newest checkpoint to ``paused_dir`` (its random-number states excepted: they
+    belong to this machine), replacing what is there."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    dest = paused_dir(args)
+    last = get_last_checkpoint(str(out)) if dest is not None else None
+    if last is None:
+        return
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(last, dest, ignore=shutil.ignore_patterns("rng_state*"))
+    info = {"milestone": milestone, "checkpoint": Path(last).name, "global_step": summary.get("global_step"),
+            "epochs": summary.get("epochs"), "trained_minutes": summary.get("trained_minutes"),
+            "hardware": summary.get("hardware"), "date": summary.get("date")}
+    (dest / PAUSED_INFO).write_text(json.dumps(info, indent=1) + "\n")
+    logger.info("campaign: the paused training's %s is kept in %s", Path(last).name, dest)
+
+
+def restore_paused(args: CampaignArguments, out: Path, milestone: int) -> None:
+    """On a machine without the milestone's checkpoints, put the kept paused checkpoint (if it is this
+    milestone's) where ``oneiro-train --resume_from_checkpoint auto`` finds it."""
+    src = paused_dir(args)
+    if src is None or not (src / PAUSED_INFO).is_file() or list(out.glob("checkpoint-*")):
+        return
+    info = json.loads((src / PAUSED_INFO).read_text())
+    if info.get("milestone") != milestone:
+        logger.info("campaign: %s holds the %s-token milestone's paused training, not this one's; starting afresh",
+                    src, info.get("milestone"))
+        return
+    shutil.copytree(src, out / info["checkpoint"], ignore=shutil.ignore_patterns(PAUSED_INFO))
+    logger.info("campaign: resuming the %d-token milestone from %s (%s)", milestone, src, info["checkpoint"])
 
 
 def add_point(path: Path, point: dict[str, Any]) -> None:
@@ -389,6 +441,10 @@ def _rounds(args: CampaignArguments, work: Path, deadline: float) -> int:
         if point is None:
             logger.info("campaign: the %d-token milestone's training is paused at the deadline; the same command "
                         "resumes it", milestone)
+            kept = paused_dir(args)
+            if args.commit and kept is not None and kept.is_dir():
+                step = json.loads((kept / PAUSED_INFO).read_text())["global_step"]
+                commit([str(kept)], f"Campaign milestone {milestone}: training paused at step {step}")
             return 0
         add_point(curve_path, point)
         paths = [str(curve_path)]

@@ -241,7 +241,7 @@ def train_offline(model_args, data_args, args, target, tokenizer, data, resume, 
     drafter, coverage = pipeline.build_drafter(args, target, tokenizer, data, resume)
     interval = tuple(drafter.config.interval)
     features = pipeline.build_features(args, target, data, interval, timer, drafter.config.input_layers,
-                                       drafter.context_layers)
+                                       drafter.context_layers, resume)
     evals, ridge = pipeline.stage0(args, drafter, target, features, resume, timer)
     storage = args.relative_storage()
     if storage is not None:  # train only what a target-relative checkpoint stores (after the ridge fit)
@@ -280,10 +280,21 @@ def train_offline(model_args, data_args, args, target, tokenizer, data, resume, 
         "learning_rate": args.learning_rate, "max_seq_len": args.max_seq_len, "save_dtype": args.save_dtype,
         # the dtype the target's layers computed the features in
         "feature_dtype": args.feature_dtype if args.feature_dtype != "float32" else model_args.target_dtype,
+        "features": _feature_source(features),
         "weights_storage": storage.to_dict() if storage is not None else "whole",
     }
     pipeline.save_outputs(trainer, args, info, evals, timer)
     return drafter
+
+
+def _feature_source(features: pipeline.Features) -> str:
+    """Where training read the target's features from, for the summary and the card."""
+    if features.cache is None:
+        return "computed per batch"
+    streamed = getattr(features.train, "streamed", 0)
+    cached = len(features.train) - streamed
+    return f"cached ({cached} records)" if not streamed else (
+        f"streamed: {cached} records from the cache, {streamed} computed per batch")
 
 
 def _end_process_group() -> None:

@@ -104,49 +104,90 @@ class SequenceDataset(Dataset):
 
 
 def collate(items: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
-    """Right-pad a list of dataset items into a batch (causal attention makes right padding harmless)."""
+    """Right-pad a list of dataset items into a batch (causal attention makes right padding harmless).
+
+    Items may mix cached features with bare sequences (a streamed dataset): the rows without them get zeros and
+    ignored labels, and ``has_features`` (B,) bool says which rows ``complete_features`` must compute."""
     width = max(int(it["input_ids"].shape[0]) for it in items)
     b = len(items)
     input_ids = torch.zeros((b, width), dtype=torch.long)
     mask = torch.zeros((b, width), dtype=torch.long)
     prompt_lens = torch.tensor([int(it["prompt_len"]) for it in items], dtype=torch.long)
-    has_states = "states" in items[0]
-    if has_states:
-        hidden = items[0]["states"].shape[-1]
-        states = torch.zeros((b, width, hidden), dtype=items[0]["states"].dtype)
-        argmax = torch.full((b, width), IGNORE, dtype=torch.long)
     for row, it in enumerate(items):
         n = int(it["input_ids"].shape[0])
         input_ids[row, :n] = it["input_ids"]
         mask[row, :n] = 1
-        if has_states:
-            states[row, :n] = it["states"]
-            argmax[row, :n] = it["target_argmax"]
     batch = {"input_ids": input_ids, "attention_mask": mask, "prompt_lens": prompt_lens}
-    if has_states:
-        batch["states"] = states
-        batch["target_argmax"] = argmax
+    has = torch.tensor(["states" in it for it in items])
+    if not has.any():
+        return batch
+    batch["states"] = _right_padded([it.get("states") for it in items], width)
+    batch["target_argmax"] = _right_padded([it.get("target_argmax") for it in items], width, fill=IGNORE)
     # a multi-layer drafter's input states (B, T, k*D); an exact-context drafter's copied-layer inputs (B, T, c, D)
-    for key in ("inputs", "context"):
-        if key in items[0]:
-            batch[key] = _right_padded([it[key] for it in items], width)
+    for key in FEATURE_EXTRAS:
+        if any(key in it for it in items):
+            batch[key] = _right_padded([it.get(key) for it in items], width)
+    if not has.all():
+        batch["has_features"] = has
     return batch
 
 
-def _right_padded(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
-    """(B, width, ...) zeros holding each (n_b, ...) row at its start."""
-    out = torch.zeros((len(rows), width, *rows[0].shape[1:]), dtype=rows[0].dtype)
+FEATURE_EXTRAS = ("inputs", "context")  # per-position features beside states and labels, when the drafter needs them
+
+
+def _right_padded(rows: Sequence[torch.Tensor | None], width: int, fill: float = 0) -> torch.Tensor:
+    """(B, width, ...) of ``fill`` holding each (n_b, ...) row at its start (None: a row of ``fill``)."""
+    like = next(r for r in rows if r is not None)
+    out = torch.full((len(rows), width, *like.shape[1:]), fill, dtype=like.dtype)
     for row, value in enumerate(rows):
-        out[row, : value.shape[0]] = value
+        if value is not None:
+            out[row, : value.shape[0]] = value
     return out
 
 
 def lacks_features(batch: Mapping[str, Any], input_layers: Sequence[int] | None = None,
                    context_layers: Sequence[int] | None = None) -> bool:
-    """Whether `batch` misses a feature the drafter needs (states; "inputs" for `input_layers`; "context" for
-    `context_layers`), so the target must run."""
-    return ("states" not in batch or (bool(input_layers) and "inputs" not in batch)
+    """Whether some row of `batch` misses a feature the drafter needs (states; "inputs" for `input_layers`;
+    "context" for `context_layers`), so the target must run."""
+    return ("states" not in batch or "has_features" in batch or (bool(input_layers) and "inputs" not in batch)
             or (bool(context_layers) and "context" not in batch))
+
+
+def complete_features(
+    batch: dict[str, Any],
+    target: Any,
+    input_layers: Sequence[int] | None = None,
+    context_layers: Sequence[int] | None = None,
+    compute_dtype: torch.dtype | None = None,
+    resid_layer: int | None = None,
+) -> dict[str, Any]:
+    """``batch`` with every row's features: the target runs (``target_features``, in ``compute_dtype``) on the rows
+    that lack them, all rows if ``resid_layer`` is asked for; rows read from a cache keep theirs. Returns a new
+    dict; features come back on the target's device for the rows computed, as stored for the others."""
+    if resid_layer is None and not lacks_features(batch, input_layers, context_layers):
+        return batch
+    rows = batch.get("has_features")
+    if rows is None or resid_layer is not None or bool(input_layers) != ("inputs" in batch) or (
+            bool(context_layers) != ("context" in batch)):
+        rows = torch.zeros(batch["input_ids"].shape[0], dtype=torch.bool)  # every row runs
+    todo = (~rows.cpu()).nonzero().flatten()
+    width = int(batch["attention_mask"][todo].sum(-1).max())
+    feats = target_features(
+        target, batch["input_ids"][todo, :width], batch["attention_mask"][todo, :width], resid_layer,
+        batch["prompt_lens"][todo] - 1, input_layers=input_layers, context_layers=context_layers,
+        compute_dtype=compute_dtype)
+    out = {k: v for k, v in batch.items() if k != "has_features"}
+    if len(todo) == len(rows) and width == batch["input_ids"].shape[1]:
+        return out | feats
+    for key, value in feats.items():  # scatter the computed rows into the batch's full-width tensors
+        full = out.get(key)
+        if full is None:
+            full = torch.full((len(rows), batch["input_ids"].shape[1], *value.shape[2:]),
+                              IGNORE if key == "target_argmax" else 0, dtype=value.dtype, device=value.device)
+        full = full.clone()
+        full[todo.to(full.device), :width] = value.to(device=full.device, dtype=full.dtype)
+        out[key] = full
+    return out
 
 
 def loss_mask(attention_mask: torch.Tensor, prompt_lens: torch.Tensor) -> torch.Tensor:
@@ -606,33 +647,41 @@ class FeatureCache:
 
 
 class CachedFeatureDataset(Dataset):
-    """Sequences with the target's cached features (states fp16, next-token argmax)."""
+    """Sequences with the target's cached features (states fp16, next-token argmax), in the records' order.
 
-    def __init__(self, cache: FeatureCache, records: Sequence[Mapping[str, Any]]) -> None:
+    ``stream=True``: records the cache lacks are kept as bare sequences, and their features are computed batch by
+    batch (``complete_features``) instead of by a feature pass first: the disk holds only what is cached, whatever
+    the data's size. The items are the same whatever the cache holds, so a resumed epoch skips the same records
+    on a machine whose cache differs."""
+
+    def __init__(self, cache: FeatureCache, records: Sequence[Mapping[str, Any]], stream: bool = False) -> None:
         self.cache = cache
-        self.entries: list[tuple[int, int, int, int]] = []
-        missing = 0
+        self.rows: list[tuple[tuple[int, int, int, int] | None, list[int], int]] = []  # (cache entry, seq, prompt)
         for rec in records:
-            if make_sequence(rec, cache.max_len) is None:
-                continue
-            entry = cache.lookup(rec)
-            if entry is None:
-                missing += 1
-                continue
-            self.entries.append(entry)
-        if missing:
-            raise RuntimeError(
-                f"{missing} records are not in the feature cache; call cache.build(records) first."
-            )
+            made = make_sequence(rec, cache.max_len)
+            if made is not None:
+                self.rows.append((cache.index.get(sequence_key(*made)), *made))
+        self.entries = [entry for entry, _, _ in self.rows if entry is not None]
+        self.streamed = len(self.rows) - len(self.entries)  # rows whose features are computed per batch
+        if self.streamed and not stream:
+            raise RuntimeError(f"{self.streamed} records are not in the feature cache; call cache.build(records) "
+                               "first, or pass stream=True.")
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return len(self.rows)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        return self.cache.get(self.entries[i])
+        entry, seq, prompt_len = self.rows[i]
+        if entry is not None:
+            return self.cache.get(entry)
+        return {"input_ids": torch.tensor(seq, dtype=torch.long), "prompt_len": prompt_len}
 
     def lengths(self) -> list[int]:
-        return [e[2] for e in self.entries]
+        return [len(seq) for _, seq, _ in self.rows]
+
+    def response_tokens(self) -> int:
+        """Response tokens the sequences hold (cut at the cache's max_len)."""
+        return sum(len(seq) - prompt_len for _, seq, prompt_len in self.rows)
 
 
 # ---------------------------------------------------------------------------------------------- iteration
@@ -644,9 +693,11 @@ def iter_feature_batches(
     resid_layer: int | None = None,
     input_layers: Sequence[int] | None = None,
     context_layers: Sequence[int] | None = None,
+    compute_dtype: torch.dtype | None = None,
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Batches with features (``states``, ``target_argmax``; ``resid`` if ``resid_layer``) in dataset order
-    groups; cached features are used when the dataset has them, else the target runs."""
+    groups, on the CPU; cached features are used when the dataset has them, else the target runs (in
+    ``compute_dtype``)."""
     n = len(dataset) if max_items is None else min(len(dataset), max_items)
     lengths = (
         dataset.lengths()[:n]
@@ -654,15 +705,9 @@ def iter_feature_batches(
         else [len(dataset[i]["input_ids"]) for i in range(n)]
     )
     for group in batches_by_tokens(lengths, batch_tokens):
-        items = [dataset[i] for i in group]
-        batch = collate(items)
-        if resid_layer is not None or lacks_features(batch, input_layers, context_layers):
-            feats = target_features(
-                target, batch["input_ids"], batch["attention_mask"], resid_layer, batch["prompt_lens"] - 1,
-                input_layers=input_layers, context_layers=context_layers,
-            )
-            batch.update({k: v.cpu() for k, v in feats.items()})
-        yield batch
+        batch = complete_features(collate([dataset[i] for i in group]), target, input_layers, context_layers,
+                                  compute_dtype, resid_layer)
+        yield {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
 
 
 def state_statistics(

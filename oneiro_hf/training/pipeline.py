@@ -230,15 +230,19 @@ def _feature_cache(args, target, resid_layer: int | None, input_layers: list[int
 
     return feat.FeatureCache(args.feature_cache_dir, target, args.max_seq_len, resid_layer=resid_layer,
                              resid_budget=int(args.ridge_positions * 1.5), input_layers=input_layers,
-                             context_layers=context_layers, compute_dtype=getattr(torch, args.feature_dtype))
+                             context_layers=context_layers, compute_dtype=args.feature_compute_dtype)
 
 
 def build_features(args, target, data: TrainingData, interval: tuple[int, int], timer: Timer,
-                   input_layers: list[int] | None = None, context_layers: tuple[int, ...] = ()) -> Features:
+                   input_layers: list[int] | None = None, context_layers: tuple[int, ...] = (),
+                   resume: str | None = None) -> Features:
     """The target's features of every record (cached in --feature_cache_dir when given, with the residual
     stream at the interval's start for the ridge fit, a multi-layer drafter's `input_layers` states and an
-    exact-context drafter's `context_layers` inputs) and the per-dimension state statistics."""
+    exact-context drafter's `context_layers` inputs; with --stream_features only the held-out records are added to
+    the cache) and the per-dimension state statistics (a resumed checkpoint's own, when it has them)."""
+    from ..targets import text_config
     from . import features as feat
+    from .trainer import TRAINING_STATE_FILE
 
     with timer("features"):
         cache = None
@@ -247,16 +251,18 @@ def build_features(args, target, data: TrainingData, interval: tuple[int, int], 
                 try:
                     cache = _feature_cache(args, target, interval[0] if args.ridge_init else None, input_layers,
                                            context_layers)
-                    s1 = cache.build(data.train, batch_tokens=args.feature_batch_tokens)
+                    s1 = "streamed" if args.stream_features else cache.build(
+                        data.train, batch_tokens=args.feature_batch_tokens)
                     s2 = cache.build(data.eval, batch_tokens=args.feature_batch_tokens, with_resid=False)
                 except (feat.FeatureCacheMismatch, feat.FeatureCacheNoSpace) as err:
                     raise TrainingInputError(str(err)) from None
                 if not args.should_save:  # other ranks re-read what the main process wrote
                     cache = _feature_cache(args, target, cache.resid_layer, input_layers, context_layers)
-            logger.info("feature cache %s: train %s, eval %s, %.1f MB", args.feature_cache_dir, s1, s2,
+            train_ds = feat.CachedFeatureDataset(cache, data.train, stream=args.stream_features)
+            logger.info("feature cache %s: train %s (%d records cached, %d computed per batch), eval %s, %.1f MB",
+                        args.feature_cache_dir, s1, len(train_ds.entries), train_ds.streamed, s2,
                         cache.size_bytes() / 2**20)
-            train_ds = feat.CachedFeatureDataset(cache, data.train)
-            train_tokens = sum(e[2] - e[3] for e in train_ds.entries)
+            train_tokens = train_ds.response_tokens()
         else:
             train_ds = feat.SequenceDataset(data.train, args.max_seq_len)
             train_tokens = sum(len(s) - p for s, p, _ in train_ds.items)
@@ -264,8 +270,16 @@ def build_features(args, target, data: TrainingData, interval: tuple[int, int], 
             raise TrainingInputError(
                 f"no record has a response token within --max_seq_len {args.max_seq_len}.")
         eval_ds = held_out_dataset(data.eval, args, cache)
-        mean, std = feat.state_statistics(
-            feat.iter_feature_batches(train_ds, target, args.feature_batch_tokens, max_items=2000))
+        if resume and (Path(resume) / TRAINING_STATE_FILE).is_file():  # the checkpoint's are loaded with it
+            hidden = text_config(target).hidden_size
+            mean, std = torch.zeros(hidden), torch.ones(hidden)
+        else:
+            sample = train_ds
+            if args.stream_features:  # from the cached records, or no more than 64 records' feature pass
+                cached = [r for r in data.train if cache.lookup(r) is not None]
+                sample = feat.CachedFeatureDataset(cache, cached if len(cached) >= 64 else data.train[:64], stream=True)
+            mean, std = feat.state_statistics(feat.iter_feature_batches(
+                sample, target, args.feature_batch_tokens, max_items=2000, compute_dtype=args.feature_compute_dtype))
     return Features(train_ds, eval_ds, cache, mean, std, train_tokens)
 
 
@@ -311,7 +325,8 @@ def stage0(args, drafter, target, features: Features, resume: str | None, timer:
         else:
             batches = feat.iter_feature_batches(features.train, target, args.feature_batch_tokens,
                                                 resid_layer=drafter.config.interval[0],
-                                                input_layers=drafter.config.input_layers)
+                                                input_layers=drafter.config.input_layers,
+                                                compute_dtype=args.feature_compute_dtype)
         report = fit_fuse_ridge(drafter, batches, max_positions=args.ridge_positions)
     return evals, report
 

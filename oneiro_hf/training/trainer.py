@@ -32,9 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import Trainer, TrainerCallback
+from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
 
 from .arguments import STAGES, OneiroTrainingArguments, parse_interval, parse_step_weights  # noqa: F401 (re-exported)
-from .features import IGNORE, collate, iter_feature_batches, lacks_features, loss_mask, target_features
+from .features import IGNORE, collate, complete_features, iter_feature_batches, loss_mask
 from .rollout import parallel_rollout, rollout_mask, rollout_start  # noqa: F401 (re-exported)
 from .timebox import TimeBoxCallback, TrainingClock, follow_time_box
 
@@ -285,6 +286,22 @@ def evaluate_drafter(
 
 
 # ============================================================================================ trainer
+class EpochSeededLengthSampler(LengthGroupedSampler):
+    """``--train_sampling_strategy group_by_length`` with the order drawn from (seed, epoch) alone. The stock
+    sampler draws from the global random state at the epoch's start, so a run resumed in another process (another
+    session, another machine) may skip other records than it trained on; this one orders every epoch the same way
+    anywhere, and lengths come from the dataset's ``lengths()`` instead of reading every item."""
+
+    def __init__(self, batch_size: int, lengths: list[int], seed: int, epoch: Any) -> None:
+        super().__init__(batch_size, lengths=lengths)
+        self.seed = seed
+        self.epoch = epoch  # () -> the epoch being iterated
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch())
+        return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=generator))
+
+
 class _StageCallback(TrainerCallback):
     """Switches to stage 2 at stage1_fraction of the steps, or of the time box (``trainer.clock``)."""
 
@@ -424,14 +441,9 @@ class OneiroTrainer(Trainer):
         return 1 if self.state.global_step < self.switch_step else self.args.rollout_steps
 
     def _with_features(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        input_layers, context_layers = self.drafter.config.input_layers, self.drafter.context_layers
-        if not lacks_features(inputs, input_layers, context_layers):
-            return inputs
-        feats = target_features(
-            self.target, inputs["input_ids"], inputs["attention_mask"], label_from=inputs["prompt_lens"] - 1,
-            input_layers=input_layers, context_layers=context_layers,
-        )
-        return {**inputs, **feats}
+        """The batch with the target's features on every row (computed, in --feature_dtype, where not cached)."""
+        return complete_features(inputs, self.target, self.drafter.config.input_layers, self.drafter.context_layers,
+                                 self.args.feature_compute_dtype)
 
     # ---------------------------------------------------------------- training
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -483,6 +495,14 @@ class OneiroTrainer(Trainer):
                                                 num_training_steps)
         return self.lr_scheduler
 
+    def _get_train_sampler(self, train_dataset=None):
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        if self.args.train_sampling_strategy == "group_by_length" and hasattr(dataset, "lengths"):
+            return EpochSeededLengthSampler(self.args.train_batch_size * self.args.gradient_accumulation_steps,
+                                            dataset.lengths(), self.args.seed,
+                                            lambda: int((self.state.epoch or 0.0) + 1e-6))
+        return super()._get_train_sampler(train_dataset)
+
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any):
         check_output_dir(self.args.output_dir, self.args.overwrite_output_dir, resuming=bool(resume_from_checkpoint))
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
@@ -507,19 +527,7 @@ class OneiroTrainer(Trainer):
 
         def batches():
             for group in groups:
-                batch = collate([dataset[i] for i in group])
-                input_layers, context_layers = self.drafter.config.input_layers, self.drafter.context_layers
-                if lacks_features(batch, input_layers, context_layers):
-                    feats = target_features(
-                        self.target,
-                        batch["input_ids"],
-                        batch["attention_mask"],
-                        label_from=batch["prompt_lens"] - 1,
-                        input_layers=input_layers,
-                        context_layers=context_layers,
-                    )
-                    batch.update(feats)
-                yield batch
+                yield self._with_features(collate([dataset[i] for i in group]))
 
         module = self.train_module
         sums = rollout_eval_sums(module.drafter, batches(), self.args.eval_rollout_steps, module.state_std)
@@ -540,7 +548,12 @@ class OneiroTrainer(Trainer):
 
         os.makedirs(output_dir, exist_ok=True)
         module = self.train_module
-        module.drafter.save_pretrained(output_dir, safe_serialization=True)
+        from .low_rank import rebuilt_originals
+
+        # the target's own matrices are not written again: a resume builds the drafter from the target
+        skip = rebuilt_originals(module.drafter, self.target)
+        state = {k: v for k, v in module.drafter.state_dict().items() if k not in skip}
+        module.drafter.save_pretrained(output_dir, state_dict=state, safe_serialization=True)
         save_file(
             {
                 "state_mean": module.state_mean.detach().cpu().contiguous(),
@@ -587,6 +600,9 @@ class OneiroTrainer(Trainer):
                 "Fix: resume with the settings of that run (e.g. its --relative_layer_rank), or start a new "
                 "--output_dir."
             ) from err
+        from .low_rank import rebuilt_originals
+
+        missing = sorted(set(missing) - rebuilt_originals(drafter, self.target))  # held by the target
         if missing or unexpected:
             raise CheckpointMismatch(
                 f"{ckpt}/model.safetensors does not match this drafter (missing {missing[:4]}, unexpected "
