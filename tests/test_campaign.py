@@ -207,6 +207,8 @@ def test_a_milestone_training_cut_by_the_deadline_is_paused_then_resumed(tmp_pat
 def test_a_paused_milestone_moves_to_another_machine_in_the_committed_checkpoint(tmp_path: Path, monkeypatch) -> None:
     """--train_epochs: the steps bound the milestone; the paused training's last checkpoint is kept in
     <checkpoint_out>/paused, from which a machine without the work dir resumes; the finished drafter replaces it."""
+    import torch
+
     recipe = tmp_path / "r.json"
     recipe.write_text(json.dumps({"max_steps": 4000}))
     kept = tmp_path / "drafters" / "campaign"
@@ -223,8 +225,10 @@ def test_a_paused_milestone_moves_to_another_machine_in_the_committed_checkpoint
         step = 10 * len(runs)
         ckpt = out / f"checkpoint-{step}"
         ckpt.mkdir()
-        for name in ("model.safetensors", "optimizer.pt", "trainer_state.json", "rng_state.pth"):
+        for name in ("model.safetensors", "trainer_state.json", "rng_state.pth"):
             (ckpt / name).write_text(f"{name} at {step}")
+        torch.save({"state": {0: {"step": torch.tensor(float(step)), "exp_avg": torch.full((3,), step + 0.1)}},
+                    "param_groups": [{"lr": 1e-3, "params": [0]}]}, ckpt / "optimizer.pt")
         (out / "model.safetensors").write_text("final") if finished else None
         (out / "training_summary.json").write_text(json.dumps({
             "finished": finished, "evals": [{"eval_tau": 2.1}] if finished else [], "train_response_tokens": 9,
@@ -252,8 +256,14 @@ def test_a_paused_milestone_moves_to_another_machine_in_the_committed_checkpoint
     # another machine: no work dir; the kept checkpoint is put where --resume_from_checkpoint auto finds it
     assert campaign.train_milestone(args, tmp_path / "machine-b", 1000, until=2000.0) is None
     assert runs[1][2] == ["model.safetensors", "optimizer.pt", "trainer_state.json"]
-    assert (tmp_path / "machine-b" / "train-1000" / "checkpoint-10" / "optimizer.pt").read_text() == \
-        "optimizer.pt at 10"
+    restored = torch.load(tmp_path / "machine-b" / "train-1000" / "checkpoint-10" / "optimizer.pt")
+    assert restored["state"][0]["step"].item() == 10.0 and restored["state"][0]["step"].dtype == torch.float32
+    moment = restored["state"][0]["exp_avg"]  # kept in bfloat16, committed at half the size
+    assert moment.dtype == torch.bfloat16 and torch.equal(moment, torch.full((3,), 10.1).bfloat16())
+    param = torch.nn.Parameter(torch.zeros(3))
+    optimizer = torch.optim.AdamW([param])
+    optimizer.load_state_dict(restored)
+    assert optimizer.state[param]["exp_avg"].dtype == torch.float32  # the resume computes in float32 again
     assert json.loads((paused / "paused.json").read_text())["checkpoint"] == "checkpoint-20"
     # another milestone's paused training is not resumed by this one
     other = tmp_path / "machine-c" / "train-2000"

@@ -316,11 +316,27 @@ def keep_paused(args: CampaignArguments, out: Path, milestone: int, summary: dic
         return
     shutil.rmtree(dest, ignore_errors=True)
     shutil.copytree(last, dest, ignore=shutil.ignore_patterns("rng_state*"))
+    _halve_optimizer_state(dest / "optimizer.pt")
     info = {"milestone": milestone, "checkpoint": Path(last).name, "global_step": summary.get("global_step"),
             "epochs": summary.get("epochs"), "trained_minutes": summary.get("trained_minutes"),
             "hardware": summary.get("hardware"), "date": summary.get("date")}
     (dest / PAUSED_INFO).write_text(json.dumps(info, indent=1) + "\n")
     logger.info("campaign: the paused training's %s is kept in %s", Path(last).name, dest)
+
+
+def _halve_optimizer_state(path: Path) -> None:
+    """Store the optimiser's moments in bfloat16 (46 of the 1.5B recipe's 67 MB become 23): a committed file stays
+    small. torch's ``Optimizer.load_state_dict`` casts them back to the parameters' dtype on resume."""
+    import torch
+
+    if not path.is_file():
+        return
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    for slots in state.get("state", {}).values():
+        for name, value in slots.items():
+            if name != "step" and torch.is_tensor(value) and value.is_floating_point():
+                slots[name] = value.to(torch.bfloat16)
+    torch.save(state, path)
 
 
 def restore_paused(args: CampaignArguments, out: Path, milestone: int) -> None:
