@@ -28,8 +28,8 @@ carry_room() {  # bytes one piece may have beside the travelling tree; refuses (
   if [ "$room" -lt "$CARRY_MIN_PIECE_BYTES" ]; then
     echo "the travelling tree is $(( tree / 1048576 )) MiB: a 64 MiB device call has $(( room / 1048576 )) MiB left" \
       "for a piece, under the $(( CARRY_MIN_PIECE_BYTES / 1048576 )) MiB a lease needs. Fix: scripts/carry.sh lean" \
-      "(the drafters' weights and datasets leave the working tree, not git), prepare again, and scripts/carry.sh" \
-      "full after the lease." >&2
+      "(the drafters' weights and datasets leave the working tree, not git; a prepare phase does it itself), and" \
+      "scripts/carry.sh full after the lease." >&2
     return 1
   fi
   echo "$room"
