@@ -2,7 +2,8 @@
 # What a device call carries (docs/gpu.md): this checkout's travelling tree (the files git tracks or does not ignore,
 # as far as they are on disk) plus at most one carried folder, 64 MiB in all. Sourced by scripts/device.sh and
 # scripts/gpu_train_qwen15.sh, whose `prepare` packs what the lease reads, then `carry_pieces` leans the tree and cuts
-# the pack into pieces that fit beside it. Run directly to see or change the tree:
+# the pack into pieces that fit beside it; their lease joins the pieces with `carry_unpack`. Run directly to see or
+# change the tree:
 #   scripts/carry.sh room    the travelling tree's size and the room it leaves a carried piece
 #   scripts/carry.sh lean    leave out of the working tree what no lease reads (the drafters' weights, the committed
 #                            datasets, the benchmark records: 120 MB of 125): git sparse-checkout, nothing is lost
@@ -56,6 +57,15 @@ carry_pieces() {  # carry_pieces SRC DEST: SRC as one tar stream in pieces, DEST
   done
 }
 
+carry_unpack() {  # carry_unpack PARTS LAST WORK, there: the pieces (the earlier calls' in PARTS, the last one in
+  # LAST) joined in name order and unpacked into WORK, once (WORK/carry.done)
+  local parts=$1 last=$2 work=$3 f
+  [ -f "$work/carry.done" ] && return 0
+  mkdir -p "$work" || return 1
+  for f in "$parts"/carry.tar.part* "$last"/carry.tar.part*; do [ -f "$f" ] && echo "${f##*/} $f"; done | sort \
+    | cut -d" " -f2 | xargs cat | tar -C "$work" -x && touch "$work/carry.done"
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   set -uo pipefail
   cd "$(dirname "$0")/.." || exit 1
@@ -69,6 +79,6 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     room) show_room ;;
     lean) carry_lean && show_room ;;
     full) git sparse-checkout disable && show_room ;;
-    *) sed -n '2,11p' "$0" | cut -c 3-; [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; exit $? ;;
+    *) sed -n '2,12p' "$0" | cut -c 3-; [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; exit $? ;;
   esac
 fi

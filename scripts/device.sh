@@ -219,10 +219,8 @@ lease() {
   mkdir -p "$OUT" "$WORK/gen"
   if [ ${#X[@]} -gt 0 ]; then
     echo "+ cat $PARTS/carry.tar.part* $CARRY/carry.tar.part* (in name order) | tar -C $WORK -x"
-  elif [ ! -f "$WORK/carry.done" ]; then  # the carried pieces, in order, unpacked once into $WORK
-    local f
-    for f in "$PARTS"/carry.tar.part* "$CARRY"/carry.tar.part*; do [ -f "$f" ] && echo "${f##*/} $f"; done | sort \
-      | cut -d" " -f2 | xargs cat | tar -C "$WORK" -x && touch "$WORK/carry.done" \
+  else  # the carried pieces, in order, unpacked once into $WORK
+    carry_unpack "$PARTS" "$CARRY" "$WORK" \
       || { stamp "the carried pieces do not unpack (are all of them in $PARTS?)"; exit 1; }
   fi
   if [ -d "$WORK/w" ] && [ -z "${NO_WHEELS:-}" ]; then

@@ -78,11 +78,8 @@ stamp() { echo "[$(( $(date +%s) - t0 ))s] $*"; }
 mkdir -p "$OUT" "$WORK"
 if [ -z "${DRY_RUN:-}" ]; then
   export ONEIRO_HF_CACHE=$WORK/cache
-  if [ ! -f "$WORK/unpacked" ]; then  # the pieces in name order: the earlier calls' in $PARTS, the last one here
-    for f in "$PARTS"/carry.tar.part* "$PIECES"/c/carry.tar.part*; do [ -f "$f" ] && echo "${f##*/} $f"; done | sort \
-      | cut -d" " -f2 | xargs cat | tar -C "$WORK" -x && touch "$WORK/unpacked" \
-      || { stamp "the carried pieces do not unpack (are all of them in $PARTS?)"; exit 1; }
-  fi
+  carry_unpack "$PARTS" "$PIECES/c" "$WORK" \
+    || { stamp "the carried pieces do not unpack (are all of them in $PARTS?)"; exit 1; }
   $PY -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$WORK"/w/*.whl || exit 1
   export PYTHONPATH=$WORK/site:$PWD
   $PY -m oneiro_hf.reference_models fetch qwen2.5-coder-1.5b-instruct --gguf "$WORK/qwen15.gguf" 2>&1 \
