@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import subprocess
@@ -34,6 +35,33 @@ def test_milestones_follow_the_curve_and_stop_at_the_goal() -> None:
     assert campaign.next_milestone(410, trained, [{"milestone": 200}]) == 400
     assert campaign.next_milestone(450, trained, []) == 400  # the data outgrew 200 untrained: train on what is there
     assert campaign.next_milestone(900, trained, [{"milestone": 200}]) == 500
+
+
+def test_a_milestone_counts_the_recipes_training_split(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from oneiro_hf.training.features import is_eval_record
+
+    recipe = tmp_path / "r.json"
+    recipe.write_text(json.dumps({"eval_fraction": 0.4, "split_seed": 3}))
+    args = CampaignArguments(target="t", dataset=str(tmp_path / "ds"), until="+1h", recipe=str(recipe))
+    split = campaign.training_split(args)
+    assert split == campaign.TrainingSplit(0.4, 3)
+    recipe.write_text(json.dumps({}))  # unset: oneiro-train's own defaults
+    assert campaign.training_split(args) == campaign.TrainingSplit(0.05, 0)
+    assert campaign.training_split(dataclasses.replace(args, recipe=None)) == campaign.TrainingSplit(0.0, 0)
+
+    ids = [f"r{i}" for i in range(40)]
+    lengths = [i + 1 for i in range(40)]
+    held = [is_eval_record(i, 0.4, 3) for i in ids]
+    assert any(held) and not all(held)
+    (tmp_path / "ds" / "data").mkdir(parents=True)
+    pq.write_table(pa.table({"id": ids, "output_ids": [[7] * n for n in lengths]}),
+                   tmp_path / "ds" / "data" / "train-0.parquet")
+    assert campaign.dataset_tokens(args.dataset) == sum(lengths)
+    assert campaign.dataset_tokens(args.dataset, split) == sum(n for n, h in zip(lengths, held) if not h)
+    assert campaign.dataset_tokens(tmp_path / "missing", split) == 0
 
 
 def test_recipe_flags_and_refused_recipes(tmp_path: Path) -> None:
@@ -98,7 +126,9 @@ def test_a_campaign_grows_the_data_trains_at_milestones_commits_and_resumes(tmp_
     assert tokens >= 40 and len({r["id"] for r in records}) == len(records)
     curve = json.loads(Path("data/ds/learning_curve.json").read_text())["points"]
     assert [p["milestone"] for p in curve] == [20, 40]
-    assert all(p["eval_tau"] >= 1.0 and p["train_response_tokens"] > 0 for p in curve)
+    assert all(p["eval_tau"] >= 1.0 for p in curve)
+    # a milestone counts the answer tokens its drafter trains on: the 30% the recipe holds out are not among them
+    assert all(p["train_response_tokens"] >= p["milestone"] for p in curve)
     assert {p["feature_dtype"] for p in curve} == {"float32"}  # the recipe computes features on the fly
     assert json.loads(Path("data/drafter/training_summary.json").read_text())["records"] == curve[-1]["records"]
     export = json.loads(Path("data/ds/export.json").read_text())
@@ -113,12 +143,13 @@ def test_a_campaign_grows_the_data_trains_at_milestones_commits_and_resumes(tmp_
     # a fresh machine (no work dir) with a higher goal goes on from the committed dataset without repeating a prompt
     before = {r["id"] for r in records}
     fresh = [a for a in argv if a not in ("--recipe", "recipe.json", "--commit")]
-    fresh[fresh.index("--goal_tokens") + 1] = "56"
+    goal = tokens + 16  # every record counts without a recipe: the held-out ones are not left to answer again
+    fresh[fresh.index("--goal_tokens") + 1] = str(goal)
     assert campaign.main([*fresh, "--work_dir", "runs/other"]) == 0
     new = {json.loads(line)["id"] for line in Path("runs/other/answers.jsonl").read_text().splitlines()}
     grown = load_records("data/ds")
     assert new and not new & before and len(grown) == len(records) + len(new)
-    assert sum(len(r["output_ids"]) for r in grown) >= 56
+    assert sum(len(r["output_ids"]) for r in grown) >= goal
 
 
 def test_a_campaign_captures_features_the_training_then_finds_cached(tmp_path, monkeypatch, smollm2) -> None:
@@ -202,6 +233,12 @@ def test_a_milestone_training_cut_by_the_deadline_is_paused_then_resumed(tmp_pat
     point = campaign.train_milestone(args, tmp_path, 200, until=99999.0)  # the next session
     assert len(runs) == 2 and point["eval_tau"] == 1.9 and point["epochs"] == 1.5
     assert campaign.train_milestone(args, tmp_path, 200, until=99999.0) == point and len(runs) == 2  # done: no rerun
+    # a finished training under its milestone (held-out records once counted toward it) is kept aside and redone
+    summary = json.loads((out / "training_summary.json").read_text())
+    (out / "training_summary.json").write_text(json.dumps({**summary, "train_response_tokens": 150}))
+    campaign.train_milestone(args, tmp_path, 200, until=99999.0)
+    assert len(runs) == 3 and json.loads((tmp_path / "train-200-150" / "training_summary.json").read_text())[
+        "train_response_tokens"] == 150
 
 
 def test_a_paused_milestone_moves_to_another_machine_in_the_committed_checkpoint(tmp_path: Path, monkeypatch) -> None:

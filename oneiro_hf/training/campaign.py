@@ -6,9 +6,10 @@ resumable on any machine from what is committed.
         --until 18:20 --goal_tokens 1000000 --milestone_tokens 200000 --commit
 
 A round: answer prompts with the target (batched; the batch size picked by a measured throughput probe) until the
-dataset reaches its next milestone or the deadline -> export the answers into the committed dataset (each prompt
-re-checked against the evaluation sets) -> at a milestone not yet on the learning curve, train a drafter on the
-whole dataset (``oneiro-train`` with the recipe), add its held-out acceptance to the learning curve and keep its
+dataset's training split (the records the recipe does not hold out) reaches its next milestone or the deadline ->
+export the answers into the committed dataset (each prompt re-checked against the evaluation sets) -> at a
+milestone not yet on the learning curve, train a drafter on the whole dataset (``oneiro-train`` with the recipe:
+it trains on that split, so a milestone's drafter is trained on at least its number of answer tokens), add its held-out acceptance to the learning curve and keep its
 checkpoint -> with ``--commit``, commit dataset, curve and checkpoint. Stopped anywhere, the same command goes on:
 the answers JSONL in ``--work_dir`` keeps every finished batch, a fresh machine skips the ids the dataset holds,
 and an interrupted training resumes from its last checkpoint.
@@ -126,13 +127,45 @@ def parse_deadline(text: str, now: float | None = None) -> float:
         ) from None
 
 
-def dataset_tokens(dataset: str | Path) -> int:
-    """Answer tokens the dataset directory holds (0 for a directory that does not exist yet)."""
+@dataclass(frozen=True)
+class TrainingSplit:
+    """The records a milestone's drafter trains on: those outside the recipe's held-out split (``oneiro-train
+    --eval_fraction/--split_seed``, by id hash), so a milestone counts the answer tokens the drafter is trained on."""
+
+    eval_fraction: float = 0.0
+    seed: int = 0
+
+    def counts(self, record_id: str) -> bool:
+        from .features import is_eval_record
+
+        return not is_eval_record(record_id, self.eval_fraction, self.seed)
+
+
+def training_split(args: CampaignArguments) -> TrainingSplit:
+    """The recipe's split (oneiro-train's defaults for what it leaves unset); without a recipe every record counts."""
+    if args.recipe is None:
+        return TrainingSplit()
+    from .features import DEFAULT_EVAL_FRACTION
+
+    flags = recipe_flags(args.recipe)
+    recipe = dict(zip(flags[::2], flags[1::2]))
+    return TrainingSplit(float(recipe.get("--eval_fraction", DEFAULT_EVAL_FRACTION)),
+                         int(recipe.get("--split_seed", 0)))
+
+
+def dataset_tokens(dataset: str | Path, split: TrainingSplit | None = None) -> int:
+    """Answer tokens of the dataset directory's records in ``split`` (default: all; 0 for a directory that does not
+    exist yet)."""
     import pyarrow.parquet as pq
 
     root = Path(dataset)
-    return sum(sum(len(ids) for ids in pq.read_table(shard, columns=["output_ids"]).column("output_ids").to_pylist())
-               for shard in sorted((root / "data").glob("*.parquet"))) if root.is_dir() else 0
+    split = split or TrainingSplit()
+    total = 0
+    for shard in sorted((root / "data").glob("*.parquet")) if root.is_dir() else []:
+        table = pq.read_table(shard, columns=["id", "output_ids"])
+        total += sum(len(ids) for rid, ids in zip(table.column("id").to_pylist(), table.column("output_ids").to_pylist())
+                     if split.counts(str(rid)))
+    return total
 
 
 def read_curve(path: Path) -> list[dict[str, Any]]:
@@ -153,7 +186,8 @@ def next_milestone(tokens: int, args: CampaignArguments, curve: list[dict[str, A
 # ================================================================================================ answer
 def answer_prompts(args: CampaignArguments, work: Path, stop_at_tokens: int, deadline: float) -> dict[str, Any]:
     """Answer the campaign's prompt list (skipping what the JSONL or the dataset holds) until the dataset plus the
-    new answers reach ``stop_at_tokens`` or the next batch would end after ``deadline``; return the run's stats."""
+    new answers hold ``stop_at_tokens`` in the training split or the next batch would end after ``deadline``; return
+    the run's stats."""
     import torch
 
     from .records import dataset_ids
@@ -186,24 +220,26 @@ def answer_prompts(args: CampaignArguments, work: Path, stop_at_tokens: int, dea
         print((work / "batch_throughput.json").read_text())
         return {"batch_size": batch_size}
     prompts = prepare_prompt_list(work / "answers.prompts.jsonl", args.num_prompts, args.sources, 0, args.exclude)
-    have = dataset_tokens(args.dataset)
+    split = training_split(args)
+    have = dataset_tokens(args.dataset, split)
     skip = dataset_ids(args.dataset) if Path(args.dataset).is_dir() else set()
     logger.info("answering in %s at batch %d until the dataset holds %d answer tokens", args.dtype, batch_size,
                 stop_at_tokens)
     stats = generate_self_distillation_data(
         model, tokenizer, prompts, work / "answers.jsonl", max_new_tokens=args.max_new_tokens,
         batch_size=batch_size, max_prompt_tokens=args.max_prompt_tokens, progress=False, skip_ids=skip,
-        until=deadline, max_response_tokens=max(0, stop_at_tokens - have - _unexported_tokens(work, skip)),
-        features=features)
+        until=deadline, max_response_tokens=max(0, stop_at_tokens - have - _unexported_tokens(work, skip, split)),
+        features=features, counts=split.counts)
     return {**stats, "batch_size": batch_size}
 
 
-def _unexported_tokens(work: Path, exported: set[str]) -> int:
-    """Answer tokens in the work JSONL that the dataset does not hold yet."""
+def _unexported_tokens(work: Path, exported: set[str], split: TrainingSplit) -> int:
+    """Answer tokens in the work JSONL's records in ``split`` that the dataset does not hold yet."""
     from .records import load_records
 
     path = work / "answers.jsonl"
-    return sum(len(r["output_ids"]) for r in load_records(path) if r["id"] not in exported) if path.is_file() else 0
+    return sum(len(r["output_ids"]) for r in load_records(path)
+               if r["id"] not in exported and split.counts(str(r["id"]))) if path.is_file() else 0
 
 
 def _batch_size(args: CampaignArguments, model: Any, work: Path, probe: Any) -> int:
@@ -269,7 +305,16 @@ def train_milestone(args: CampaignArguments, work: Path, milestone: int, until: 
     resumes it, on this machine or another)."""
     out = work / f"train-{milestone}"
     summary_path = out / "training_summary.json"
-    done = summary_path.is_file() and json.loads(summary_path.read_text()).get("finished", True)
+    previous = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+    done = previous is not None and previous.get("finished", True)
+    if done and previous["train_response_tokens"] < milestone:
+        # trained when the milestone counted held-out records too: kept aside, and the milestone trains afresh
+        stale = out.with_name(f"{out.name}-{previous['train_response_tokens']}")
+        logger.info("campaign: %s trained on %d answer tokens, under its milestone; moved to %s, training afresh",
+                    out, previous["train_response_tokens"], stale)
+        shutil.rmtree(stale, ignore_errors=True)
+        out.rename(stale)
+        done = False
     if not done:
         restore_paused(args, out, milestone)
         length = (["--max_steps", "-1", "--num_train_epochs", str(args.train_epochs), "--max_train_minutes", "inf"]
@@ -427,21 +472,22 @@ def _rounds(args: CampaignArguments, work: Path, deadline: float) -> int:
     if args.probe_only:
         answer_prompts(args, work, 0, 0.0)
         return 0
+    split = training_split(args)  # a milestone counts the tokens its drafter trains on
     while True:
-        tokens = dataset_tokens(args.dataset)
+        tokens = dataset_tokens(args.dataset, split)
         curve = read_curve(curve_path)
         milestone = next_milestone(tokens, args, curve)
         if any(p["milestone"] >= milestone for p in curve) and tokens >= milestone:
             logger.info("campaign: the goal of %d answer tokens is met and trained on", args.goal_tokens)
             return 0
-        logger.info("campaign: %d answer tokens in %s, next milestone %d, %.0f min left", tokens, args.dataset,
-                    milestone, (deadline - time.time()) / 60)
+        logger.info("campaign: %d answer tokens in %s's training split, next milestone %d, %.0f min left", tokens,
+                    args.dataset, milestone, (deadline - time.time()) / 60)
         if tokens < milestone:
             stats = answer_prompts(args, work, milestone, deadline)
             export_answers(args, work, stats["batch_size"])
-            tokens = dataset_tokens(args.dataset)
+            tokens = dataset_tokens(args.dataset, split)
             if args.commit:
-                commit([args.dataset], f"Campaign data: {tokens} answer tokens of {Path(args.target).name}")
+                commit([args.dataset], f"Campaign data: {tokens} training answer tokens of {Path(args.target).name}")
             if tokens < milestone:
                 logger.info("campaign: stopped at %d answer tokens (deadline, or the prompt list ran out)", tokens)
                 return 0

@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from . import pipeline
+from .features import DEFAULT_EVAL_FRACTION
 from .pipeline import Timer, TrainingInputError
 
 logger = logging.getLogger("oneiro_hf.training")
@@ -97,7 +98,7 @@ class DataArguments:
             "OUTPUT_DIR/selfdistill.jsonl; resumable), then train on them"
         },
     )
-    eval_fraction: float = field(default=0.05, metadata={"help": "share of records held out for evaluation"})
+    eval_fraction: float = field(default=DEFAULT_EVAL_FRACTION, metadata={"help": "share of records held out for evaluation"})
     split_seed: int = field(default=0, metadata={"help": "seed of the (id-hash) hold-out split"})
     max_records: int | None = field(default=None, metadata={"help": "use at most this many records"})
     max_train_records: int | None = field(

@@ -41,6 +41,9 @@ logger = logging.getLogger(__name__)
 IGNORE = -100
 
 
+DEFAULT_EVAL_FRACTION = 0.05  # oneiro-train's --eval_fraction when a recipe leaves it unset
+
+
 def is_eval_record(record_id: str, eval_fraction: float, seed: int = 0) -> bool:
     """Stable hold-out membership by id hash, so the split does not move when the data file grows."""
     if eval_fraction <= 0:

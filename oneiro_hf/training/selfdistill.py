@@ -23,7 +23,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -257,6 +257,7 @@ def generate_self_distillation_data(
     until: float | None = None,
     max_response_tokens: int | None = None,
     features: Any = None,
+    counts: Callable[[str], bool] | None = None,
 ) -> dict[str, Any]:
     """Append the target's greedy answers to ``prompts`` to ``out_path`` as JSONL; return throughput stats.
 
@@ -266,7 +267,8 @@ def generate_self_distillation_data(
     With ``resume`` the ids already in the file are skipped; without it the file is overwritten. ``skip_ids``
     are skipped too: the records a committed dataset already holds (``--skip-dataset``), so a machine without
     the JSONL carries on where the last one stopped. ``until`` (Unix seconds): no batch is started that the last
-    batch's duration says would end after it; ``max_response_tokens``: stop once this many answer tokens are written.
+    batch's duration says would end after it; ``max_response_tokens``: stop once this many answer tokens are written
+    (with ``counts``, a predicate on a record's id: only the tokens of the records it accepts, e.g. a training split).
     ``features`` (a ``FeatureCache`` of this target in the model's dtype): each batch's features, as the decode
     computed them, are stored there after its answers are written, so training needs no feature pass for them.
     """
@@ -293,6 +295,7 @@ def generate_self_distillation_data(
         "prompt_tokens": 0,
         "response_tokens": 0,
         "feature_tokens": 0,
+        "counted_tokens": 0,
     }
 
     def pending() -> Iterator[tuple[Prompt, list[int]]]:
@@ -319,7 +322,7 @@ def generate_self_distillation_data(
     last_batch = 0.0
     with open(out, "a", encoding="utf-8") as fh:
         for batch in _batches(pending(), batch_size, sort_window):
-            if max_response_tokens is not None and stats["response_tokens"] >= max_response_tokens:
+            if max_response_tokens is not None and stats["counted_tokens"] >= max_response_tokens:
                 break
             if until is not None and time.time() + last_batch > until:
                 logger.info("stopping: a batch of about %.0fs would end after the deadline", last_batch)
@@ -332,6 +335,7 @@ def generate_self_distillation_data(
                 lines.append(_record_line(rec, ids, response, stopped))
                 stats["prompt_tokens"] += len(ids)
                 stats["response_tokens"] += len(response)
+                stats["counted_tokens"] += len(response) if counts is None or counts(str(rec["id"])) else 0
             fh.write("\n".join(lines) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
