@@ -17,7 +17,7 @@ from transformers import DynamicCache
 
 from .compat import cache_keyword
 from .cpu_kernels import STOCK, cpu_kernels
-from .prepacked_linear import applies, thresholds
+from .prepacked_linear import applies, prepacked_linears, thresholds
 from .targets import text_config
 
 
@@ -122,7 +122,8 @@ def profile_batch_latency(model, batch_sizes: tuple[int, ...], ks: tuple[int, ..
 def profile_drafter_step(drafter, context_len: int = 200, repeats: int = 15) -> dict:
     """Median seconds of one drafter call as drafting makes it: one `DrafterContext.step` over a speculative token
     with the readout of its state over the draft vocabulary, after a catch-up over `context_len` teacher-forced
-    positions of its bound target (random tokens), on the kernels a drafter's generate runs the target on.
+    positions of its bound target (random tokens), on the kernels a drafter's generate runs: the target inside
+    `cpu_kernels`, the drafter's own linears prepacked too (`prepacked_linears`), as `generate` runs them.
 
     Returns {"drafter_step_s", "drafter_step_ratio": drafter_step_s / t(1) of the target on the same kernels and
     context, "t1_s"}. `DraftPolicyState.load_profile` seeds the cost model's drafter price with the ratio, so the
@@ -138,7 +139,8 @@ def profile_drafter_step(drafter, context_len: int = 200, repeats: int = 15) -> 
     ids = torch.randint(0, vocab, (1, context_len + 1), generator=gen).to(param.device)
     cache = DynamicCache(config=model.config)
     keyword = cache_keyword(type(model))
-    with cpu_kernels(model, drafter.config.prepack_cpu_weights):
+    prepack = drafter.config.prepack_cpu_weights
+    with cpu_kernels(model, prepack), prepacked_linears(drafter, prepack):
         out = model(ids[:, :-1], **{keyword: cache}, use_cache=True,
                     output_hidden_states=drafter.hidden_states_request)
         context = DrafterContext(drafter, max_capacity=context_len + 64)

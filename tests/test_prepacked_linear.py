@@ -155,6 +155,21 @@ def test_the_drafters_copied_layers_run_prepacked_in_generate_and_release(arch: 
     assert oneiro_hf.release_cpu_kernels(drafter) == held and oneiro_hf.release_cpu_kernels(model) == 0
 
 
+def test_the_profiled_drafter_call_runs_on_the_drafters_prepacked_weights_as_generate_does(monkeypatch) -> None:
+    """`profile_drafter_step` prices the call generate makes: the drafter's own linears prepacked, not stock."""
+    from oneiro_hf.latency import profile_drafter_step
+
+    model = make_model("llama")
+    drafter = OneiroDrafter.from_target(model)
+    own = {m for m in drafter.modules() if type(m) is torch.nn.Linear}
+    monkeypatch.setattr(prepacked_linear, "measured_min_rows", lambda layer: 1 if layer in own else NEVER)
+    calls = _count_packed_calls(monkeypatch)
+    step = profile_drafter_step(drafter, context_len=8, repeats=2)
+    assert step["drafter_step_s"] > 0 and step["t1_s"] > 0
+    assert calls.count(1) >= 4 * len(own), "every timed drafter call ran on the drafter's prepacked weights"
+    assert all("forward" not in vars(m) for m in own)  # put back after the block
+
+
 def test_a_layer_that_never_gains_keeps_f_linear_in_generate(monkeypatch) -> None:
     model = make_model("llama")
     drafter = OneiroDrafter.from_target(model)
