@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 SRC=${SRC:-runs/train/qwen15-relative}
 DST=${DST:-drafters/qwen2.5-coder-1.5b-instruct}
 BENCH_SUMMARY=${BENCH_SUMMARY:-docs/benchmarks/current/qwen2.5-coder-1.5b-instruct/all-methods-run/summary.json}
-HARDWARE="2-core Intel Xeon CPU, one 2-thread lane"
+HARDWARE="2-core AMD EPYC CPU (avx512_bf16), one 2-thread lane"
 export OMP_NUM_THREADS=${THREADS:-2}
 rm -rf "$DST.new" && mkdir -p "$DST.new"
 .venv/bin/python - "$SRC" "$DST.new" "$BENCH_SUMMARY" "$HARDWARE" <<'PY'

@@ -39,7 +39,7 @@ PUBLISH_FLAGS = {
         "--repo-id", "your-org/qwen2.5-coder-1.5b-oneiro-drafter", "--base-model", "Qwen/Qwen2.5-Coder-1.5B-Instruct",
         "--license", "apache-2.0",
         "--bench-summary", str(ROOT / "docs/benchmarks/current/qwen2.5-coder-1.5b-instruct/all-methods-run/summary.json"),
-        "--hardware", "2-core Intel Xeon CPU, one 2-thread lane",
+        "--hardware", "2-core AMD EPYC CPU (avx512_bf16), one 2-thread lane",
     ],
 }
 
