@@ -9,10 +9,11 @@ A round: answer prompts with the target (batched; the batch size picked by a mea
 dataset's training split (the records the recipe does not hold out) reaches its next milestone or the deadline ->
 export the answers into the committed dataset (each prompt re-checked against the evaluation sets) -> at a
 milestone not yet on the learning curve, train a drafter on the whole dataset (``oneiro-train`` with the recipe:
-it trains on that split, so a milestone's drafter is trained on at least its number of answer tokens), add its held-out acceptance to the learning curve and keep its
-checkpoint -> with ``--commit``, commit dataset, curve and checkpoint. Stopped anywhere, the same command goes on:
-the answers JSONL in ``--work_dir`` keeps every finished batch, a fresh machine skips the ids the dataset holds,
-and an interrupted training resumes from its last checkpoint.
+it trains on that split, so a milestone's drafter is trained on at least its number of answer tokens), add its
+held-out acceptance to the learning curve and keep its checkpoint -> with ``--commit``, commit dataset, curve and
+checkpoint. Stopped anywhere, the same command goes on: the answers JSONL in ``--work_dir`` keeps every finished
+batch, a fresh machine skips the ids the dataset holds, and an interrupted training resumes from its last
+checkpoint.
 """
 
 from __future__ import annotations
@@ -163,8 +164,8 @@ def dataset_tokens(dataset: str | Path, split: TrainingSplit | None = None) -> i
     total = 0
     for shard in sorted((root / "data").glob("*.parquet")) if root.is_dir() else []:
         table = pq.read_table(shard, columns=["id", "output_ids"])
-        total += sum(len(ids) for rid, ids in zip(table.column("id").to_pylist(), table.column("output_ids").to_pylist())
-                     if split.counts(str(rid)))
+        ids, outputs = table.column("id").to_pylist(), table.column("output_ids").to_pylist()
+        total += sum(len(out) for rid, out in zip(ids, outputs) if split.counts(str(rid)))
     return total
 
 
