@@ -148,8 +148,7 @@ def training_split(args: CampaignArguments) -> TrainingSplit:
         return TrainingSplit()
     from .features import DEFAULT_EVAL_FRACTION
 
-    flags = recipe_flags(args.recipe)
-    recipe = dict(zip(flags[::2], flags[1::2]))
+    recipe = recipe_settings(args.recipe)
     return TrainingSplit(float(recipe.get("--eval_fraction", DEFAULT_EVAL_FRACTION)),
                          int(recipe.get("--split_seed", 0)))
 
@@ -299,6 +298,12 @@ def recipe_flags(path: str) -> list[str]:
     return flags
 
 
+def recipe_settings(path: str) -> dict[str, str]:
+    """The recipe as {--flag: value text}, as oneiro-train receives it."""
+    flags = recipe_flags(path)
+    return dict(zip(flags[::2], flags[1::2]))
+
+
 def train_milestone(args: CampaignArguments, work: Path, milestone: int, until: float) -> dict[str, Any] | None:
     """Train a drafter on the whole dataset with ``oneiro-train``, for --train_epochs or in a time box of
     --train_minutes (counted across sessions), stopping at ``until`` (Unix seconds) with a checkpoint if it is not
@@ -432,8 +437,7 @@ def check_capture(args: CampaignArguments) -> None:
     they were computed in, cut at the same length: refuse a mismatch before hours of answers."""
     if not args.feature_cache_dir or args.recipe is None:
         return
-    flags = recipe_flags(args.recipe)
-    recipe = dict(zip(flags[::2], flags[1::2]))
+    recipe = recipe_settings(args.recipe)
     want = {"--feature_cache_dir": os.path.normpath(args.feature_cache_dir), "--feature_dtype": args.dtype,
             "--max_seq_len": str(args.max_seq_len)}
     have = {"--feature_cache_dir": os.path.normpath(recipe.get("--feature_cache_dir", "")),
@@ -488,7 +492,7 @@ def _rounds(args: CampaignArguments, work: Path, deadline: float) -> int:
             export_answers(args, work, stats["batch_size"])
             tokens = dataset_tokens(args.dataset, split)
             if args.commit:
-                commit([args.dataset], f"Campaign data: {tokens} training answer tokens of {Path(args.target).name}")
+                commit([args.dataset], f"Campaign data: {tokens} training tokens of {Path(args.target).name}")
             if tokens < milestone:
                 logger.info("campaign: stopped at %d answer tokens (deadline, or the prompt list ran out)", tokens)
                 return 0
