@@ -119,3 +119,67 @@ def test_a_resumed_run_trains_on_the_records_the_uninterrupted_one_would(target,
     torch.rand(7)
     run(tmp_path / "cut", resume=str(tmp_path / "cut" / "checkpoint-13"))
     assert seen == whole
+
+
+def _keys(cache_dir) -> set[str]:
+    return {s[0] for p in cache_dir.glob("shard-*.json") for s in json.loads(p.read_text())["sequences"]}
+
+
+def test_kept_streamed_features_are_what_a_full_pass_caches(target, records, tmp_path):  # noqa: F811
+    full = _cache(tmp_path, target, records[:6], "full")
+    part = _cache(tmp_path, target, [records[1], records[4]], "part")
+    streamed = feat.CachedFeatureDataset(part, records[:6], stream=True)
+    batch = feat.collate([streamed[i] for i in range(6)])
+    keeper = feat.StreamedFeatureKeeper(part, max_bytes=2**30)
+    keeper.offer(batch, feat.complete_features(batch, target))
+    assert keeper.buffered_tokens == int(batch["attention_mask"][[0, 2, 3, 5]].sum())  # the four computed rows
+    assert keeper.flush() == keeper.kept_tokens == keeper.buffered_tokens + keeper.kept_tokens > 0
+    assert _keys(part.dir) == _keys(full.dir) and len(_keys(part.dir)) == 6
+    # the dataset made before reads them now (a later epoch), as does a new one and a new process's cache
+    again = feat.FeatureCache(part.dir, target, 64)
+    assert feat.CachedFeatureDataset(again, records[:6], stream=True).streamed == 0
+    reference = feat.CachedFeatureDataset(full, records[:6])
+    for i in (0, 3, 5):
+        item = streamed[i]
+        assert "states" in item and torch.equal(item["target_argmax"], reference[i]["target_argmax"])
+        assert torch.allclose(item["states"].float(), reference[i]["states"].float(), atol=2e-3)
+    # a batch read whole from the cache is not written again
+    keeper.offer(feat.collate([streamed[i] for i in range(6)]), {})
+    assert keeper.buffered_tokens == 0 and keeper.flush() == 0 and len(list(part.dir.glob("shard-*.json"))) == 2
+
+
+def test_keeping_stops_at_the_size_bound(target, records, tmp_path, caplog):  # noqa: F811
+    cache = feat.FeatureCache(tmp_path / "c", target, 64)
+    batch = feat.collate([feat.CachedFeatureDataset(cache, records[:4], stream=True)[i] for i in range(4)])
+    done = feat.complete_features(batch, target)
+    keeper = feat.StreamedFeatureKeeper(cache, max_bytes=keeper_bytes(cache, batch) - 1)
+    keeper.offer(batch, done)
+    assert keeper.flush() == 0 and "--feature_cache_max_gb" in keeper.stopped
+    assert "keeping no more streamed features" in caplog.text and not list(cache.dir.glob("shard-*"))
+    keeper.offer(batch, done)  # stopped: nothing is buffered any more
+    assert keeper.buffered_tokens == 0
+    roomy = feat.StreamedFeatureKeeper(cache, max_bytes=keeper_bytes(cache, batch))
+    roomy.offer(batch, done)
+    assert roomy.flush() == int(batch["attention_mask"].sum()) and roomy.stopped is None
+
+
+def keeper_bytes(cache, batch) -> int:
+    return int(batch["attention_mask"].sum()) * cache.bytes_per_token()
+
+
+def test_cli_keeps_streamed_features_for_the_next_run(tiny_dir, tmp_path):  # noqa: F811
+    cache = tmp_path / "cache"
+    argv = _cli_argv(tiny_dir, tmp_path / "a", cache) + ["--stream_features", "true", "--ridge_positions", "200",
+                                                          "--feature_cache_max_gb", "1"]
+    assert cli_main(argv) == 0
+    first = json.loads((tmp_path / "a" / "training_summary.json").read_text())
+    kept = _keys(cache)
+    assert first["features"].startswith("streamed: 0 records from the cache,")
+    assert first["features"].endswith("positions of them kept in the cache")
+    # 8 steps of 4 rows: the 32 records trained on are kept beside the held-out ones
+    assert len(kept) == first["eval_records"] + 32
+    argv = _cli_argv(tiny_dir, tmp_path / "b", cache) + ["--stream_features", "true", "--ridge_positions", "200"]
+    assert cli_main(argv) == 0
+    second = json.loads((tmp_path / "b" / "training_summary.json").read_text())
+    assert second["features"].startswith("streamed: 32 records from the cache,")
+    assert _keys(cache) == kept  # kept nothing more without --feature_cache_max_gb

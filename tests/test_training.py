@@ -238,6 +238,10 @@ def test_feature_dtype_and_streaming_settings_are_checked(tmp_path):
         make_args(tmp_path, feature_dtype="float16", feature_cache_dir=str(tmp_path / "c"))
     with pytest.raises(ValueError, match="--stream_features .*Fix: pass --feature_cache_dir"):
         make_args(tmp_path, stream_features=True)
+    with pytest.raises(ValueError, match="feature_cache_max_gb 2.0.*Fix: .*together with --stream_features"):
+        make_args(tmp_path, feature_cache_max_gb=2.0, feature_cache_dir=str(tmp_path / "c"))
+    with pytest.raises(ValueError, match="feature_cache_max_gb -1.0.*>= 0"):
+        make_args(tmp_path, feature_cache_max_gb=-1.0, feature_cache_dir=str(tmp_path / "c"), stream_features=True)
 
 
 def test_vocab_selection_frequency_specials_and_errors():

@@ -95,6 +95,15 @@ class OneiroTrainingArguments(TrainingArguments):
             "held-out records are still cached"
         },
     )
+    feature_cache_max_gb: float = field(
+        default=0.0,
+        metadata={
+            "help": "with --stream_features: keep the features computed while training in the cache, until its "
+            "shards hold this many GiB (0: keep none). A later run over the same records (the next campaign "
+            "milestone, another pass) reads them instead of running the target; a 1536-wide target's features "
+            "take about 3 KB per position"
+        },
+    )
     feature_batch_tokens: int = field(
         default=4096, metadata={"help": "padded tokens per target pass when computing features / evaluating"}
     )
@@ -201,6 +210,10 @@ class OneiroTrainingArguments(TrainingArguments):
             raise ValueError("--stream_features reads what a feature cache holds and streams the rest. Fix: pass "
                              "--feature_cache_dir (it may be empty), or leave --stream_features off to compute "
                              "every batch's features on the fly.")
+        if self.feature_cache_max_gb < 0 or (self.feature_cache_max_gb and not self.stream_features):
+            raise ValueError(f"--feature_cache_max_gb {self.feature_cache_max_gb}: it bounds the features kept while "
+                             "--stream_features computes them. Fix: pass a size >= 0 in GiB together with "
+                             "--stream_features (without it every feature is cached before training).")
         if self.draft_vocab_size < 1:
             raise ValueError("draft_vocab_size must be >= 1")
         if self.max_train_minutes is not None and self.max_train_minutes <= 0:

@@ -250,8 +250,10 @@ def train_offline(model_args, data_args, args, target, tokenizer, data, resume, 
 
         trained = parametrise(drafter, storage)
         logger.info("training %d matrices as differences from the target's (%s)", len(trained), storage.to_dict())
+    keeper = pipeline.feature_keeper(args, features)
     trainer = OneiroTrainer(drafter, target, args, train_dataset=features.train, eval_dataset=features.eval,
-                            state_mean=features.mean, state_std=features.std, provenance=data.provenance)
+                            state_mean=features.mean, state_std=features.std, provenance=data.provenance,
+                            feature_keeper=keeper)
     before_label = "stage 0 (ridge init)" if args.ridge_init else "step 0"
     before, final = pipeline.train_and_evaluate(trainer, resume, timer, "train", before_label)
     evals += before
@@ -281,21 +283,24 @@ def train_offline(model_args, data_args, args, target, tokenizer, data, resume, 
         "learning_rate": args.learning_rate, "max_seq_len": args.max_seq_len, "save_dtype": args.save_dtype,
         # the dtype the target's layers computed the features in
         "feature_dtype": args.feature_dtype if args.feature_dtype != "float32" else model_args.target_dtype,
-        "features": _feature_source(features),
+        "features": _feature_source(features, keeper),
         "weights_storage": storage.to_dict() if storage is not None else "whole",
     }
     pipeline.save_outputs(trainer, args, info, evals, timer)
     return drafter
 
 
-def _feature_source(features: pipeline.Features) -> str:
-    """Where training read the target's features from, for the summary and the card."""
+def _feature_source(features: pipeline.Features, keeper=None) -> str:
+    """Where training read the target's features from (and what it kept in the cache), for the summary and the
+    card."""
     if features.cache is None:
         return "computed per batch"
     streamed = getattr(features.train, "streamed", 0)
     cached = len(features.train) - streamed
-    return f"cached ({cached} records)" if not streamed else (
-        f"streamed: {cached} records from the cache, {streamed} computed per batch")
+    if not streamed:
+        return f"cached ({cached} records)"
+    kept = f"; {keeper.kept_tokens} positions of them kept in the cache" if keeper is not None else ""
+    return f"streamed: {cached} records from the cache, {streamed} computed per batch{kept}"
 
 
 def _end_process_group() -> None:

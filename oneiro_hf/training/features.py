@@ -511,9 +511,10 @@ class FeatureCache:
         return stats
 
     def add(self, sequences: Sequence[tuple[Sequence[int], int, dict[str, torch.Tensor]]]) -> int:
-        """Store features computed elsewhere (e.g. captured while the target answered): ``(token ids, prompt
-        length, {"states": (L, D), "target_argmax": (L,)})`` per sequence, ids as ``make_sequence`` makes them.
-        Sequences already cached are skipped; returns the tokens written."""
+        """Store features computed elsewhere (captured while the target answered, or computed while a streamed
+        training ran): ``(token ids, prompt length, {"states": (L, D), "target_argmax": (L,)})`` per sequence, ids
+        as ``make_sequence`` makes them, plus ``inputs`` / ``context`` where this cache holds them. Sequences
+        already cached are skipped; returns the tokens written."""
         with self._locked():
             buf, keys = [], set(self.index)
             for seq, prompt_len, feats in sequences:
@@ -533,6 +534,12 @@ class FeatureCache:
             self._write_shard(buf)
             return tokens
 
+    def bytes_per_token(self) -> int:
+        """Bytes one position takes in a shard without the residual stream: float16 states (and ``inputs`` /
+        ``context`` where held), int32 label and id."""
+        width = text_config(self.target).hidden_size
+        return 2 * width * (1 + len(self.input_layers or []) + len(self.context_layers or [])) + 8
+
     def _check_space(self, tokens: int, resid_tokens: int) -> None:
         """Refuse a build whose shards (`tokens` positions, `resid_tokens` of them with the float32 residual stream)
         would not fit on the cache's disk with DISK_MARGIN_BYTES to spare: found before hours of features, not
@@ -540,8 +547,7 @@ class FeatureCache:
         import shutil
 
         width = text_config(self.target).hidden_size
-        per_token = 2 * width * (1 + len(self.input_layers or []) + len(self.context_layers or [])) + 8
-        need = tokens * per_token + min(tokens, resid_tokens) * 4 * width
+        need = tokens * self.bytes_per_token() + min(tokens, resid_tokens) * 4 * width
         free = shutil.disk_usage(self.dir).free
         if need + DISK_MARGIN_BYTES > free:
             raise FeatureCacheNoSpace(
@@ -660,10 +666,12 @@ class CachedFeatureDataset(Dataset):
     def __init__(self, cache: FeatureCache, records: Sequence[Mapping[str, Any]], stream: bool = False) -> None:
         self.cache = cache
         self.rows: list[tuple[tuple[int, int, int, int] | None, list[int], int]] = []  # (cache entry, seq, prompt)
+        self.keys: list[str] = []
         for rec in records:
             made = make_sequence(rec, cache.max_len)
             if made is not None:
-                self.rows.append((cache.index.get(sequence_key(*made)), *made))
+                self.keys.append(sequence_key(*made))
+                self.rows.append((cache.index.get(self.keys[-1]), *made))
         self.entries = [entry for entry, _, _ in self.rows if entry is not None]
         self.streamed = len(self.rows) - len(self.entries)  # rows whose features are computed per batch
         if self.streamed and not stream:
@@ -675,6 +683,7 @@ class CachedFeatureDataset(Dataset):
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         entry, seq, prompt_len = self.rows[i]
+        entry = entry or self.cache.index.get(self.keys[i])  # kept by a StreamedFeatureKeeper since (a later epoch)
         if entry is not None:
             return self.cache.get(entry)
         return {"input_ids": torch.tensor(seq, dtype=torch.long), "prompt_len": prompt_len}
@@ -685,6 +694,60 @@ class CachedFeatureDataset(Dataset):
     def response_tokens(self) -> int:
         """Response tokens the sequences hold (cut at the cache's max_len)."""
         return sum(len(seq) - prompt_len for _, seq, prompt_len in self.rows)
+
+
+class StreamedFeatureKeeper:
+    """Keeps in a ``FeatureCache`` the features a streamed training computes for the rows the cache lacked, so the
+    next run over the same records (a campaign's next milestone, another pass) reads them instead of running the
+    target: buffered to ``cache.shard_tokens`` positions a shard, and none once the shards would pass
+    ``max_bytes``. A disk too full for a shard ends the keeping with a warning; the training goes on (a cache
+    only saves time)."""
+
+    def __init__(self, cache: FeatureCache, max_bytes: int) -> None:
+        self.cache = cache
+        self.max_bytes = int(max_bytes)
+        self.buffer: list[tuple[list[int], int, dict[str, torch.Tensor]]] = []
+        self.buffered_tokens = 0
+        self.kept_tokens = 0
+        self.stopped: str | None = None  # why nothing more is kept
+
+    def offer(self, batch: Mapping[str, Any], completed: Mapping[str, Any]) -> None:
+        """Buffer the rows of ``completed`` (``complete_features(batch, ...)``) whose features ``batch`` lacked."""
+        if self.stopped or ("states" in batch and "has_features" not in batch):  # or every row came from the cache
+            return
+        cached = batch.get("has_features", torch.zeros(batch["input_ids"].shape[0], dtype=torch.bool))
+        lengths = batch["attention_mask"].sum(-1)
+        for row in (~cached.cpu()).nonzero().flatten().tolist():
+            n = int(lengths[row])
+            feats = {"states": completed["states"][row, :n].detach().to("cpu", torch.float16),
+                     "target_argmax": completed["target_argmax"][row, :n].cpu()}
+            feats |= {key: completed[key][row, :n].detach().to("cpu", torch.float16)
+                      for key in FEATURE_EXTRAS if key in completed}
+            self.buffer.append((batch["input_ids"][row, :n].tolist(), int(batch["prompt_lens"][row]), feats))
+            self.buffered_tokens += n
+        if self.buffered_tokens >= self.cache.shard_tokens:
+            self.flush()
+
+    def flush(self) -> int:
+        """Write what is buffered as a shard, within ``max_bytes``; returns the positions written."""
+        buffer, tokens = self.buffer, self.buffered_tokens
+        self.buffer, self.buffered_tokens = [], 0
+        if not buffer or self.stopped:
+            return 0
+        if self.cache.size_bytes() + tokens * self.cache.bytes_per_token() > self.max_bytes:
+            self.stopped = (f"the cache's shards would pass --feature_cache_max_gb "
+                            f"{self.max_bytes / 2**30:.1f}")
+        else:
+            try:
+                written = self.cache.add(buffer)
+            except FeatureCacheNoSpace as err:
+                self.stopped = str(err)
+            else:
+                self.kept_tokens += written
+                return written
+        logger.warning("feature cache %s: keeping no more streamed features (%s); %d positions kept",
+                       self.cache.dir, self.stopped, self.kept_tokens)
+        return 0
 
 
 # ---------------------------------------------------------------------------------------------- iteration

@@ -283,6 +283,15 @@ def build_features(args, target, data: TrainingData, interval: tuple[int, int], 
     return Features(train_ds, eval_ds, cache, mean, std, train_tokens)
 
 
+def feature_keeper(args, features: Features):
+    """What keeps the features a streamed training computes (``--feature_cache_max_gb`` > 0), else None."""
+    from . import features as feat
+
+    if not (args.feature_cache_max_gb and features.cache is not None and args.stream_features):
+        return None
+    return feat.StreamedFeatureKeeper(features.cache, int(args.feature_cache_max_gb * 2**30))
+
+
 # ============================================================================================= stage 0
 def _cached_resid_batches(features: Features, batch_tokens: int) -> Iterator[dict]:
     from . import features as feat

@@ -35,7 +35,14 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
 
 from .arguments import STAGES, OneiroTrainingArguments, parse_interval, parse_step_weights  # noqa: F401 (re-exported)
-from .features import IGNORE, collate, complete_features, iter_feature_batches, loss_mask
+from .features import (
+    IGNORE,
+    StreamedFeatureKeeper,
+    collate,
+    complete_features,
+    iter_feature_batches,
+    loss_mask,
+)
 from .rollout import parallel_rollout, rollout_mask, rollout_start  # noqa: F401 (re-exported)
 from .timebox import TimeBoxCallback, TrainingClock, follow_time_box
 
@@ -341,13 +348,30 @@ class _StageCallback(TrainerCallback):
         return control
 
 
+class _KeepFeaturesCallback(TrainerCallback):
+    """Writes the features a streamed training kept (``StreamedFeatureKeeper``) at each checkpoint and at the end,
+    so an interrupted run loses at most what it computed since its last save."""
+
+    def __init__(self, keeper: StreamedFeatureKeeper) -> None:
+        self.keeper = keeper
+
+    def on_save(self, args, state, control, **kwargs):
+        self.keeper.flush()
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.keeper.flush()
+        return control
+
+
 class OneiroTrainer(Trainer):
     """Trainer for a OneiroDrafter bound to a frozen target.
 
     ``drafter`` must be bound to ``target`` (``OneiroDrafter.from_target``). Datasets yield items with
     ``input_ids`` and ``prompt_len`` and, when cached, ``states`` and ``target_argmax``; without them the
     target computes the features for each batch. ``state_mean``/``state_std`` normalise the state loss
-    (per dimension); ``provenance`` is stored with checkpoints.
+    (per dimension); ``provenance`` is stored with checkpoints. ``feature_keeper`` keeps the features the
+    target computes for uncached training rows in its cache (``--feature_cache_max_gb``).
     """
 
     def __init__(
@@ -361,6 +385,7 @@ class OneiroTrainer(Trainer):
         state_std: torch.Tensor | None = None,
         callbacks: list[TrainerCallback] | None = None,
         provenance: dict[str, Any] | None = None,
+        feature_keeper: StreamedFeatureKeeper | None = None,
         **kwargs: Any,
     ) -> None:
         if not isinstance(args, OneiroTrainingArguments):
@@ -397,6 +422,9 @@ class OneiroTrainer(Trainer):
         self.switch_step: int | None = None
         self.clock = TrainingClock.from_args(args)
         self.time_box = TimeBoxCallback(self.clock)
+        self.feature_keeper = feature_keeper
+        if feature_keeper is not None:
+            callbacks = [*(callbacks or []), _KeepFeaturesCallback(feature_keeper)]
         self._train_sums: torch.Tensor | None = None
         self._window_steps = 0  # largest rollout K used since the last log
         super().__init__(
@@ -447,7 +475,10 @@ class OneiroTrainer(Trainer):
 
     # ---------------------------------------------------------------- training
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        inputs = self._with_features(inputs)
+        completed = self._with_features(inputs)
+        if self.feature_keeper is not None and model.training:
+            self.feature_keeper.offer(inputs, completed)
+        inputs = completed
         steps = self.current_rollout_steps()
         out = model(
             input_ids=inputs["input_ids"],
