@@ -14,7 +14,14 @@ from oneiro_hf import DraftStats, OneiroDrafter, bench
 from oneiro_hf import loading as bench_loading
 from oneiro_hf.bench import cli as bench_cli
 from oneiro_hf.bench import runner
-from oneiro_hf.bench.report import acceptance_by_position, summarize, task_score, task_score_coverage
+from oneiro_hf.bench.report import (
+    acceptance_by_position,
+    report_markdown,
+    speedup_interval,
+    summarize,
+    task_score,
+    task_score_coverage,
+)
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}{{ '<|' + m['role'] + '|> ' + m['content'] + ' ' }}{% endfor %}"
@@ -244,6 +251,30 @@ def test_relaxed_method_is_not_a_violation():
     assert entry["relaxed"] and not entry["lossless"]
     assert entry["overall"]["exact_match_vs_greedy"] == 0.0
     assert entry["overall"]["rouge_l_vs_greedy"] == pytest.approx(2 / 3)
+
+
+def _timed(qid: int, tokens: int, seconds: float) -> dict:
+    return {"question_id": qid, "category": "qa", "choices": [{"turns": ["x"], "new_tokens": [tokens],
+                                                                "wall_time": [seconds], "output_ids": [[1] * tokens]}]}
+
+
+def test_speedup_interval_is_a_paired_bootstrap_over_questions():
+    greedy = [_timed(q, 100, 10.0) for q in range(8)]
+    steady = [_timed(q, 100, 5.0) for q in range(8)]  # 2x on every question: no spread at all
+    assert speedup_interval(steady, {r["question_id"]: r for r in greedy}) == [2.0, 2.0]
+    # 1.5x and 3x on alternate questions: 2x overall, and an interval that holds it without reaching either end
+    mixed = [_timed(q, 100, 10.0 / (1.5 if q % 2 else 3.0)) for q in range(8)]
+    low, high = speedup_interval(mixed, {r["question_id"]: r for r in greedy})
+    assert 1.5 < low < 2.0 < high < 3.0
+    # paired: a baseline slow on the same question as the method cancels out
+    slow_base = [_timed(q, 100, 10.0 * (1 + q)) for q in range(8)]
+    paired = [_timed(q, 100, 5.0 * (1 + q)) for q in range(8)]
+    assert speedup_interval(paired, {r["question_id"]: r for r in slow_base}) == [2.0, 2.0]
+    assert speedup_interval(steady[:1], {0: greedy[0]}) is None  # one question: no interval
+    summary = summarize({"greedy": greedy, "hf-lookup": mixed})
+    assert summary["methods"]["hf-lookup"]["overall"]["speedup_interval_90"] == [low, high]
+    assert "speedup_interval_90" not in summary["methods"]["greedy"]["overall"]  # a baseline has none
+    assert f"(greedy; 90%: {low:.2f}-{high:.2f}x)" in report_markdown(summary)
 
 
 # ------------------------------------------------------------------------------------------- bad inputs

@@ -22,10 +22,17 @@ Speculative steps
     (``draft_lengths``) and the tokens it produced (``accept_lengths`` = accepted drafts + 1), so
     ``mean_accepted_tokens`` (tau) is new tokens per target pass and ``acceptance_by_position[j-1]`` is
     P(draft token j accepted | a draft of at least j tokens was verified).
+
+Uncertainty
+    ``speedup_interval_90`` is a 90% paired bootstrap interval of the speedup over same-kernel greedy: the
+    questions are drawn with replacement and the method and its baseline are timed on the same draw. It covers
+    the timing noise of one run (on a shared CPU one generate call's steps vary by tens of percent) and which
+    questions were asked; a target met only below the interval's top is within that noise.
 """
 
 from __future__ import annotations
 
+import random
 import statistics
 from collections import Counter
 from pathlib import Path
@@ -37,6 +44,7 @@ LOSSLESS = frozenset(
     {"greedy", ONEIRO_GREEDY, "hf-lookup", "hf-early-exit", "hf-assistant", "oneiro-lookup", "oneiro-latent",
      "oneiro-hybrid"}
 )
+BOOTSTRAP_DRAWS = 2000  # resamples of the questions behind each speedup interval
 SAME_KERNEL_PASS_SLACK = 1.05  # speedup vs same-kernel greedy over tau above this: a pass costs less than a step
 TASK_METRICS = {
     "math_reasoning": "answer_accuracy",
@@ -208,6 +216,27 @@ def speedup_over(rows: list[dict], baseline_by_id: dict) -> float | None:
     return _tokens_per_s(matched) / base if matched and base else None
 
 
+def speedup_interval(rows: list[dict], baseline_by_id: dict, level: float = 0.9, draws: int = BOOTSTRAP_DRAWS,
+                     seed: int = 0) -> list[float] | None:
+    """[low, high]: the `level` paired bootstrap interval of `speedup_over(rows, baseline_by_id)`, questions drawn
+    with replacement (the same draw for the method and its baseline); None for fewer than two shared questions."""
+    pairs = [(r, baseline_by_id[r["question_id"]]) for r in rows if r["question_id"] in baseline_by_id]
+    if len(pairs) < 2:
+        return None
+    sums = [(sum(_choice(r)["new_tokens"]), sum(_choice(r)["wall_time"]), sum(_choice(b)["new_tokens"]),
+             sum(_choice(b)["wall_time"])) for r, b in pairs]
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(draws):
+        draw = [sums[rng.randrange(len(sums))] for _ in sums]
+        tokens, wall, base_tokens, base_wall = (sum(col) for col in zip(*draw))
+        if wall and base_tokens:
+            ratios.append((tokens / wall) / (base_tokens / base_wall))
+    ratios.sort()
+    tail = (1 - level) / 2
+    return [ratios[round(tail * (len(ratios) - 1))], ratios[round((1 - tail) * (len(ratios) - 1))]]
+
+
 def method_block(rows: list[dict], greedy_by_id: dict, questions: dict | None, category: str | None,
                  oneiro_greedy_by_id: dict | None = None) -> dict:
     """The summary numbers of one method over `rows` (all of one category when `category` is set): speedups
@@ -323,6 +352,9 @@ def summarize(records: dict[str, list[dict]], questions: dict | None = None) -> 
     for method, rows in records.items():
         overall = method_block(rows, greedy_by_id, questions, None, oneiro_greedy_by_id)
         overall.update(same_kernel_block(method, overall, records))
+        baseline_by_id = oneiro_greedy_by_id if overall["same_kernel_baseline"] == ONEIRO_GREEDY else greedy_by_id
+        if method != overall["same_kernel_baseline"] and baseline_by_id:
+            overall["speedup_interval_90"] = speedup_interval(rows, baseline_by_id)
         drafted, accepted = _steps(rows)
         overall["acceptance_by_position"] = acceptance_by_position(drafted, accepted)
         sources = _oneiro_sources(rows)
@@ -360,6 +392,11 @@ def format_value(value, spec: str = ".2f", suffix: str = "") -> str:
     return f"{value:{spec}}{suffix}"
 
 
+def interval_text(interval: list[float] | None) -> str:
+    """"; 90%: 1.31-1.56x" for a speedup interval, nothing where there is none."""
+    return f"; 90%: {interval[0]:.2f}-{interval[1]:.2f}x" if interval else ""
+
+
 def report_markdown(summary: dict, plots: dict[str, str] | None = None) -> str:
     methods = list(summary["methods"])
     cats = sorted({c for m in methods for c in summary["methods"][m]["categories"]})
@@ -395,6 +432,8 @@ def report_markdown(summary: dict, plots: dict[str, str] | None = None) -> str:
         lines.append(f"| {'**overall**' if cat == 'overall' else cat} | " + " | ".join(cells) + " |")
 
     lines += ["", "## Methods", "",
+              ("vs same-kernel greedy: the baseline, and a 90% paired bootstrap interval over the questions "
+               "(timing noise and the choice of questions)."), "",
               ("| method | kind | kernels | vs same-kernel greedy | vs stock greedy | tau | same-kernel speedup / tau "
                "| acceptance | draft share of wall time | identical to greedy | exact match vs greedy "
                "| ROUGE-L vs greedy |"),
@@ -406,7 +445,8 @@ def report_markdown(summary: dict, plots: dict[str, str] | None = None) -> str:
         flag = " **VIOLATION**" if m in summary.get("lossless_violations", []) else ""
         lines.append(
             f"| {m} | {kind}{flag} | {entry.get('kernels', kernels_of(m))} "
-            f"| {format_value(e.get('speedup_vs_same_kernel_greedy'))}x ({e.get('same_kernel_baseline', 'greedy')}) "
+            f"| {format_value(e.get('speedup_vs_same_kernel_greedy'))}x ({e.get('same_kernel_baseline', 'greedy')}"
+            f"{interval_text(e.get('speedup_interval_90'))}) "
             f"| {format_value(e['speedup_vs_greedy'])}x | {format_value(e['mean_accepted_tokens'])} "
             f"| {format_value(e.get('same_kernel_speedup_per_tau'))} "
             f"| {format_value(e['acceptance_rate'], '.1%')} | {e['draft_time_share']:.1%} "
