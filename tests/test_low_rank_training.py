@@ -17,7 +17,7 @@ from transformers import LlamaForCausalLM
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.target_relative import RelativeStorage
 from oneiro_hf.training.cli import main as cli_main
-from oneiro_hf.training.low_rank import is_parametrised, merge, parametrise
+from oneiro_hf.training.low_rank import is_parametrised, merge, parametrise, rebuilt_originals
 from oneiro_hf.training.trainer import CheckpointMismatch, OneiroTrainer
 
 HIDDEN = 32
@@ -152,3 +152,44 @@ def test_bad_relative_ranks_are_refused_by_name(tmp_path) -> None:
         make_args(tmp_path, relative_layer_rank=0)
     with pytest.raises(ValueError, match="stage 3 refines a drafter as it is"):
         make_args(tmp_path, relative_layer_rank=4, stage="3")
+
+
+def test_rebased_parametrisation_keeps_a_trained_drafter_as_target_plus_rank_r() -> None:
+    """--init_drafter: a trained drafter (target + rank-r differences) parametrised with rebase=True starts as it
+    was, with the target's matrices as the frozen originals (not stored) and its differences as the factors; a
+    difference of higher rank is cut to rank r with a warning."""
+    model = make_model("qwen2", hidden=HIDDEN, seed=0)
+    drafter = OneiroDrafter.from_target(model).bind(model)
+    gen = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # a trained drafter: each copied matrix = the target's + a rank-2 difference
+        for key, value in drafter.state_dict().items():
+            if key.startswith("layers.") and value.dim() == 2:
+                value += torch.randn(value.shape[0], 2, generator=gen) @ torch.randn(2, value.shape[1], generator=gen)
+    states = torch.randn(1, 6, HIDDEN, generator=gen)
+    ids = torch.randint(3, 100, (1, 6), generator=gen)
+    with torch.no_grad():
+        before = drafter(states, ids)[1]
+    names = parametrise(drafter, RelativeStorage(layer_rank=2), rebase=True)
+    with torch.no_grad():
+        torch.testing.assert_close(drafter(states, ids)[1], before, rtol=1e-4, atol=1e-4)
+    key = "layers.0.mlp.down_proj.weight"
+    assert key in names
+    module = drafter.layers[0].mlp.down_proj
+    assert torch.equal(module.parametrizations.weight.original, _target_matrix(model, drafter, key))
+    assert f"{key[:-len('.weight')]}.parametrizations.weight.original" in rebuilt_originals(drafter, model)
+    assert not torch.equal(module.parametrizations.weight.original, module.weight)  # the factors carry the rest
+
+
+def test_a_difference_above_the_rank_is_cut_with_a_warning(caplog) -> None:
+    model = make_model("qwen2", hidden=HIDDEN, seed=0)
+    drafter = OneiroDrafter.from_target(model).bind(model)
+    with torch.no_grad():
+        drafter.layers[0].mlp.down_proj.weight += 0.1 * torch.randn_like(drafter.layers[0].mlp.down_proj.weight)
+    wanted = drafter.layers[0].mlp.down_proj.weight.detach().clone()
+    parametrise(drafter, RelativeStorage(layer_rank=2), rebase=True)
+    assert "differ from the target's by more than rank 2" in caplog.text and "layers.0.mlp.down_proj" in caplog.text
+    cut = drafter.layers[0].mlp.down_proj.weight.detach()
+    s = _singular_values(cut - _target_matrix(model, drafter, "layers.0.mlp.down_proj.weight"))
+    assert s[2] < 1e-5 * s[0]  # rank 2 now
+    best = _singular_values(wanted - _target_matrix(model, drafter, "layers.0.mlp.down_proj.weight"))
+    torch.testing.assert_close(s[:2], best[:2], rtol=1e-4, atol=1e-6)  # the best rank-2 approximation

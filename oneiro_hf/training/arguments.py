@@ -153,7 +153,10 @@ class OneiroTrainingArguments(TrainingArguments):
     )
     # ---- stage 3 (on-policy refinement, oneiro_hf/training/onpolicy.py)
     init_drafter: str | None = field(
-        default=None, metadata={"help": "stage 3: the trained drafter to refine (a save_pretrained directory)"}
+        default=None,
+        metadata={"help": "a trained drafter for --target (a directory or Hub id): stage 3 refines it; stages 1 and 2 "
+                          "train it further on --data (another pass, more data), keeping its interval, draft "
+                          "vocabulary and weights, with no ridge fit"},
     )
     onpolicy_rounds: int = field(default=3, metadata={"help": "stage 3: collect -> train rounds"})
     onpolicy_prompts_per_round: int = field(

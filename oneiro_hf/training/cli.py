@@ -248,13 +248,14 @@ def train_offline(model_args, data_args, args, target, tokenizer, data, resume, 
     if storage is not None:  # train only what a target-relative checkpoint stores (after the ridge fit)
         from .low_rank import parametrise
 
-        trained = parametrise(drafter, storage)
+        trained = parametrise(drafter, storage, rebase=bool(args.init_drafter))
         logger.info("training %d matrices as differences from the target's (%s)", len(trained), storage.to_dict())
     keeper = pipeline.feature_keeper(args, features)
     trainer = OneiroTrainer(drafter, target, args, train_dataset=features.train, eval_dataset=features.eval,
                             state_mean=features.mean, state_std=features.std, provenance=data.provenance,
                             feature_keeper=keeper)
-    before_label = "stage 0 (ridge init)" if args.ridge_init else "step 0"
+    before_label = (f"initial ({args.init_drafter})" if args.init_drafter
+                    else "stage 0 (ridge init)" if args.ridge_init else "step 0")
     before, final = pipeline.train_and_evaluate(trainer, resume, timer, "train", before_label)
     evals += before
     for entry in trainer.state.log_history:  # evaluations during training (--eval_strategy)
@@ -267,7 +268,7 @@ def train_offline(model_args, data_args, args, target, tokenizer, data, resume, 
         evals.append((f"{last} (final, step {trainer.state.global_step})", final))
     info = {
         "base_model": target.name_or_path or model_args.target,  # a reference target: the Hub id it copies
-        "interval": list(interval), "transition_init": args.transition_init,
+        "interval": list(interval), "transition_init": args.transition_init, "init_drafter": args.init_drafter,
         "input_layers": drafter.config.input_layers, "verified_context": drafter.config.verified_context,
         **data.provenance, "train_records": len(data.train), "eval_records": len(data.eval),
         "train_response_tokens": features.train_tokens, "draft_vocab_size": int(drafter.draft_vocab_ids.numel()),

@@ -18,6 +18,7 @@ with the same ranks (OneiroTrainer refuses anything else by name).
 
 from __future__ import annotations
 
+import logging
 import math
 
 import torch
@@ -26,20 +27,34 @@ from torch.nn.utils import parametrize
 
 from ..target_relative import RelativeStorage, stored_as
 
+logger = logging.getLogger(__name__)
+
+TRUNCATION_WARNING = 1e-3  # relative error of a rebased difference's rank-r approximation worth a warning
+
 
 class LowRankDifference(nn.Module):
     """weight = original + a @ b; `original` (the target's matrix, frozen) is the parametrised tensor.
 
     a: (out, rank), starts at zero, so the drafter starts exactly as it was; b: (rank, in), N(0, 1/rank), so one
-    optimiser step moves an element of the weight about as far as whole training would.
+    optimiser step moves an element of the weight about as far as whole training would. With `difference` (a
+    trained drafter's matrix minus the target's, for `parametrise(..., rebase=True)`) a @ b starts as its best
+    rank-`rank` approximation instead, split as FuseDifference splits its block.
     """
 
-    def __init__(self, weight: torch.Tensor, rank: int) -> None:
+    def __init__(self, weight: torch.Tensor, rank: int, difference: torch.Tensor | None = None) -> None:
         super().__init__()
         out_features, in_features = weight.shape
         self.a = nn.Parameter(torch.zeros(out_features, rank, dtype=weight.dtype, device=weight.device))
         self.b = nn.Parameter(torch.randn(rank, in_features, dtype=weight.dtype, device=weight.device)
                               / math.sqrt(rank))
+        self.truncation_error = 0.0  # of `difference` by rank `rank`, relative (Frobenius)
+        if difference is not None and bool(difference.any()):
+            u, s, vh = torch.linalg.svd(difference.detach().float(), full_matrices=False)
+            self.truncation_error = float(s[rank:].norm() / s.norm())
+            root = s[:rank].sqrt()
+            with torch.no_grad():
+                self.a.copy_(u[:, :rank] * root)
+                self.b.copy_(root[:, None] * vh[:rank])
 
     def forward(self, original: torch.Tensor) -> torch.Tensor:
         return original + self.a @ self.b
@@ -71,17 +86,20 @@ class FuseDifference(nn.Module):
         return torch.cat([self.states, self.eye + self.a @ self.b], dim=1)
 
 
-def parametrise(drafter: nn.Module, storage: RelativeStorage) -> list[str]:
+def parametrise(drafter: nn.Module, storage: RelativeStorage, rebase: bool = False) -> list[str]:
     """Make `drafter` train only what `storage` stores: returns the names of the parametrised weights.
 
     Each copied layer matrix stored as a difference gets a LowRankDifference (its weight frozen as the
-    reference), the fusion a FuseDifference when the token block is stored as a difference. Raises ValueError
-    (naming the fix) on a drafter that is parametrised already.
+    reference), the fusion a FuseDifference when the token block is stored as a difference. `rebase=True` (a
+    trained drafter trained further, bound to its target) freezes the bound target's matrix as the reference
+    instead, the drafter's difference from it becoming the starting factors, so the saved differences stay of
+    rank r (a difference of higher rank is truncated, with a warning). Raises ValueError (naming the fix) on a
+    drafter that is parametrised already.
     """
     if is_parametrised(drafter):
         raise ValueError("the drafter is parametrised already. Fix: merge(drafter) first, or train it as it is.")
     modules = dict(drafter.named_modules())
-    names = []
+    names, truncated = [], {}
     for key, value in list(drafter.state_dict().items()):
         kind = stored_as(key, value, storage)
         if kind == "whole" or not key.endswith(".weight"):
@@ -90,10 +108,33 @@ def parametrise(drafter: nn.Module, storage: RelativeStorage) -> list[str]:
         if kind == "fuse":
             parametrize.register_parametrization(module, "weight", FuseDifference(module.weight, storage.token_rank))
         else:
-            parametrize.register_parametrization(module, "weight", LowRankDifference(module.weight, storage.layer_rank))
+            difference = _rebased(drafter, key, module) if rebase else None
+            low_rank = LowRankDifference(module.weight, storage.layer_rank, difference)
+            parametrize.register_parametrization(module, "weight", low_rank)
+            if low_rank.truncation_error > TRUNCATION_WARNING:
+                truncated[key] = low_rank.truncation_error
         module.parametrizations.weight.original.requires_grad_(False)
         names.append(key)
+    if truncated:
+        worst = max(truncated, key=truncated.get)
+        logger.warning("%d layer matrices differ from the target's by more than rank %d: trained from their best "
+                       "rank-%d approximation (worst %s, relative error %.3f)", len(truncated), storage.layer_rank,
+                       storage.layer_rank, worst, truncated[worst])
     return names
+
+
+def _rebased(drafter: nn.Module, key: str, module: nn.Linear) -> torch.Tensor | None:
+    """Set `module.weight` to the bound target's matrix for `key`; return what it was minus that (None where the
+    key copies no target matrix)."""
+    from ..target_relative import _layer_reference
+
+    reference = _layer_reference(drafter, drafter.target, key)
+    if reference is None or reference.shape != module.weight.shape:
+        return None
+    with torch.no_grad():
+        difference = module.weight.detach().float() - reference.float()
+        module.weight.copy_(reference)
+    return difference
 
 
 def rebuilt_originals(drafter: nn.Module, target: nn.Module) -> set[str]:

@@ -29,6 +29,7 @@ from .pipeline import (
     TrainingData,
     TrainingInputError,
     held_out_dataset,
+    initial_drafter,
     save_outputs,
     train_and_evaluate,
 )
@@ -559,18 +560,11 @@ def run_stage3(model_args: Any, data_args: Any, args: OneiroTrainingArguments, t
     """``oneiro-train --stage 3``: load --init_drafter, take prompts, run OnPolicyTrainer, evaluate, save.
 
     Returns the refined drafter; TrainingInputError for unusable input."""
-    from .. import OneiroDrafter
-    from ..targets import DrafterTargetMismatch, text_config
+    from ..targets import text_config
     from . import features as feat
     from .trainer import check_checkpoint_compatible
 
-    try:
-        drafter = OneiroDrafter.from_pretrained(args.init_drafter, target=target)
-    except DrafterTargetMismatch as err:
-        raise TrainingInputError(
-            f"--init_drafter {args.init_drafter} does not fit --target {model_args.target}: {err}") from err
-    except (OSError, ValueError) as err:
-        raise TrainingInputError(f"--init_drafter {args.init_drafter} cannot be loaded: {err}") from err
+    drafter = initial_drafter(args, target)
     if resume:
         check_checkpoint_compatible(resume, drafter)
     prompts, prompts_from = _stage3_prompts(args, data_args, data, text_config(target).vocab_size)

@@ -182,6 +182,12 @@ def build_drafter(args, target, tokenizer, data: TrainingData, resume: str | Non
     from .trainer import check_checkpoint_compatible, parse_interval
     from .vocab import select_draft_vocab, special_token_ids, vocab_coverage
 
+    if args.init_drafter:
+        drafter = initial_drafter(args, target)
+        coverage = vocab_coverage(data.eval or data.train, drafter.draft_vocab_ids.cpu())
+        if resume:
+            check_checkpoint_compatible(resume, drafter)
+        return drafter, coverage
     config = text_config(target)
     interval = parse_interval(args.interval)
     if interval is None:
@@ -210,6 +216,32 @@ def build_drafter(args, target, tokenizer, data: TrainingData, resume: str | Non
     if resume:
         check_checkpoint_compatible(resume, drafter)
     return drafter, coverage
+
+
+def initial_drafter(args, target) -> Any:
+    """The trained drafter --init_drafter names, bound to `target` and in its dtype (training keeps float32
+    weights for a float32 target whatever dtype the drafter was saved in): stage 3 refines it, stages 1 and 2 train
+    it further. An --interval other than its own is refused: the weights belong to that interval."""
+    from .. import OneiroDrafter
+    from ..targets import DrafterTargetMismatch
+    from .trainer import parse_interval
+
+    try:
+        drafter = OneiroDrafter.from_pretrained(args.init_drafter, target=target)
+    except DrafterTargetMismatch as err:
+        raise TrainingInputError(f"--init_drafter {args.init_drafter} does not fit --target: {err}") from err
+    except (OSError, ValueError) as err:
+        raise TrainingInputError(f"--init_drafter {args.init_drafter} cannot be loaded: {err}") from err
+    own = tuple(drafter.config.interval)
+    asked = parse_interval(args.interval)
+    if asked is not None and tuple(asked) != own:
+        raise TrainingInputError(f"--interval {args.interval} with --init_drafter {args.init_drafter}, whose layers "
+                                 f"are the interval {own}. Fix: drop --interval (the drafter's own is kept), or "
+                                 "train a fresh drafter without --init_drafter.")
+    drafter.to(dtype=next(target.parameters()).dtype)
+    logger.info("drafter: %s (layers %s, draft vocabulary %d tokens), trained further", args.init_drafter, own,
+                drafter.draft_vocab_ids.numel())
+    return drafter
 
 
 # ============================================================================================ features
@@ -320,6 +352,8 @@ def stage0(args, drafter, target, features: Features, resume: str | None, timer:
     evals: list[tuple[str, dict]] = []
     if resume:
         return evals, f"as set up by the run that wrote {resume} (this session resumed it)"
+    if args.init_drafter:  # trained already: its held-out acceptance is measured once, before training
+        return evals, f"off: the fusion is {args.init_drafter}'s"
     if features.eval is not None and args.should_save:
         m = evaluate_drafter(drafter, features.eval, target, args.eval_rollout_steps, features.std,
                              args.feature_batch_tokens)
