@@ -100,11 +100,12 @@ print('\n'.join(recipe_flags('$RECIPE_JSON')))") || exit 1
 limit=()
 [ "$MAX_RECORDS" -gt 0 ] && limit=(--max_records "$MAX_RECORDS")
 # the recipe, then the lease's sizes (a flag given twice takes its later value): the whole set's features computed
-# once into the lease's own cache, the target in $DTYPE, one deadline, no checkpoints
+# once into the lease's own cache (nothing streamed, so nothing kept), the target in $DTYPE, one deadline, no
+# checkpoints
 $PY -m oneiro_hf.training.cli --target qwen2.5-coder-1.5b-instruct --data "$WORK/answers.jsonl" "${recipe[@]}" \
   --target_dtype "$DTYPE" --per_device_train_batch_size "$BATCH" --max_steps "$MAX_STEPS" --warmup_steps "$WARMUP" \
   --feature_batch_tokens "$FEATURE_TOKENS" --feature_cache_dir "$WORK/features" --stream_features false \
-  --ridge_positions "$RIDGE" --save_strategy no --logging_steps 50 --max_seq_len "$SEQ" \
+  --feature_cache_max_gb 0 --ridge_positions "$RIDGE" --save_strategy no --logging_steps 50 --max_seq_len "$SEQ" \
   --train_until $(( t0 + DEADLINE - EVAL_MARGIN )) --output_dir "$WORK/drafter" "${limit[@]}" "${SPLIT[@]}" \
   > "$OUT/train.log" 2>&1 || { stamp "training failed"; tail -20 "$OUT/train.log"; exit 1; }
 cp "$WORK/drafter/training_summary.json" "$OUT/"

@@ -155,3 +155,27 @@ def test_the_carry_script_leans_the_tree_and_cuts_pieces_that_fit_beside_it(tmp_
 
     full = _run([*carry, "full"], cwd=repo)
     assert (repo / "drafters/t/model.safetensors").stat().st_size == 40 << 20 and full.returncode == 1
+
+
+def test_the_lease_passes_oneiro_train_flags_it_accepts() -> None:
+    """scripts/gpu_train_qwen15.sh trains with the recipe's flags and its own after them: the whole command line, with
+    the lease's sizes for its variables, must pass oneiro-train's parsing and checks (a flag the recipe gains can
+    contradict the lease's own, and the lease would fail only on the GPU machine)."""
+    import re
+    import shlex
+
+    from oneiro_hf.training.campaign import recipe_flags
+    from oneiro_hf.training.cli import parse_args
+
+    text = (SCRIPTS / "gpu_train_qwen15.sh").read_text()
+    start = text.index("$PY -m oneiro_hf.training.cli")
+    command = text[start:text.index('> "$OUT/train.log"', start)].replace("\\\n", " ")
+    sizes = {"PY": "python", "WORK": "/tmp/q15", "DTYPE": "bfloat16", "BATCH": "32", "MAX_STEPS": "4000",
+             "WARMUP": "50", "FEATURE_TOKENS": "32768", "RIDGE": "20000", "SEQ": "1024"}
+    command = re.sub(r"\$\(\(.*?\)\)", "1900000000", command)  # the deadline's arithmetic
+    command = re.sub(r'"\$\{(limit|SPLIT)\[@\]\}"', "", command)  # both empty on the GPU
+    recipe = recipe_flags(str(ROOT / "recipes" / "qwen2.5-coder-1.5b-instruct.json"))
+    command = re.sub(r"\$(\w+)", lambda m: sizes[m.group(1)], command.replace('"${recipe[@]}"', shlex.join(recipe)))
+    words = shlex.split(command)
+    _, _, args = parse_args(words[words.index("oneiro_hf.training.cli") + 1:])
+    assert not args.stream_features and args.feature_cache_max_gb == 0 and args.per_device_train_batch_size == 32
