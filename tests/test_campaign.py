@@ -311,3 +311,40 @@ def test_a_paused_milestone_moves_to_another_machine_in_the_committed_checkpoint
     assert point["eval_tau"] == 2.1 and runs[2][2][:1] == ["model.safetensors"]  # machine-b's own checkpoints
     campaign.keep_checkpoint(point, args.checkpoint_out)
     assert not paused.exists() and (kept / "model.safetensors").read_text() == "final"
+
+
+def test_a_training_killed_midway_keeps_its_last_checkpoint(tmp_path: Path, monkeypatch) -> None:
+    """The kernel kills a training that runs out of memory before it can pause: its last checkpoint is kept as the
+    paused one all the same (and committed with --commit), and the error says how it ended and where the work is."""
+    recipe = tmp_path / "r.json"
+    recipe.write_text(json.dumps({"max_steps": 4000}))
+    kept = tmp_path / "drafters" / "campaign"
+    args = CampaignArguments(target="t", dataset="d", until="+1h", recipe=str(recipe), train_epochs=1.0,
+                             checkpoint_out=str(kept))
+
+    def killed(cmd, check):
+        out = Path(cmd[cmd.index("--output_dir") + 1])
+        for step in (450, 500):
+            ckpt = out / f"checkpoint-{step}"
+            ckpt.mkdir(parents=True)
+            (ckpt / "model.safetensors").write_text(f"weights at {step}")
+            (ckpt / "trainer_state.json").write_text(json.dumps({"global_step": step, "epoch": step / 824}))
+            (ckpt / "oneiro_training.json").write_text(json.dumps({"trained_seconds": 15.0 * step}))
+        return subprocess.CompletedProcess(cmd, -9)
+
+    monkeypatch.setattr(campaign.subprocess, "run", killed)
+    with pytest.raises(CampaignError, match=r"killed by signal 9, as the kernel kills for want of memory.*"
+                                            r"checkpoint-500, is kept in .*paused; the same command resumes it"):
+        campaign.train_milestone(args, tmp_path / "work", 1000, until=1234.0)
+    info = json.loads((kept / "paused" / "paused.json").read_text())
+    assert info["checkpoint"] == "checkpoint-500" and info["global_step"] == 500 and info["trained_minutes"] == 125.0
+    assert (kept / "paused" / "model.safetensors").read_text() == "weights at 500"
+    # another machine resumes from it, and a second failure keeps what it has again
+    monkeypatch.setattr(campaign.subprocess, "run", lambda cmd, check: subprocess.CompletedProcess(cmd, 3))
+    with pytest.raises(CampaignError, match=r"failed \(exit status 3; see above\)\. Its last checkpoint, "
+                                            r"checkpoint-500"):
+        campaign.train_milestone(args, tmp_path / "other", 1000, until=1234.0)
+    # with nowhere to keep it (no --checkpoint_out) the error still says how the process ended
+    bare = dataclasses.replace(args, checkpoint_out=None)
+    with pytest.raises(CampaignError, match=r"failed \(exit status 3; see above\)\. Its log"):
+        campaign.train_milestone(bare, tmp_path / "third", 1000, until=1234.0)

@@ -330,8 +330,10 @@ def train_milestone(args: CampaignArguments, work: Path, milestone: int, until: 
         if args.threads:
             argv += ["--threads", str(args.threads)]
         # a process of its own: oneiro-train's memory (target, features, optimiser) is returned when it ends
-        if subprocess.run([sys.executable, "-m", "oneiro_hf.training.cli", *argv], check=False).returncode != 0:
-            raise CampaignError(f"training the {milestone}-token milestone failed (see above); its log is in {out}.")
+        code = subprocess.run([sys.executable, "-m", "oneiro_hf.training.cli", *argv], check=False).returncode
+        if code != 0:
+            raise CampaignError(f"training the {milestone}-token milestone failed ({_ended(code)}; see above). "
+                                f"{_keep_after_failure(args, out, milestone)}Its log is in {out}.")
     summary = json.loads(summary_path.read_text())
     if not summary.get("finished", True):
         keep_paused(args, out, milestone, summary)
@@ -373,6 +375,32 @@ def keep_paused(args: CampaignArguments, out: Path, milestone: int, summary: dic
             "hardware": summary.get("hardware"), "date": summary.get("date")}
     (dest / PAUSED_INFO).write_text(json.dumps(info, indent=1) + "\n")
     logger.info("campaign: the paused training's %s is kept in %s", Path(last).name, dest)
+
+
+def _ended(code: int) -> str:
+    """How a training process ended, from its return code."""
+    if code < 0:
+        return f"killed by signal {-code}" + (", as the kernel kills for want of memory" if code == -9 else "")
+    return f"exit status {code}"
+
+
+def _keep_after_failure(args: CampaignArguments, out: Path, milestone: int) -> str:
+    """A training that died (killed for memory, a crash) leaves its last checkpoint in ``out``: keep it as the paused
+    one, as a pause at the deadline does, so no machine loses that work; returns a sentence saying so ("" when
+    there is none to keep)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = get_last_checkpoint(str(out)) if out.is_dir() and paused_dir(args) is not None else None
+    if last is None:
+        return ""
+    state = json.loads((Path(last) / "trainer_state.json").read_text())
+    info_path = Path(last) / "oneiro_training.json"
+    seconds = json.loads(info_path.read_text()).get("trained_seconds") if info_path.is_file() else None
+    keep_paused(args, out, milestone, {"global_step": state.get("global_step"), "epochs": state.get("epoch"),
+                                       "trained_minutes": None if seconds is None else round(seconds / 60, 1),
+                                       "date": datetime.date.today().isoformat()})
+    return (f"Its last checkpoint, {Path(last).name}, is kept in {paused_dir(args)}; the same command resumes it "
+            "from there. ")
 
 
 def _halve_optimizer_state(path: Path) -> None:
@@ -504,14 +532,15 @@ def _rounds(args: CampaignArguments, work: Path, deadline: float) -> int:
         if deadline - time.time() < MIN_TRAIN_SESSION_S:
             logger.info("campaign: milestone %d reached; too little time left to train", milestone)
             return 0
-        point = train_milestone(args, work, milestone, deadline - SAVE_MARGIN_S)
+        try:
+            point = train_milestone(args, work, milestone, deadline - SAVE_MARGIN_S)
+        except CampaignError:
+            _commit_paused(args, milestone, "training stopped by a failure")
+            raise
         if point is None:
             logger.info("campaign: the %d-token milestone's training is paused at the deadline; the same command "
                         "resumes it", milestone)
-            kept = paused_dir(args)
-            if args.commit and kept is not None and kept.is_dir():
-                step = json.loads((kept / PAUSED_INFO).read_text())["global_step"]
-                commit([str(kept)], f"Campaign milestone {milestone}: training paused at step {step}")
+            _commit_paused(args, milestone, "training paused")
             return 0
         add_point(curve_path, point)
         paths = [str(curve_path)]
@@ -522,6 +551,16 @@ def _rounds(args: CampaignArguments, work: Path, deadline: float) -> int:
             commit(paths, f"Campaign milestone {milestone}: held-out tau {point['eval_tau']:.3f}")
         if milestone >= args.goal_tokens:
             return 0
+
+
+def _commit_paused(args: CampaignArguments, milestone: int, why: str) -> None:
+    """With --commit, commit the kept paused checkpoint of ``milestone`` (if one is kept)."""
+    kept = paused_dir(args)
+    if not args.commit or kept is None or not (kept / PAUSED_INFO).is_file():
+        return
+    info = json.loads((kept / PAUSED_INFO).read_text())
+    if info.get("milestone") == milestone:
+        commit([str(kept)], f"Campaign milestone {milestone}: {why} at step {info['global_step']}")
 
 
 def main(argv: list[str] | None = None) -> int:
