@@ -12,6 +12,7 @@ from transformers import TrainerCallback
 
 from oneiro_hf.training import features as feat
 from oneiro_hf.training.cli import main as cli_main
+from oneiro_hf.training.kept_features import StreamedFeatureKeeper
 from oneiro_hf.training.trainer import EpochSeededLengthSampler, OneiroTrainer
 
 
@@ -130,7 +131,7 @@ def test_kept_streamed_features_are_what_a_full_pass_caches(target, records, tmp
     part = _cache(tmp_path, target, [records[1], records[4]], "part")
     streamed = feat.CachedFeatureDataset(part, records[:6], stream=True)
     batch = feat.collate([streamed[i] for i in range(6)])
-    keeper = feat.StreamedFeatureKeeper(part, max_bytes=2**30)
+    keeper = StreamedFeatureKeeper(part, max_bytes=2**30)
     keeper.offer(batch, feat.complete_features(batch, target))
     assert keeper.buffered_tokens == int(batch["attention_mask"][[0, 2, 3, 5]].sum())  # the four computed rows
     assert keeper.flush() == keeper.kept_tokens == keeper.buffered_tokens + keeper.kept_tokens > 0
@@ -152,13 +153,13 @@ def test_keeping_stops_at_the_size_bound(target, records, tmp_path, caplog):  # 
     cache = feat.FeatureCache(tmp_path / "c", target, 64)
     batch = feat.collate([feat.CachedFeatureDataset(cache, records[:4], stream=True)[i] for i in range(4)])
     done = feat.complete_features(batch, target)
-    keeper = feat.StreamedFeatureKeeper(cache, max_bytes=keeper_bytes(cache, batch) - 1)
+    keeper = StreamedFeatureKeeper(cache, max_bytes=keeper_bytes(cache, batch) - 1)
     keeper.offer(batch, done)
     assert keeper.flush() == 0 and "--feature_cache_max_gb" in keeper.stopped
     assert "keeping no more streamed features" in caplog.text and not list(cache.dir.glob("shard-*"))
     keeper.offer(batch, done)  # stopped: nothing is buffered any more
     assert keeper.buffered_tokens == 0
-    roomy = feat.StreamedFeatureKeeper(cache, max_bytes=keeper_bytes(cache, batch))
+    roomy = StreamedFeatureKeeper(cache, max_bytes=keeper_bytes(cache, batch))
     roomy.offer(batch, done)
     assert roomy.flush() == int(batch["attention_mask"].sum()) and roomy.stopped is None
 

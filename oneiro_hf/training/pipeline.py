@@ -317,11 +317,11 @@ def build_features(args, target, data: TrainingData, interval: tuple[int, int], 
 
 def feature_keeper(args, features: Features):
     """What keeps the features a streamed training computes (``--feature_cache_max_gb`` > 0), else None."""
-    from . import features as feat
+    from .kept_features import StreamedFeatureKeeper
 
     if not (args.feature_cache_max_gb and features.cache is not None and args.stream_features):
         return None
-    return feat.StreamedFeatureKeeper(features.cache, int(args.feature_cache_max_gb * 2**30))
+    return StreamedFeatureKeeper(features.cache, int(args.feature_cache_max_gb * 2**30))
 
 
 # ============================================================================================= stage 0

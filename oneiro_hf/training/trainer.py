@@ -35,14 +35,8 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
 
 from .arguments import STAGES, OneiroTrainingArguments, parse_interval, parse_step_weights  # noqa: F401 (re-exported)
-from .features import (
-    IGNORE,
-    StreamedFeatureKeeper,
-    collate,
-    complete_features,
-    iter_feature_batches,
-    loss_mask,
-)
+from .features import IGNORE, collate, complete_features, iter_feature_batches, loss_mask
+from .kept_features import StreamedFeatureKeeper
 from .rollout import parallel_rollout, rollout_mask, rollout_start  # noqa: F401 (re-exported)
 from .timebox import TimeBoxCallback, TrainingClock, follow_time_box
 
