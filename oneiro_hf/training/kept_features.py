@@ -38,9 +38,10 @@ class StreamedFeatureKeeper:
         lengths = batch["attention_mask"].sum(-1)
         for row in (~cached.cpu()).nonzero().flatten().tolist():
             n = int(lengths[row])
-            feats = {"states": completed["states"][row, :n].detach().to("cpu", torch.float16),
-                     "target_argmax": completed["target_argmax"][row, :n].cpu()}
-            feats |= {key: completed[key][row, :n].detach().to("cpu", torch.float16)
+            # copies of the row alone: a view would keep the whole batch's tensor alive while the shard fills
+            feats = {"states": completed["states"][row, :n].detach().to("cpu", torch.float16, copy=True),
+                     "target_argmax": completed["target_argmax"][row, :n].to("cpu", copy=True)}
+            feats |= {key: completed[key][row, :n].detach().to("cpu", torch.float16, copy=True)
                       for key in FEATURE_EXTRAS if key in completed}
             self.buffer.append((batch["input_ids"][row, :n].tolist(), int(batch["prompt_lens"][row]), feats))
             self.buffered_tokens += n
