@@ -3,8 +3,11 @@ makes of --data (by id hash, so records held out once stay held out as the data 
 measures it (parallel rollouts of --steps draft tokens, tau = expected tokens per target pass).
 
     python scripts/heldout_tau.py --target qwen2.5-coder-1.5b-instruct \
-        --data data/selfdistill/qwen2.5-coder-1.5b-instruct --feature_cache_dir runs/features/qwen15 \
-        whole=runs/train/qwen15 relative=runs/train/qwen15-relative fresh=fresh
+        --data data/selfdistill/qwen2.5-coder-1.5b-instruct --recipe recipes/qwen2.5-coder-1.5b-instruct.json \
+        --feature_cache_dir runs/features/qwen15 whole=runs/train/qwen15 relative=runs/train/qwen15-relative fresh=fresh
+
+The split is the one the drafters were trained with: --recipe reads its --eval_fraction and --split_seed (or pass
+them); a larger fraction than the training run held out would score records the drafters trained on.
 
 A drafter is NAME=PATH (a saved drafter, either storage) or NAME=fresh (copies of the last two layers, untrained).
 Prints one line per drafter and writes them as JSON with --out.
@@ -21,8 +24,19 @@ import torch
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.training import features as feat
 from oneiro_hf.training import pipeline
+from oneiro_hf.training.campaign import recipe_settings
 from oneiro_hf.training.cli import parse_args
 from oneiro_hf.training.trainer import evaluate_drafter
+
+
+def held_out_split(parser: argparse.ArgumentParser, own: argparse.Namespace) -> tuple[str, str]:
+    """(eval_fraction, split_seed) as flag text: given ones win over the recipe's, the recipe's over none."""
+    recipe = recipe_settings(own.recipe) if own.recipe else {}
+    eval_fraction = own.eval_fraction or recipe.get("--eval_fraction")
+    if eval_fraction is None:
+        parser.error("the held-out split is unknown, and a larger one than training used scores records the drafters "
+                     "trained on. Fix: pass --recipe (the drafters' oneiro-train recipe) or --eval_fraction.")
+    return str(eval_fraction), str(own.split_seed or recipe.get("--split_seed", 0))
 
 
 def main() -> None:
@@ -32,17 +46,20 @@ def main() -> None:
     parser.add_argument("--feature_cache_dir", required=True)
     parser.add_argument("--feature_dtype", default="float32", choices=["float32", "bfloat16"],
                         help="what the target's layers compute the held-out features in (oneiro-train's flag)")
-    parser.add_argument("--eval_fraction", default="0.05")
+    parser.add_argument("--recipe", help="the drafters' oneiro-train recipe (JSON): its held-out split is used")
+    parser.add_argument("--eval_fraction", help="the held-out share the drafters were trained with (or --recipe)")
+    parser.add_argument("--split_seed", help="the split seed the drafters were trained with (or --recipe)")
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out")
     parser.add_argument("drafters", nargs="+", help="NAME=PATH or NAME=fresh")
     own = parser.parse_args()
+    eval_fraction, split_seed = held_out_split(parser, own)
     torch.set_num_threads(own.threads)
     model_args, data_args, args = parse_args([
         "--target", own.target, "--data", own.data, "--feature_cache_dir", own.feature_cache_dir,
-        "--eval_fraction", own.eval_fraction, "--output_dir", "/tmp/heldout_tau", "--report_to", "none",
-        "--feature_batch_tokens", "2048"])
+        "--eval_fraction", eval_fraction, "--split_seed", split_seed, "--output_dir", "/tmp/heldout_tau",
+        "--report_to", "none", "--feature_batch_tokens", "2048"])
     target, tokenizer = pipeline.load_target(model_args)
     data = pipeline.prepare_data(model_args, data_args, args, target, tokenizer, pipeline.Timer())
     cache = feat.FeatureCache(own.feature_cache_dir, target, args.max_seq_len,
@@ -64,7 +81,7 @@ def main() -> None:
               f"{time.perf_counter() - start:.0f} s)", flush=True)
     if own.out:
         with open(own.out, "w") as fh:
-            json.dump({"held_out_records": len(data.eval), "steps": own.steps, "feature_dtype": own.feature_dtype,
+            json.dump({"held_out_records": len(data.eval), "eval_fraction": float(eval_fraction), "steps": own.steps, "feature_dtype": own.feature_dtype,
                        "drafters": results}, fh, indent=1)
 
 

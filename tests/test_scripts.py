@@ -179,3 +179,27 @@ def test_the_lease_passes_oneiro_train_flags_it_accepts() -> None:
     words = shlex.split(command)
     _, _, args = parse_args(words[words.index("oneiro_hf.training.cli") + 1:])
     assert not args.stream_features and args.feature_cache_max_gb == 0 and args.per_device_train_batch_size == 32
+
+
+def test_heldout_tau_takes_the_recipes_split_and_refuses_to_guess_one(tmp_path: Path) -> None:
+    """A held-out share larger than training held out scores records the drafters trained on: the script reads the
+    recipe's split, lets a flag override it, and without either stops with the fix before loading anything."""
+    import argparse
+    import json
+    import runpy
+
+    helpers = runpy.run_path(str(SCRIPTS / "heldout_tau.py"))
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({"eval_fraction": 0.02, "split_seed": 3}))
+    parser = argparse.ArgumentParser()
+
+    def split(**given: str | None) -> tuple[str, str]:
+        own = argparse.Namespace(**{"recipe": None, "eval_fraction": None, "split_seed": None, **given})
+        return helpers["held_out_split"](parser, own)
+
+    assert split(recipe=str(recipe)) == ("0.02", "3")
+    assert split(recipe=str(recipe), eval_fraction="0.1") == ("0.1", "3")
+    assert split(eval_fraction="0.05") == ("0.05", "0")
+    refused = _run([sys.executable, str(SCRIPTS / "heldout_tau.py"), "--target", "t", "--data", "d",
+                    "--feature_cache_dir", str(tmp_path), "a=fresh"], cwd=ROOT)
+    assert refused.returncode == 2 and "Fix: pass --recipe" in refused.stderr, refused.stderr
