@@ -5,13 +5,14 @@
 # rendered into model_cards/drafters/ (tests/test_packaging.py's SHIPPED_CARDS checks it). A drafter trained in that
 # parametrisation (the default of train_qwen15.sh) ships its files as they are; a whole one is truncated to it.
 # Benchmark a candidate first: DST=runs/ship scripts/ship_qwen15.sh
-#   scripts/ship_qwen15.sh     # SRC (default runs/train/qwen15-relative), BENCH_SUMMARY (the benchmark behind the cards)
+#   scripts/ship_qwen15.sh     # SRC (default runs/train/qwen15-relative), BENCH_SUMMARY (the benchmark behind the cards),
+#                              # HARDWARE (the machine that benchmark ran on, as the cards name it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=${SRC:-runs/train/qwen15-relative}
 DST=${DST:-drafters/qwen2.5-coder-1.5b-instruct}
-BENCH_SUMMARY=${BENCH_SUMMARY:-docs/benchmarks/current/qwen2.5-coder-1.5b-instruct/all-methods-run/summary.json}
-HARDWARE="2-core AMD EPYC CPU (avx512_bf16), one 2-thread lane"
+BENCH_SUMMARY=${BENCH_SUMMARY:-docs/benchmarks/current/qwen2.5-coder-1.5b-instruct/xeon-run/summary.json}
+HARDWARE=${HARDWARE:-"2-core Intel Xeon CPU (AMX), one 2-thread lane"}
 export OMP_NUM_THREADS=${THREADS:-2}
 rm -rf "$DST.new" && mkdir -p "$DST.new"
 .venv/bin/python - "$SRC" "$DST.new" "$BENCH_SUMMARY" "$HARDWARE" <<'PY'

@@ -38,8 +38,8 @@ PUBLISH_FLAGS = {
         "--layer-rank", "32", "--token-rank", "256",
         "--repo-id", "your-org/qwen2.5-coder-1.5b-oneiro-drafter", "--base-model", "Qwen/Qwen2.5-Coder-1.5B-Instruct",
         "--license", "apache-2.0",
-        "--bench-summary", str(ROOT / "docs/benchmarks/current/qwen2.5-coder-1.5b-instruct/all-methods-run/summary.json"),
-        "--hardware", "2-core AMD EPYC CPU (avx512_bf16), one 2-thread lane",
+        "--bench-summary", str(ROOT / "docs/benchmarks/current/qwen2.5-coder-1.5b-instruct/xeon-run/summary.json"),
+        "--hardware", "2-core Intel Xeon CPU (AMX), one 2-thread lane",
     ],
 }
 
