@@ -24,19 +24,20 @@ import torch
 from oneiro_hf import OneiroDrafter
 from oneiro_hf.training import features as feat
 from oneiro_hf.training import pipeline
-from oneiro_hf.training.campaign import recipe_settings
+from oneiro_hf.training.campaign import recipe_split
 from oneiro_hf.training.cli import parse_args
 from oneiro_hf.training.trainer import evaluate_drafter
 
 
 def held_out_split(parser: argparse.ArgumentParser, own: argparse.Namespace) -> tuple[str, str]:
-    """(eval_fraction, split_seed) as flag text: given ones win over the recipe's, the recipe's over none."""
-    recipe = recipe_settings(own.recipe) if own.recipe else {}
-    eval_fraction = own.eval_fraction or recipe.get("--eval_fraction")
-    if eval_fraction is None:
+    """(eval_fraction, split_seed) as flag text: given ones win over the recipe's split, which wins over none."""
+    if own.recipe:
+        split = recipe_split(own.recipe)
+        return str(own.eval_fraction or split.eval_fraction), str(own.split_seed or split.seed)
+    if own.eval_fraction is None:
         parser.error("the held-out split is unknown, and a larger one than training used scores records the drafters "
                      "trained on. Fix: pass --recipe (the drafters' oneiro-train recipe) or --eval_fraction.")
-    return str(eval_fraction), str(own.split_seed or recipe.get("--split_seed", 0))
+    return own.eval_fraction, own.split_seed or "0"
 
 
 def main() -> None:
@@ -81,8 +82,8 @@ def main() -> None:
               f"{time.perf_counter() - start:.0f} s)", flush=True)
     if own.out:
         with open(own.out, "w") as fh:
-            json.dump({"held_out_records": len(data.eval), "eval_fraction": float(eval_fraction), "steps": own.steps, "feature_dtype": own.feature_dtype,
-                       "drafters": results}, fh, indent=1)
+            json.dump({"held_out_records": len(data.eval), "eval_fraction": float(eval_fraction), "steps": own.steps,
+                       "feature_dtype": own.feature_dtype, "drafters": results}, fh, indent=1)
 
 
 if __name__ == "__main__":

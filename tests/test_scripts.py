@@ -200,6 +200,11 @@ def test_heldout_tau_takes_the_recipes_split_and_refuses_to_guess_one(tmp_path: 
     assert split(recipe=str(recipe)) == ("0.02", "3")
     assert split(recipe=str(recipe), eval_fraction="0.1") == ("0.1", "3")
     assert split(eval_fraction="0.05") == ("0.05", "0")
+    from oneiro_hf.training.features import DEFAULT_EVAL_FRACTION
+
+    silent = tmp_path / "silent.json"  # a recipe that leaves the split to oneiro-train's defaults
+    silent.write_text(json.dumps({"batch_size": 8}))
+    assert split(recipe=str(silent)) == (str(DEFAULT_EVAL_FRACTION), "0")
     refused = _run([sys.executable, str(SCRIPTS / "heldout_tau.py"), "--target", "t", "--data", "d",
                     "--feature_cache_dir", str(tmp_path), "a=fresh"], cwd=ROOT)
     assert refused.returncode == 2 and "Fix: pass --recipe" in refused.stderr, refused.stderr

@@ -142,15 +142,18 @@ class TrainingSplit:
         return not is_eval_record(record_id, self.eval_fraction, self.seed)
 
 
-def training_split(args: CampaignArguments) -> TrainingSplit:
-    """The recipe's split (oneiro-train's defaults for what it leaves unset); without a recipe every record counts."""
-    if args.recipe is None:
-        return TrainingSplit()
+def recipe_split(path: str) -> TrainingSplit:
+    """The held-out split oneiro-train makes with the recipe at ``path`` (its defaults for what it leaves unset)."""
     from .features import DEFAULT_EVAL_FRACTION
 
-    recipe = recipe_settings(args.recipe)
+    recipe = recipe_settings(path)
     return TrainingSplit(float(recipe.get("--eval_fraction", DEFAULT_EVAL_FRACTION)),
                          int(recipe.get("--split_seed", 0)))
+
+
+def training_split(args: CampaignArguments) -> TrainingSplit:
+    """The recipe's split; without a recipe every record counts."""
+    return TrainingSplit() if args.recipe is None else recipe_split(args.recipe)
 
 
 def dataset_tokens(dataset: str | Path, split: TrainingSplit | None = None) -> int:
