@@ -20,8 +20,11 @@ from oneiro_hf.serving.vllm_export import (
     VLLM_CONFIG_KEY,
     VllmExportRefused,
     export_for_vllm,
+    target_mismatch,
+    vllm_config,
     vllm_refusal,
 )
+from oneiro_hf.serving.vllm_plugin import SUPPORTED_VLLM, vllm_version_problem
 
 PACKAGE = Path(__file__).resolve().parent.parent / "oneiro_hf"
 PLUGIN_MODULES = {"oneiro_hf.serving.vllm_plugin", "oneiro_hf.serving.vllm_model"}
@@ -95,6 +98,43 @@ def test_the_cli_refuses_a_non_empty_out_dir_and_names_the_fix(tmp_path, capsys)
     assert "not empty. Fix:" in capsys.readouterr().err
     assert cli.main(["vllm", str(drafter_dir), str(tmp_path / "new"), "--target", str(target_dir)]) == 0
     assert (tmp_path / "new" / "model.safetensors").is_file()
+
+
+def test_a_quantized_targets_quantization_stays_out_of_the_draft_config(tmp_path):
+    target = _full_attention_qwen2()
+    target.config.quantization_config = {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    drafter = OneiroDrafter.from_target(target, interval=(2, 4))
+    assert drafter.config.target_config["quantization_config"]["quant_method"] == "fp8"  # the leak's source
+    config = vllm_config(drafter)
+    # vLLM reads a draft config's quantization_config as the draft weights' own (get_draft_quant_config): the
+    # folder's tensors are plain, so it must not be there; everything else of the target's config is
+    assert "quantization_config" not in config and "compression_config" not in config
+    assert config["hidden_size"] == 64 and config["model_type"] == "qwen2"
+
+
+def test_a_drafter_served_with_another_target_is_named_with_the_fields_that_differ(tmp_path):
+    target = _full_attention_qwen2()
+    config = vllm_config(OneiroDrafter.from_target(target, interval=(2, 4)))
+    info, served = config[VLLM_CONFIG_KEY], target.config.to_dict()
+    assert target_mismatch(info, served) is None
+    other = {**served, "hidden_size": 576, "num_hidden_layers": 30}
+    reason = target_mismatch(info, other)
+    assert "exported for another target" in reason and "hidden_size 576 (the drafter's target: 64)" in reason
+    assert "num_hidden_layers 30 (the drafter's target: 4)" in reason and "Fix:" in reason
+    assert "model_type 'llama'" in target_mismatch(info, {**served, "model_type": "llama"})
+
+
+def test_the_plugin_refuses_a_vllm_outside_its_range_naming_both_versions():
+    assert vllm_version_problem("0.32.0") is None and vllm_version_problem("0.32.1+cpu") is None
+    for installed in ("0.34.0", "0.31.2", "1.0.0", "not-a-version"):
+        problem = vllm_version_problem(installed)
+        assert f"vllm {installed} is installed" in problem and SUPPORTED_VLLM in problem and "Fix:" in problem
+
+
+def test_the_vllm_extra_names_the_range_the_plugin_checks():
+    pyproject = (PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8")
+    extra = next(line for line in pyproject.splitlines() if line.startswith("vllm = "))
+    assert f'"vllm{SUPPORTED_VLLM}"' in extra  # an upper bound: the plugin reaches into vLLM's private classes
 
 
 def _imports(path: Path) -> set[str]:

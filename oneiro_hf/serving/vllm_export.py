@@ -23,6 +23,12 @@ VLLM_CONFIG_KEY = "oneiro_vllm"  # the drafter's own fields inside the exported 
 VLLM_FORMAT = 1
 VLLM_TARGET_TYPES = ("llama", "qwen2")  # targets whose vLLM decoder layers the plugin rebuilds and was tested on
 WEIGHTS_FILE = "model.safetensors"
+# the target's fields that describe its own weights' storage, not the drafter's: vLLM would read them as the draft
+# model's quantization (get_draft_quant_config) and build quantized layers for the folder's plain tensors
+TARGET_ONLY_FIELDS = ("quantization_config", "compression_config")
+# what a drafter's target must match in the served target's config: the layers it copies and the states it reads
+TARGET_IDENTITY_FIELDS = ("model_type", "hidden_size", "vocab_size", "intermediate_size", "num_attention_heads",
+                          "num_key_value_heads", "rms_norm_eps")
 
 
 class VllmExportRefused(ValueError):
@@ -92,6 +98,8 @@ def vllm_config(drafter: Any) -> dict[str, Any]:
     config = drafter.config
     data = dict(config.target_config)
     data.pop("oneiro_reference", None)
+    for field in TARGET_ONLY_FIELDS:
+        data.pop(field, None)
     start, end = config.interval
     num_layers = int(config.num_target_layers or data["num_hidden_layers"])
     if data.get("layer_types"):
@@ -111,8 +119,26 @@ def vllm_config(drafter: Any) -> dict[str, Any]:
         "input_layers": [int(i) for i in drafter.input_layers],  # slot order of the fusion's state blocks
         "base_model_name_or_path": config.base_model_name_or_path,
         "method": VLLM_METHOD,
+        "target": {field: data.get(field) for field in TARGET_IDENTITY_FIELDS},
     }
     return data
+
+
+def target_mismatch(info: dict[str, Any], target_config: dict[str, Any]) -> str | None:
+    """Why the served target (its text config as a dict) is not the one an exported folder was made for (`info`:
+    the folder's `oneiro_vllm` section), ending with "Fix: ...", or None."""
+    expected = dict(info.get("target") or {})
+    expected["num_hidden_layers"] = info.get("num_target_layers")
+    wrong = [f"{field} {target_config.get(field)!r} (the drafter's target: {want!r})"
+             for field, want in expected.items() if want is not None and target_config.get(field) != want]
+    if not wrong:
+        return None
+    base = info.get("base_model_name_or_path") or "its own target"
+    return (
+        f"this oneiro drafter was exported for another target ({base}): the served model has {', '.join(wrong)}. "
+        "Fix: serve the drafter with the target it was made for, or export the drafter made for this target "
+        "(oneiro-export vllm DRAFTER OUT --target THIS_MODEL)."
+    )
 
 
 def _readme(out_dir: Path, target: str, base: str | None, k: int) -> str:

@@ -25,7 +25,7 @@ from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.llama_eagle3 import Eagle3LlamaForCausalLM
 from vllm.model_executor.models.utils import get_draft_quant_config, maybe_prefix
 
-from .vllm_export import VLLM_CONFIG_KEY, VLLM_FORMAT, VLLM_TARGET_TYPES
+from .vllm_export import VLLM_CONFIG_KEY, VLLM_FORMAT, VLLM_TARGET_TYPES, target_mismatch
 
 # HF tensor name part -> (vLLM fused parameter name part, shard): vLLM stacks q/k/v and gate/up
 _STACKED = {
@@ -85,6 +85,10 @@ class OneiroDrafterStack(nn.Module):
                 f"the draft folder's config.json has no '{VLLM_CONFIG_KEY}' section of format {VLLM_FORMAT} (got "
                 f"{info!r}). Fix: write the folder with this oneiro-hf's `oneiro-export vllm`."
             )
+        target = vllm_config.model_config.hf_config
+        mismatch = target_mismatch(info, target.get_text_config().to_dict())
+        if mismatch is not None:
+            raise ValueError(mismatch)
         self.num_target_layers = int(info["num_target_layers"])
         self.input_layers = [int(i) for i in info["input_layers"]]
         order = sorted(self.input_layers)  # vLLM returns the target's states in ascending layer order
