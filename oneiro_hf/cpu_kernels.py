@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
+from .exact_attention import exact_attention
 from .grouped_attention import ATTENTION_NAME, grouped_attention
-from .prepacked_linear import prepacked_layers, prepacked_linears, release_packed
+from .prepacked_linear import every_row, prepacked_layers, prepacked_linears, release_packed
 
 STOCK = "stock"
 
@@ -36,15 +37,16 @@ class Kernels:
     prepacked: int  # nn.Linear layers that ran on prepacked weights (from their measured row count)
     from_one_row: int  # of those, layers prepacked from a single row: one-token decoding steps use them too
     linears: int  # nn.Linear layers in the model
+    exact_attention: bool = False  # attention ran on `exact_attention`: every query row as a one-token step has it
 
     @property
     def is_stock(self) -> bool:
-        return not self.grouped_attention and self.prepacked == 0
+        return not self.grouped_attention and not self.exact_attention and self.prepacked == 0
 
     def __str__(self) -> str:
         if self.is_stock:
             return STOCK
-        parts = ["grouped attention"] if self.grouped_attention else []
+        parts = ["grouped attention"] if self.grouped_attention else ["exact attention"] if self.exact_attention else []
         if self.prepacked:
             parts.append(f"prepacked linears ({self.prepacked} of {self.linears} layers; "
                          f"{self.from_one_row} from one row)")
@@ -52,23 +54,38 @@ class Kernels:
 
 
 @contextmanager
-def cpu_kernels(model: torch.nn.Module, prepack: bool = True, max_memory: float | None = None) -> Iterator[Kernels]:
-    """Run `model` on oneiro-hf's kernels inside the block (grouped attention; on float32 CPU targets with
-    `prepack`, prepacked linears, their copies capped at `max_memory` times the model's own bytes when given);
-    yields what was applied. The model is restored on exit and on error; blocks
-    may nest and overlap across threads (the last one to end restores). Anything but a `torch.nn.Module` is a
-    TypeError."""
+def cpu_kernels(model: torch.nn.Module, prepack: bool = True, max_memory: float | None = None,
+                exact: bool | None = None) -> Iterator[Kernels]:
+    """Run `model` on oneiro-hf's kernels inside the block; yields what was applied. With `exact` (None: for
+    bfloat16 and float16 targets) a CPU target's attention runs on `exact_attention` in every pass, one-token steps
+    included, so each row of a verification pass has the bits a one-token step gives it, and a float32 target's
+    linears run prepacked from one row on (oneDNN's rows do not depend on the row count; MKL's do); otherwise
+    grouped attention, and on float32 CPU targets with `prepack` linears prepacked from the row count measured to
+    pay, their copies capped at `max_memory` times the model's own bytes when given. The model is restored on exit
+    and on error; blocks may nest and overlap across threads (the last one to end restores). Anything but a
+    `torch.nn.Module` is a TypeError."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"cpu_kernels takes a torch.nn.Module (a transformers model), got {type(model).__name__}. "
                         "Fix: pass the model itself, e.g. AutoModelForCausalLM.from_pretrained(...).")
-    with grouped_attention(model), prepacked_linears(model, prepack, max_memory):
+    if exact is None:
+        param = next(model.parameters(), None)
+        exact = param is not None and param.dtype in (torch.bfloat16, torch.float16)
+    with exact_attention(model) if exact else _nothing() as exact_on, grouped_attention(model), \
+            every_row(model) if exact_on and prepack and max_memory is None else _nothing(), \
+            prepacked_linears(model, prepack, max_memory):
         layers = prepacked_layers(model)
         yield Kernels(
             grouped_attention=getattr(model.config, "_attn_implementation", None) == ATTENTION_NAME,
             prepacked=len(layers),
             from_one_row=sum(rows <= 1 for rows in layers.values()),
             linears=sum(type(m) is torch.nn.Linear for m in model.modules()),
+            exact_attention=bool(exact_on),
         )
+
+
+@contextmanager
+def _nothing() -> Iterator[bool]:
+    yield False
 
 
 def release_cpu_kernels(model: torch.nn.Module) -> int:

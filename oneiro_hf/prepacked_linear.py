@@ -38,8 +38,9 @@ _packed: weakref.WeakKeyDictionary[torch.nn.Linear, tuple[tuple[int, int], torch
 # count from which each runs prepacked)
 _users: weakref.WeakKeyDictionary[torch.nn.Module, tuple[int, dict]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
-# rules given by `decided_min_rows` blocks (the last one applies): rows from which a layer runs prepacked, untimed
-_rule: list[Callable[[torch.nn.Linear], float]] = []
+# rules given by `decided_min_rows` and `every_row` blocks (the innermost that decides a layer applies; None passes it
+# on): rows from which a layer runs prepacked, untimed
+_rule: list[Callable[[torch.nn.Linear], float | None]] = []
 
 
 def applies(model: torch.nn.Module) -> bool:
@@ -79,9 +80,10 @@ def _measured(layer: torch.nn.Linear) -> tuple[float, float]:
     """(row threshold, seconds saved per call summed over the timed row counts >= it) of `layer`'s shape on this
     CPU at the current thread count: timed once per weight shape in a process. Inside `decided_min_rows`: the
     block's rule, and a saving of 1 for a layer that runs prepacked (0 otherwise), nothing timed."""
-    if _rule:
-        rows = float(_rule[-1](layer))
-        return rows, 0.0 if rows == NEVER else 1.0
+    for rule in reversed(_rule):  # the innermost rule that decides this layer
+        rows = rule(layer)
+        if rows is not None:
+            return float(rows), 0.0 if rows == NEVER else 1.0
     key = (layer.out_features, layer.in_features, layer.bias is not None, torch.get_num_threads())
     if key not in _min_rows:
         start = time.perf_counter()
@@ -95,7 +97,7 @@ def _measured(layer: torch.nn.Linear) -> tuple[float, float]:
 
 
 @contextmanager
-def decided_min_rows(rule: Callable[[torch.nn.Linear], float]) -> Iterator[None]:
+def decided_min_rows(rule: Callable[[torch.nn.Linear], float | None]) -> Iterator[None]:
     """Inside the block, a layer runs prepacked from `rule(layer)` rows on (`NEVER`: not at all) instead of from the
     row count timed on this machine, so which kernels run, and with them float32 rounding, no longer depends on
     the machine's load (reproducible runs; the test suite). Under a memory cap the layers then count as saving
@@ -108,6 +110,17 @@ def decided_min_rows(rule: Callable[[torch.nn.Linear], float]) -> Iterator[None]
     finally:
         with _lock:
             _rule.remove(rule)
+
+
+@contextmanager
+def every_row(model: torch.nn.Module) -> Iterator[None]:
+    """Inside the block every linear layer of `model` that a `prepacked_linears` block entered inside it swaps in
+    runs prepacked from one row on, untimed: oneDNN's prepacked call gives each row the same bits whatever the row
+    count, where F.linear (MKL) computes one row differently from several, so one-token steps and verification
+    passes agree row for row (`cpu_kernels(exact=True)`). Other models' layers keep their rules or timings."""
+    layers = {id(m) for m in model.modules() if type(m) is torch.nn.Linear}
+    with decided_min_rows(lambda layer: 1 if id(layer) in layers else None):
+        yield
 
 
 def measured_min_rows(layer: torch.nn.Linear) -> float:
