@@ -50,3 +50,24 @@ def test_hf_lookup_is_still_recorded_by_the_wrapper():
     result = runner.generate_once(ctx, spec.name, repeat_prompt([5, 9, 17, 33], 4), 16)
     assert result["draft_lengths"] == ctx.recorder.draft_lengths and len(result["draft_lengths"]) > 1
     assert result["oneiro_stats"] is None
+
+
+@pytest.mark.parametrize("method", ["hf-assistant", "hf-early-exit"])
+def test_transformers_assistant_generators_pass_one_generation_config(method, monkeypatch):
+    """transformers 5.25 warns when generate gets a generation config together with generation arguments; its
+    assistant generators did that on every draft, so oneiro-bench hands them one config (same tokens)."""
+    from transformers.generation import utils as generation_utils
+
+    warned: list[str] = []
+    original = generation_utils.logger.warning_once
+    monkeypatch.setattr(generation_utils.logger, "warning_once",
+                        lambda msg, *a, **k: (warned.append(str(msg)), original(msg, *a, **k)))
+    prompt = repeat_prompt([5, 9, 17, 33], 4)
+    ctx, _ = _context("oneiro-hybrid")
+    ctx.assistant = make_model("llama", seed=1)
+    for name in ("greedy", method):
+        ctx.specs[name] = bench.parse_method(name, early_exit_layer=1)
+    greedy = runner.generate_once(ctx, "greedy", prompt, 12)
+    result = runner.generate_once(ctx, method, prompt, 12)
+    assert result["tokens"] == greedy["tokens"] and sum(ctx.recorder.draft_lengths) > 0
+    assert not [m for m in warned if "Passing `generation_config` together" in m]

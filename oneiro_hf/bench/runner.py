@@ -77,6 +77,33 @@ class StepRecorder:
 
         generator.get_candidates = timed_get_candidates
         generator.update_candidate_strategy = timed_update
+        _one_generation_config(generator)
+
+
+def _one_generation_config(generator) -> None:
+    """transformers' assistant generators (hf-assistant, hf-early-exit) call the assistant's `generate` with a
+    generation config and, beside it, `min_new_tokens`, `max_new_tokens` and the target's `use_cache`, which
+    transformers 5.25 warns is deprecated: the call gets one config instead, a copy holding those values (the
+    same settings `generate` would have merged into its own copy)."""
+    prepare = getattr(generator, "_prepare_generation_args", None)
+    if prepare is None:
+        return
+
+    def one_config(*args, **kwargs):
+        generation_args = prepare(*args, **kwargs)
+        if generation_args.get("generation_config") is None:
+            return generation_args
+        config = copy.copy(generation_args["generation_config"])
+        for key in ("min_new_tokens", "max_new_tokens"):
+            if key in generation_args:
+                setattr(config, key, generation_args.pop(key))
+        assistant_kwargs = getattr(generator, "assistant_kwargs", {})
+        if "use_cache" in assistant_kwargs:
+            config.use_cache = assistant_kwargs.pop("use_cache")
+        generation_args["generation_config"] = config
+        return generation_args
+
+    generator._prepare_generation_args = one_config
 
 
 @dataclass
