@@ -48,7 +48,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
         self.policy = session.policy  # the drafter's, learned across calls
         self.stats = session.stats  # becomes drafter.last_stats
         self.drafting = SequenceDrafter(drafter, self.settings, self.policy, self.stats,
-                                        eos_token_ids(generation_config), generation_config.max_length)
+                                        eos_token_ids(generation_config), generation_config.max_length, session.memory)
         # only the states the drafter reads (-1: the final-normed last one); merged with a user asking for all
         wanted = True if user_wants_hidden_states else drafter.hidden_states_request
         self.model_kwargs_overrides = {"output_hidden_states": wanted}

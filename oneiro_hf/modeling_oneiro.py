@@ -30,6 +30,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from .assistant_guard import acquire_guard, release_guard
 from .compat import cache_keyword, check_transformers_version, hidden_states_selection
 from .configuration_oneiro import DrafterNotBound, OneiroDrafterConfig, not_bound_message
+from .drafting.memory import MemoryOwner
 from .drafting.policy import DraftPolicyState
 from .identity import (
     canonical_model_id,
@@ -111,7 +112,7 @@ class BoundTarget:
     logit_softcap: float | None
 
 
-class OneiroDrafter(PreTrainedModel):
+class OneiroDrafter(MemoryOwner, PreTrainedModel):
     """Latent drafter made of copies of target decoder layers [start, end) plus a small input fusion."""
 
     config_class = OneiroDrafterConfig
@@ -404,8 +405,7 @@ class OneiroDrafter(PreTrainedModel):
     def copy_for(self, target: PreTrainedModel | None = None, allow_base_model_mismatch: bool = False) -> OneiroDrafter:
         """An independent drafter (own weights, settings and learned policy) bound to `target` (default: this one's).
 
-        A drafter serves one generate call at a time; give each thread, and each target, its own copy.
-        """
+        An empty suffix memory. One generate call at a time: give each thread, and each target, its own copy."""
         model = target if target is not None else self.require_bound().model
         twin = type(self)(copy.deepcopy(self.config))
         twin.load_state_dict(self.state_dict())
@@ -771,7 +771,7 @@ class OneiroDrafter(PreTrainedModel):
         stats = DraftStats(verification=settings.verification,
                            rounds=[] if self.record_draft_rounds else None)
         object.__setattr__(self, "last_stats", stats)
-        return DraftingSession(settings, self._ensure_policy_state(), stats)
+        return DraftingSession(settings, self._ensure_policy_state(), stats, self.memory_for(settings))
 
     @contextlib.contextmanager
     def drafting_session(self, settings: DraftingSettings):

@@ -7,12 +7,14 @@ whole of a generate call) and the candidate generator (or the tree loop) reads a
     policy     the cost model it learns into: the drafter's `policy_state`, carried from call to call
     stats      this call's `DraftStats`, readable afterwards as `drafter.last_stats`; its `rounds` list
                exists only when the drafter's `record_draft_rounds` is on (on-policy training)
+    memory     the drafter's `SuffixMemory`, carried from call to call, when the call's `suffix_memory` is on
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .drafting.memory import SuffixMemory
 from .drafting.policy import DraftPolicyState
 from .settings import DraftingSettings
 from .stats import DraftStats
@@ -25,3 +27,4 @@ class DraftingSession:
     settings: DraftingSettings
     policy: DraftPolicyState
     stats: DraftStats
+    memory: SuffixMemory | None = None

@@ -56,6 +56,12 @@ def _at_least_one(name: str, value: Any, settings: DraftingSettings) -> str | No
     return None
 
 
+def _whole_at_least_one(name: str, value: Any, settings: DraftingSettings) -> str | None:
+    if not _is_whole(value) or value < 1:
+        return f"{name} must be a whole number >= 1 (got {value!r}). {_fix(name)}"
+    return None
+
+
 def _mode_check(name: str, value: Any, settings: DraftingSettings) -> str | None:
     if value not in DRAFT_MODES:
         return f"unknown draft mode '{value}'. Choose one of {', '.join(DRAFT_MODES)}. {_fix(name)}"
@@ -216,6 +222,20 @@ class DraftingSettings:
         1, check=_tree_lookup_min_ngram_check,
         doc="lookup branches: shorter suffix matches, down to this, fill nodes after the drafter's turn, each "
         "priced by its n-gram's learned acceptance (chains: `lookup_min_ngram`), 1..`lookup_max_ngram`",
+    )
+    suffix_memory: bool = setting(
+        False,
+        doc="`True`: the drafter remembers what it wrote across its calls and a batch's rows (`drafter.suffix_memory`) "
+        "and drafts the continuations seen most often after the current suffix as branches beside lookup's and the "
+        "drafter's, priced by their learned acceptance; pays on repeated tasks (one output shape for many inputs); "
+        "`drafter.reset_memory()` forgets it",
+    )
+    suffix_memory_tokens: int = setting(
+        16384, check=_whole_at_least_one,
+        doc="with `suffix_memory`: tokens kept at most, over every call and row; the oldest go first, >= 1",
+    )
+    suffix_memory_prompts: bool = setting(
+        False, doc="with `suffix_memory`: `True` also learns the prompts' tokens; `False`: outputs only",
     )
 
     @classmethod

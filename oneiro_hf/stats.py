@@ -19,7 +19,7 @@ class DraftRound:
     start: int  # sequence length when drafting began = position of the first drafted token
     tokens: list[int]  # the drafted tokens, positions start .. start+len-1
     accepted: int  # how many of them the target accepted
-    source: str  # "latent" or "lookup"
+    source: str  # "latent", "lookup" or "memory"
 
 
 @dataclass
@@ -39,6 +39,7 @@ class DraftStats:
     accepted_tokens: int = 0
     latent_steps: int = 0
     lookup_steps: int = 0
+    memory_steps: int = 0  # rounds with suffix-memory branches (`oneiro_suffix_memory=True`)
     empty_steps: int = 0  # steps where drafting was judged not worth it
     extended_steps: int = 0  # latent drafts (hybrid) that lookup continued from the drafter's own last tokens
     draft_time_s: float = 0.0
@@ -46,8 +47,8 @@ class DraftStats:
     # drafter forwards: per latent draft one catch-up (with the first readout), then one per further step or tree
     # level; what another machine's drafter step cost prices (oneiro-bench breakdown --latency-profile h200)
     drafter_calls: int = 0
-    accepted_by_source: dict[str, int] = field(default_factory=lambda: {"latent": 0, "lookup": 0})
-    drafted_by_source: dict[str, int] = field(default_factory=lambda: {"latent": 0, "lookup": 0})
+    accepted_by_source: dict[str, int] = field(default_factory=lambda: {"latent": 0, "lookup": 0, "memory": 0})
+    drafted_by_source: dict[str, int] = field(default_factory=lambda: {"latent": 0, "lookup": 0, "memory": 0})
     accept_lengths: list[int] = field(default_factory=list)  # tokens gained per step (accepted + 1)
     draft_lengths: list[int] = field(default_factory=list)  # chain: tokens drafted per step (0: an empty step)
     verification: str = "strict"  # acceptance criterion of the call; anything else is lossy
@@ -119,6 +120,7 @@ class DraftStats:
         sources = draft.step_sources()
         self.latent_steps += "latent" in sources
         self.lookup_steps += "lookup" in sources
+        self.memory_steps += "memory" in sources
         self.extended_steps += draft.extended()
 
     def as_dict(self) -> dict:

@@ -17,6 +17,9 @@ lookup tokens).
   budget, when no new node is worth `min_value`, or (cost model on) when no further level promises more tokens
   per second than the tree as it is, its drafter calls priced (`cost.drafting_pays`).
 
+* **Suffix memory** (`suffix_memory`): what the drafter's earlier outputs (and this one's) continued the current
+  suffix with, most frequent first, expanded best first by calibrated value (`add_memory_branches`).
+
 * **Lookup after latent** (hybrid): the likeliest latent leaves are continued by lookup from their own path
   (`NgramIndex.lookup(after=path)`), as chain drafts are.
 
@@ -27,6 +30,7 @@ latency profile pays for.
 
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable
 from itertools import accumulate
@@ -39,10 +43,12 @@ from ..drafter_context import DrafterContext
 from .cost import drafting_pays, latent_levels_below
 from .draft import cut_at_eos
 from .lookup import NgramIndex
+from .memory import SuffixMemory
 from .policy import DraftPolicyState
 from .tree import TokenTree, window_mask
 
 LOOKUP_RANK_DECAY = 0.5
+MEMORY_CHILDREN = 4  # suffix memory: the most frequent continuations considered below each node
 
 
 class Expansion(NamedTuple):
@@ -197,3 +203,45 @@ def add_lookup_after_latent(
         values = [base * v for v in accumulate(policy.lookup_probs(ngram, len(tokens)), mul)]
         tree.add_path(tip, tokens, values, "lookup", ngram=ngram)
 
+
+
+def add_memory_branches(
+    tree: TokenTree,
+    memory: SuffixMemory,
+    tail: list[int],
+    *,
+    max_depth: int,
+    max_nodes: int,
+    min_value: float,
+    policy: DraftPolicyState,
+    eos_ids: set[int],
+) -> int:
+    """Hang what the suffix memory saw most often after the sequence's `tail` (its last tokens) below the root,
+    best first (SuffixDecoding's frequency-weighted speculation tree): a continuation's value is its parent's times
+    the acceptance calibrated for its share of its context's count (`DraftPolicyState.memory_rate`), and each added
+    node is matched again with its own path appended. At most `max_nodes` nodes, `max_depth` deep, none below
+    `min_value` or below an EOS token. Returns the nodes added."""
+    heap: list[tuple[float, int, int, list[int], int, float, int]] = []
+    order = 0  # ties: first proposed first
+
+    def push(parent: int, path: list[int]) -> None:
+        nonlocal order
+        counts, _ = memory.continuations(tail + path)
+        total = sum(counts.values())
+        base = tree.nodes[parent].value
+        for token, count in sorted(counts.items(), key=lambda kv: -kv[1])[:MEMORY_CHILDREN]:
+            share = count / total
+            value = base * policy.memory_rate(share, total).value
+            if value >= min_value:
+                heapq.heappush(heap, (-value, order, parent, path + [token], token, share, total))
+                order += 1
+
+    push(0, [])
+    added = 0
+    while heap and added < max_nodes:
+        negative, _, parent, path, token, share, total = heapq.heappop(heap)
+        node = tree.add(parent, token, -negative, "memory", confidence=share, ngram=total)
+        added += 1
+        if len(path) < max_depth and token not in eos_ids:
+            push(node, path)
+    return added

@@ -38,7 +38,7 @@ class Draft:
         return len(self.tree) - 1
 
     def source_of(self, node: int) -> str:
-        """"latent" or "lookup"; "root" for node 0."""
+        """"latent", "lookup" or "memory"; "root" for node 0."""
         return "root" if node == 0 else self.tree.nodes[node].source
 
     def parent_of(self, node: int) -> int:

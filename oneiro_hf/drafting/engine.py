@@ -17,10 +17,11 @@ from collections.abc import Callable
 import torch
 
 from ..stats import DraftStats
-from .build import LatentTreeDrafter, add_lookup_after_latent, add_lookup_branches
+from .build import LatentTreeDrafter, add_lookup_after_latent, add_lookup_branches, add_memory_branches
 from .cost import choose_nodes, choose_path, drafting_pays, latent_levels_below_root
 from .draft import Draft, Verdict
 from .lookup import NgramIndex
+from .memory import MAX_CONTEXT, SuffixMemory
 from .policy import DraftPolicyState
 from .settings import TreeSettings
 from .tree import TokenTree
@@ -36,6 +37,8 @@ def calibrate(tree: TokenTree, verdict: Verdict, kept: int, policy: DraftPolicyS
             node = tree.nodes[child]
             if node.source == "latent":
                 rate = policy.latent_rate(node.confidence)
+            elif node.source == "memory":
+                rate = policy.memory_rate(node.confidence, node.ngram)
             else:
                 rate = policy.lookup_rate(node.ngram, node.copied)
             rate.add(child in path)
@@ -45,8 +48,10 @@ class SequenceDrafter:
     """Tree drafting for one sequence: its n-gram index, the drafter's context for it, its statistics."""
 
     def __init__(self, drafter, settings: TreeSettings, policy: DraftPolicyState, stats: DraftStats,
-                 eos_ids: set[int], max_length: int) -> None:
+                 eos_ids: set[int], max_length: int, memory: SuffixMemory | None = None) -> None:
         self.settings, self.policy, self.stats, self.eos_ids = settings, policy, stats, eos_ids
+        # the drafter's suffix memory (None: off) and this sequence's document in it, opened at the first draft
+        self.memory, self.document, self.written = memory, None, 0
         self.max_length = max_length
         # the drafter holds the accepted positions plus `beam` speculative nodes per level, and a draft's levels fit
         # in what is left of max_length: beyond it only the beam's other nodes (none for a chain)
@@ -67,6 +72,7 @@ class SequenceDrafter:
         settings, policy = self.settings, self.policy
         with self.stats.time("draft") as timer:
             self.index.extend(input_ids[0, len(self.index.tokens):].tolist())
+            self._remember(input_ids)
             used = input_ids.shape[1] if columns is None else columns
             depth = min(settings.max_depth, self.max_length - used - 1)
             tree = TokenTree.with_root(int(input_ids[0, -1]))
@@ -74,6 +80,10 @@ class SequenceDrafter:
             if depth > 0 and settings.mode in ("lookup", "hybrid"):
                 copies = self.index.continuations(depth, settings.lookup_branches)
             add_lookup_branches(tree, copies, min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
+            if depth > 0 and self.memory is not None:
+                add_memory_branches(tree, self.memory, self.index.tokens[-MAX_CONTEXT:], max_depth=depth,
+                                    max_nodes=settings.max_nodes, min_value=settings.min_value, policy=policy,
+                                    eos_ids=self.eos_ids)
             alone = len(tree) == 1
             calls, lead = self._draft_latent(tree, input_ids, depth, verify_time)
             # shorter matches only fill nodes left over: added before the drafter's turn, their nodes would raise what
@@ -83,6 +93,20 @@ class SequenceDrafter:
             choose = choose_path if settings.chain else choose_nodes
             tree = tree.keep(choose(tree, verify_time if settings.cost_aware else None, settings.max_nodes))
         return Draft(tree, calls, timer.seconds, lead, alone and calls > 0, settings.chain, input_ids.shape[1])
+
+    def _remember(self, input_ids: torch.LongTensor) -> None:
+        """Write the sequence's tokens the memory does not hold yet: at the first draft the prompt (and the first
+        new token) opens this sequence's document; later ones are normally written by `learn` already."""
+        if self.memory is None:
+            return
+        if self.document is None:
+            prompt = input_ids[0].tolist()
+            self.document = self.memory.open(prompt[:-1], learn_prompt=self.settings.memory_prompts)
+            self.written = len(prompt) - 1
+        new = input_ids[0, self.written:].tolist()
+        if new:
+            self.memory.extend(self.document, new)
+            self.written += len(new)
 
     def _draft_latent(self, tree: TokenTree, input_ids: torch.LongTensor, depth: int,
                       verify_time: VerifyTime) -> tuple[int, int | None]:
@@ -128,6 +152,9 @@ class SequenceDrafter:
         that keep `latent_lead` measured (`_latent_pays`)."""
         tree, policy = draft.tree, self.policy
         calibrate(tree, verdict, kept, policy)
+        if self.document is not None:  # the kept tokens, so that the last ones of a sequence are remembered too
+            self.memory.extend(self.document, verdict.tokens[:kept])
+            self.written += kept
         if draft.lead_token is not None:
             policy.latent_lead.add(verdict.tokens[0] == draft.lead_token)
         if draft.drafted_alone and self.settings.cost_aware:

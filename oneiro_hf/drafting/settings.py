@@ -104,3 +104,8 @@ class TreeSettings:
     def context_window(self) -> int | None:
         """Latest verified positions the drafter's first catch-up feeds (None: all)."""
         return self.drafting.context_window
+
+    @property
+    def memory_prompts(self) -> bool:
+        """Suffix memory: learn the prompts' tokens too (suffix_memory_prompts)."""
+        return bool(self.drafting.suffix_memory_prompts)

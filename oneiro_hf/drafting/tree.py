@@ -25,9 +25,9 @@ class TreeNode:
     parent: int  # node index of the parent (-1 for the root)
     depth: int  # 0 for the root
     value: float  # estimated P(this node is on the accepted path); never above its parent's
-    source: str  # "root", "latent" or "lookup"
-    confidence: float = 1.0  # latent: the readout probability of this token (calibration bin)
-    ngram: int = 0  # lookup: the matched n-gram length (calibration key)
+    source: str  # "root", "latent", "lookup" or "memory"
+    confidence: float = 1.0  # latent: the readout probability of this token; memory: its share of the counts (bin)
+    ngram: int = 0  # lookup: the matched n-gram length; memory: its context's count (calibration keys)
     copied: int = 0  # lookup: its position in the copied span, 1 for the first copied token (calibration key)
     rank: int = 0  # 0 for a parent's first child, 1 for its second, ... (insertion order)
 

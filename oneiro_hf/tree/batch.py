@@ -85,7 +85,8 @@ class BatchDecoder:
         self.rows = []
         for index, pad in enumerate(pads):
             stats = self.totals if self.single else DraftStats(verification=self.totals.verification)
-            drafting = SequenceDrafter(drafter, settings, self.policy, stats, eos, generation_config.max_length)
+            drafting = SequenceDrafter(drafter, settings, self.policy, stats, eos, generation_config.max_length,
+                                       session.memory)
             self.rows.append(Row(input_ids[index : index + 1], pad, drafting, stats))
         if not self.single:
             self.totals.rows = [row.stats for row in self.rows]
