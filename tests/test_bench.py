@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 
 import pytest
 import torch
@@ -145,6 +147,14 @@ def test_full_run_schema_report_and_plots(env, tmp_path, capsys):
     for png in ("speedup_by_category", "accepted_lengths", "acceptance_by_position", "speedup_vs_quality"):
         assert (out / "plots" / f"{png}.png").stat().st_size > 1000
         assert f"plots/{png}.png" in report
+    # the record names what it measured: the drafter by its weights' sha256, the CPU, threads and dtype
+    config = summary["config"]
+    assert config["drafter_weights_sha256"] == hashlib.sha256((env / "drafter" / "model.safetensors").read_bytes()).hexdigest()
+    assert config["extra_drafters_weights_sha256"] == {}
+    assert config["cpu"] == runner.cpu_model() and config["cpu"] and config["cpu_count"] == os.cpu_count()
+    assert config["threads"] >= 1 and config["dtype"] == "float32"
+    assert f"| drafter_weights_sha256 | {config['drafter_weights_sha256']} |" in report
+    assert f"| cpu | {config['cpu']} |" in report
 
 
 # ------------------------------------------------------------------------------------------- resume
@@ -548,6 +558,8 @@ def test_extra_drafters_compare_in_one_run(env, tmp_path, capsys, monkeypatch):
     assert max(latent_b) == 1
     assert len(loaded) == 1 and loaded[0].config.max_draft_tokens == 1 and loaded[0].last_stats.steps > 0
     assert json.loads((out / "run_config.json").read_text())["extra_drafters"] == {"b": str(short)}
+    config = summary["config"]  # the same weights under another config and path: the same sha256
+    assert config["extra_drafters_weights_sha256"] == {"b": config["drafter_weights_sha256"]} != {"b": None}
     # resuming with another drafter behind the name is refused
     rc = bench_cli.main(_args(env, out, "--methods", "oneiro-hybrid@b", "--no-plots", "--resume",
                           "--extra-drafter", "b=fresh"))

@@ -163,9 +163,9 @@ def write_throughput(args, plan: Plan, lanes: list[LaneResult], interrupted: boo
             f"{k}: {v}" for k, v in summary["lossless_violation_questions"].items()) + ".", ""]
     if interrupted:
         lines += ["> **Partial run** (interrupted): the figures cover the batches that finished.", ""]
-    lines += settings_lines(summary["config"], ("target", "drafter_resolved", "device", "dtype", "threads",
-                                                "max_new_tokens", "n_questions", "batch_sizes", "latency_profile_used",
-                                                "torch", "transformers"))
+    lines += settings_lines(summary["config"], ("target", "drafter_resolved", "drafter_weights_sha256", "device",
+                                                "dtype", "threads", "cpu", "cpu_count", "max_new_tokens", "n_questions",
+                                                "batch_sizes", "latency_profile_used", "torch", "transformers"))
     lines += profile_lines(plan.profile) + throughput_lines(summary)
     report = "\n".join(lines) + "\n"
     (out / "report.md").write_text(report)

@@ -42,7 +42,7 @@ ONEIRO_GREEDY = "oneiro-greedy"  # plain greedy inside oneiro_hf.cpu_kernels: th
 KERNELS_SUFFIX = "-kernels"  # a transformers method (hf-lookup-kernels, ...) run inside oneiro_hf.cpu_kernels
 LOSSLESS = frozenset(
     {"greedy", ONEIRO_GREEDY, "hf-lookup", "hf-early-exit", "hf-assistant", "oneiro-lookup", "oneiro-latent",
-     "oneiro-hybrid"}
+     "oneiro-hybrid", "oneiro-suffix"}
 )
 BOOTSTRAP_DRAWS = 2000  # resamples of the questions behind each speedup interval
 SAME_KERNEL_PASS_SLACK = 1.05  # speedup vs same-kernel greedy over tau above this: a pass costs less than a step
@@ -498,8 +498,9 @@ def report_markdown(summary: dict, plots: dict[str, str] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def settings_lines(cfg: dict, shown: tuple[str, ...] = ("target", "drafter_resolved", "device", "dtype", "threads",
-                   "max_new_tokens", "n_questions", "latency_profile_used", "torch", "transformers")) -> list[str]:
+def settings_lines(cfg: dict, shown: tuple[str, ...] = ("target", "drafter_resolved", "drafter_weights_sha256", "device",
+                   "dtype", "threads", "cpu", "cpu_count", "max_new_tokens", "n_questions", "latency_profile_used",
+                   "torch", "transformers")) -> list[str]:
     """The run's settings (`summary["config"]`) as a report table; [] without any."""
     if not cfg:
         return []

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import json
+import os
+import platform
 import sys
 import time
 from dataclasses import dataclass, field
@@ -115,6 +118,7 @@ class BenchContext:
     specs: dict[str, MethodSpec]
     recorder: StepRecorder
     policy_states: dict[str, Any] = field(default_factory=dict)
+    memories: dict[str, Any] = field(default_factory=dict)  # method -> its drafter's suffix memory (oneiro-suffix)
     drafters: dict[str, Any] = field(default_factory=dict)  # --extra-drafter NAME -> drafter
     kernel_labels: dict[str, str] = field(default_factory=lambda: {STOCK: STOCK})  # MethodSpec.kernels -> label
 
@@ -149,6 +153,7 @@ def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int
         kwargs.update({f"oneiro_{k}": v for k, v in spec.oneiro_settings.items()})
         # each oneiro method keeps its own learned policy (calibration, t(k)), as if it ran alone
         drafter.policy_state = ctx.policy_states.get(method)
+        drafter.suffix_memory = ctx.memories.get(method)  # kept across questions: a run of repeated tasks
     ctx.recorder.reset()
     cuda = input_ids.device.type == "cuda"
     if cuda:
@@ -174,6 +179,7 @@ def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int
     }
     if drafter is not None:
         ctx.policy_states[method] = drafter.policy_state
+        ctx.memories[method] = drafter.suffix_memory
         stats = drafter.last_stats  # the call's own log (chain or tree); the recorder saw nothing of it
         # as the recorder logs hf-* methods: the prefill is a pass without drafts, then one entry per pass
         # (a tree pass over d nodes feeds d + 1 tokens)
@@ -354,6 +360,7 @@ def load_models(args, plan: Plan) -> BenchContext:
     warm = _ids(encode_prompt(tokenizer, "Warm up the caches."), model.device)
     for spec in plan.specs:
         generate_once(ctx, spec.name, warm, WARMUP_TOKENS)
+    ctx.memories.clear()  # the questions start with an empty memory: the warm-up's answer is no task of the run
     return ctx
 
 
@@ -414,10 +421,41 @@ def summary_config(args, plan: Plan) -> dict:
         "drafter_resolved": plan.drafter_desc,
         "extra_drafters_resolved": {name: desc for name, (_, desc) in plan.extra_drafters.items()},
         "latency_profile_used": str(plan.profile_path) if plan.profile_path else None,
+        "drafter_weights_sha256": weights_sha256(plan.drafter),
+        "extra_drafters_weights_sha256": {name: weights_sha256(value)
+                                          for name, (value, _) in plan.extra_drafters.items()},
         "threads": torch.get_num_threads(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
     }
+
+
+def weights_sha256(drafter: str | None) -> str | None:
+    """The sha256 of a drafter directory's weights (its safetensors files, in name order): what names the
+    drafter a run measured, since one path may hold different weights over time; None for 'fresh' or none."""
+    if not drafter or not Path(drafter).is_dir():
+        return None
+    files = sorted(Path(drafter).glob("*.safetensors"))
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        with file.open("rb") as stream:
+            for block in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux, else `platform.processor()`); "" when unknown."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
 
 
 def run(args, plan: Plan) -> tuple[dict, bool]:
