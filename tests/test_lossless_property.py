@@ -4,7 +4,8 @@ Hypothesis draws, for every supported architecture, a tiny target configuration,
 with the fresh fusion, the same with a reduced draft vocabulary, or a partial interval; with its own or, in a
 quarter of the cases, exact verified context), a prompt
 (random, repetitive, or the target's own output), drafting settings (mode, max_draft_tokens,
-cost_aware, confidence floor, n-gram lengths, a fresh or a learned policy), max_new_tokens and EOS
+cost_aware, confidence floor, n-gram lengths, a fresh or a learned policy, the suffix memory off, cold or warm
+with what earlier cases wrote), max_new_tokens and EOS
 ids (one that greedy decoding reaches at a chosen position, a list of ids, or none). The output with
 the drafter must be token-for-token the plain greedy output.
 
@@ -184,6 +185,10 @@ def cases(draw: st.DrawFn, arch: str) -> dict[str, Any]:
         # about a quarter of the cases, chosen from what was drawn (no draw of its own: the cases drawn before this
         # option existed stay the same)
         "context": "exact" if (len(prompt) + new) % 4 == 0 else "own",
+        # the suffix memory, likewise from what was drawn: off, warm (the drafter's memory of every earlier case on
+        # it, a small one in some cases, so that eviction runs) or cold (reset first)
+        "memory": ("off", "warm", "cold")[(sum(prompt) + new) % 3],
+        "memory_tokens": 48 if sum(prompt) % 2 else 16384,
     }
 
 
@@ -207,6 +212,8 @@ def _check_case(zoo: Zoo, case: dict[str, Any]) -> None:
     reference = plain if eos is None else _greedy(model, ids, new, eos_token_id=eos)
     if case["fresh_policy"]:
         drafter.reset_drafting_policy()
+    if case["memory"] == "cold":
+        drafter.reset_memory()
     field = spec.receptive_field
     exact = case["drafter"] == "full" and case["mode"] == "latent" and field is not None and ids.shape[1] - 1 > field
     drafter.record_draft_rounds = exact
@@ -222,8 +229,12 @@ def _check_case(zoo: Zoo, case: dict[str, Any]) -> None:
         oneiro_min_draft_confidence=case["min_draft_confidence"],
         oneiro_lookup_min_ngram=case["lookup_min_ngram"],
         oneiro_lookup_max_ngram=case["lookup_max_ngram"],
+        oneiro_suffix_memory=case["memory"] != "off",
+        oneiro_suffix_memory_tokens=case["memory_tokens"],
     )
     assert torch.equal(out, reference), (out.tolist(), reference.tolist())
+    if case["memory"] != "off":
+        assert drafter.suffix_memory.kept <= case["memory_tokens"]
 
     # drafting statistics must describe this very output
     stats = drafter.last_stats
@@ -259,6 +270,8 @@ def _check_case(zoo: Zoo, case: dict[str, Any]) -> None:
     tally["cases_with_rejected_drafts"] += stats.accepted_tokens < stats.drafted_tokens
     tally["latent_accepted_tokens"] += stats.accepted_by_source["latent"]
     tally["lookup_accepted_tokens"] += stats.accepted_by_source["lookup"]
+    tally["memory_accepted_tokens"] += stats.accepted_by_source["memory"]
+    tally["memory_rejected_tokens"] += stats.drafted_by_source["memory"] - stats.accepted_by_source["memory"]
     tally["stopped_by_eos"] += produced < new
     tally[f"drafter_{case['drafter']}"] += 1
     tally["exact_context_with_accepted_drafts"] += case["context"] == "exact" and stats.accepted_tokens > 0
@@ -293,6 +306,7 @@ def test_strict_greedy_with_drafter_equals_plain_greedy(arch: str, zoo: Zoo) -> 
     assert tally["cases_with_accepted_drafts"] >= MIN_ACCEPTED_SHARE * tally["cases"], dict(tally)
     assert tally["cases_with_rejected_drafts"] > 0, dict(tally)
     assert tally["latent_accepted_tokens"] > 0 and tally["lookup_accepted_tokens"] > 0, dict(tally)
+    assert tally["memory_accepted_tokens"] > 0 and tally["memory_rejected_tokens"] > 0, dict(tally)
     assert tally["stopped_by_eos"] > 0, dict(tally)
     assert tally["exact_context_with_accepted_drafts"] > 0, dict(tally)  # exact-context drafters drafted, and right
     if any(spec.receptive_field is not None for spec in SPECS[arch]):

@@ -20,6 +20,7 @@ BASE_METHODS = (
     "oneiro-latent",
     "oneiro-hybrid",
     "oneiro-tree",
+    "oneiro-suffix",
 )
 DEFAULT_METHODS = ("greedy", ONEIRO_GREEDY, "hf-lookup", "oneiro-lookup", "oneiro-latent", "oneiro-hybrid",
                    "oneiro-tree")
@@ -97,6 +98,8 @@ def parse_method(name: str, early_exit_layer: int = 4) -> MethodSpec:
         return MethodSpec(name, oneiro_settings={"mode": name.split("-", 1)[1], "tree": False})
     if name == "oneiro-tree":
         return MethodSpec(name, oneiro_settings={"mode": "hybrid", "tree": True})
+    if name == "oneiro-suffix":  # the tree with the suffix memory, kept across the run's questions in file order
+        return MethodSpec(name, oneiro_settings={"mode": "hybrid", "tree": True, "suffix_memory": True})
     match = re.fullmatch(r"oneiro-tree-fixed-(\S*)", name)
     if match:
         n = int(match.group(1)) if match.group(1).isdigit() else 0
