@@ -47,7 +47,7 @@ def committed_sha256(path: str | None, commit: str) -> str | None:
     if not path or path == "fresh":
         return None
     listing = subprocess.run(["git", "ls-tree", "--name-only", f"{commit}^", f"{path.rstrip('/')}/"], cwd=ROOT,
-                             capture_output=True, text=True).stdout.split()
+                             capture_output=True, text=True, check=True).stdout.split()
     files = sorted(f for f in listing if f.endswith(".safetensors"))
     if not files:
         return None
