@@ -14,7 +14,7 @@ reorder a weight once (`torch.ops.mkldnn._reorder_linear_weight`) and then run a
 Session 11 started `oneiro_hf/prepacked_linear.py` from this measurement; since session 12 the prepacked arm runs the
 library's own layer call and, unless `--min-rows` fixes one, its per-shape thresholds measured on this machine.
 
-    python scripts/probe_prepacked_linear.py --out docs/benchmarks/prepacked_linear_s11/probe.json
+    python scripts/probe_prepacked_linear.py --out docs/benchmarks/prepacked_linear_probe/probe.json
 """
 
 from __future__ import annotations

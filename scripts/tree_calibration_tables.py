@@ -1,8 +1,8 @@
-"""Acceptance against prediction, by group, from a tree calibration log (docs/benchmarks/tree_s15: one JSON line per
+"""Acceptance against prediction, by group, from a tree calibration log (docs/benchmarks/tree_calibration: one JSON line per
 tree node the verification tested, with its source, depth, sibling rank, confidence, predicted acceptance and
 whether it was accepted).
 
-    python scripts/tree_calibration_tables.py docs/benchmarks/tree_s15/calib_base.jsonl.gz
+    python scripts/tree_calibration_tables.py docs/benchmarks/tree_calibration/calib_base.jsonl.gz
 """
 import argparse
 import collections
@@ -31,7 +31,7 @@ with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
     rows = [json.loads(line) for line in f]
 latent = lambda r: r["source"] == "latent"
 table(rows, "latent nodes by rank among their siblings", lambda r: r["rank"], latent)
-table(rows, "latent nodes by readout confidence bin (tree_s15 edges, then 0.1 steps)",
+table(rows, "latent nodes by readout confidence bin (tree_calibration edges, then 0.1 steps)",
       lambda r: next((i for i, e in enumerate(EDGES) if r["conf"] < e), len(EDGES) - 1 + int(r["conf"] * 10)), latent)
 table(rows, "lookup nodes by (n-gram, depth capped at 4)", lambda r: (r["ngram"], min(r["depth"], 4)),
       lambda r: r["source"] == "lookup")

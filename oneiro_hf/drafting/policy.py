@@ -30,7 +30,7 @@ MEMORY_SUPPORT = 4
 EMA = 0.15
 # The drafter's profit is averaged over about 50 attempts: single rounds swing between a lost pass and several
 # free tokens, and a quick average (0.15) switches a paying drafter off after two misses in a row (replayed on
-# held-out answers, docs/benchmarks/backoff_s8: the slow average decoded faster; the floor for a drafter that never
+# held-out answers, docs/benchmarks/backoff_accounting: the slow average decoded faster; the floor for a drafter that never
 # helps is the same either way).
 PROFIT_EMA = 0.02
 # A length's first measured t(k) is kept at most this many times what its measured neighbours predict: a stall in
