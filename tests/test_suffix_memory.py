@@ -179,3 +179,15 @@ def test_a_batch_writes_every_row_and_stays_greedy() -> None:
         assert torch.equal(out, reference)
     assert len([d for d in drafter.suffix_memory._documents if d.tokens]) == 4
     assert drafter.last_stats.accepted_by_source["memory"] > 0
+
+
+def test_a_sequence_drafts_others_tokens_from_the_memory_not_its_own() -> None:
+    memory = SuffixMemory(1000)
+    own: dict = {}
+    mine = memory.open([1], own=own)
+    memory.extend(mine, [5, 6, 7, 5, 6], own)
+    assert memory.continuations([5, 6]) == ({7: 1}, 2)
+    assert memory.continuations([5, 6], exclude=own) == ({}, 0)  # prompt lookup's to draft
+    other = memory.open([2])
+    memory.extend(other, [5, 6, 9])
+    assert memory.continuations([5, 6], exclude=own) == ({9: 1}, 2)

@@ -43,7 +43,7 @@ from ..drafter_context import DrafterContext
 from .cost import drafting_pays, latent_levels_below
 from .draft import cut_at_eos
 from .lookup import NgramIndex
-from .memory import SuffixMemory
+from .memory import Counts, SuffixMemory
 from .policy import DraftPolicyState
 from .tree import TokenTree, window_mask
 
@@ -215,18 +215,20 @@ def add_memory_branches(
     min_value: float,
     policy: DraftPolicyState,
     eos_ids: set[int],
+    exclude: Counts | None = None,
 ) -> int:
     """Hang what the suffix memory saw most often after the sequence's `tail` (its last tokens) below the root,
     best first (SuffixDecoding's frequency-weighted speculation tree): a continuation's value is its parent's times
     the acceptance calibrated for its share of its context's count (`DraftPolicyState.memory_rate`), and each added
     node is matched again with its own path appended. At most `max_nodes` nodes, `max_depth` deep, none below
-    `min_value` or below an EOS token. Returns the nodes added."""
+    `min_value` or below an EOS token; `exclude`: the sequence's own counts, left out (`SuffixMemory.continuations`).
+    Returns the nodes added."""
     heap: list[tuple[float, int, int, list[int], int, float, int]] = []
     order = 0  # ties: first proposed first
 
     def push(parent: int, path: list[int]) -> None:
         nonlocal order
-        counts, _ = memory.continuations(tail + path)
+        counts, _ = memory.continuations(tail + path, exclude)
         total = sum(counts.values())
         base = tree.nodes[parent].value
         for token, count in sorted(counts.items(), key=lambda kv: -kv[1])[:MEMORY_CHILDREN]:

@@ -21,7 +21,7 @@ from .build import LatentTreeDrafter, add_lookup_after_latent, add_lookup_branch
 from .cost import choose_nodes, choose_path, drafting_pays, latent_levels_below_root
 from .draft import Draft, Verdict
 from .lookup import NgramIndex
-from .memory import MAX_CONTEXT, SuffixMemory
+from .memory import MAX_CONTEXT, Counts, SuffixMemory
 from .policy import DraftPolicyState
 from .settings import TreeSettings
 from .tree import TokenTree
@@ -50,8 +50,10 @@ class SequenceDrafter:
     def __init__(self, drafter, settings: TreeSettings, policy: DraftPolicyState, stats: DraftStats,
                  eos_ids: set[int], max_length: int, memory: SuffixMemory | None = None) -> None:
         self.settings, self.policy, self.stats, self.eos_ids = settings, policy, stats, eos_ids
-        # the drafter's suffix memory (None: off) and this sequence's document in it, opened at the first draft
+        # the drafter's suffix memory (None: off), this sequence's document in it (opened at the first draft) and
+        # what the document counted: drafts leave it out, since what the sequence wrote is prompt lookup's
         self.memory, self.document, self.written = memory, None, 0
+        self.own: Counts = {}
         self.max_length = max_length
         # the drafter holds the accepted positions plus `beam` speculative nodes per level, and a draft's levels fit
         # in what is left of max_length: beyond it only the beam's other nodes (none for a chain)
@@ -80,11 +82,13 @@ class SequenceDrafter:
             if depth > 0 and settings.mode in ("lookup", "hybrid"):
                 copies = self.index.continuations(depth, settings.lookup_branches)
             add_lookup_branches(tree, copies, min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
+            # the back-off learns from passes where the drafter drafted without lookup; memory branches, which
+            # hang below nearly every root, do not count (the drafter's price beside them is `_latent_pays`)
+            alone = len(tree) == 1
             if depth > 0 and self.memory is not None:
                 add_memory_branches(tree, self.memory, self.index.tokens[-MAX_CONTEXT:], max_depth=depth,
                                     max_nodes=settings.max_nodes, min_value=settings.min_value, policy=policy,
-                                    eos_ids=self.eos_ids)
-            alone = len(tree) == 1
+                                    eos_ids=self.eos_ids, exclude=self.own)
             calls, lead = self._draft_latent(tree, input_ids, depth, verify_time)
             # shorter matches only fill nodes left over: added before the drafter's turn, their nodes would raise what
             # verifying the tree without the drafter promises and talk the drafter out of calls that pay
@@ -101,11 +105,11 @@ class SequenceDrafter:
             return
         if self.document is None:
             prompt = input_ids[0].tolist()
-            self.document = self.memory.open(prompt[:-1], learn_prompt=self.settings.memory_prompts)
+            self.document = self.memory.open(prompt[:-1], learn_prompt=self.settings.memory_prompts, own=self.own)
             self.written = len(prompt) - 1
         new = input_ids[0, self.written:].tolist()
         if new:
-            self.memory.extend(self.document, new)
+            self.memory.extend(self.document, new, self.own)
             self.written += len(new)
 
     def _draft_latent(self, tree: TokenTree, input_ids: torch.LongTensor, depth: int,
@@ -153,7 +157,7 @@ class SequenceDrafter:
         tree, policy = draft.tree, self.policy
         calibrate(tree, verdict, kept, policy)
         if self.document is not None:  # the kept tokens, so that the last ones of a sequence are remembered too
-            self.memory.extend(self.document, verdict.tokens[:kept])
+            self.memory.extend(self.document, verdict.tokens[:kept], self.own)
             self.written += kept
         if draft.lead_token is not None:
             policy.latent_lead.add(verdict.tokens[0] == draft.lead_token)

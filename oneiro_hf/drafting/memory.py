@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MAX_CONTEXT = 8  # longest context counted; the longest one the sequence ends with is matched first
+Counts = dict[tuple[int, ...], dict[int, int]]  # context -> next token -> how often
 
 
 @dataclass(eq=False)
@@ -63,17 +64,18 @@ class SuffixMemory:
         self._evict()
 
     # -------------------------------------------------------------- writing
-    def open(self, prompt: list[int], learn_prompt: bool = False) -> MemoryDocument:
+    def open(self, prompt: list[int], learn_prompt: bool = False, own: Counts | None = None) -> MemoryDocument:
         """A new document for one sequence, starting with its `prompt`: every token of it counted
         (`learn_prompt`), or only its last MAX_CONTEXT tokens kept as the context of the first output token."""
         tokens = list(prompt) if learn_prompt else list(prompt[-MAX_CONTEXT:])
         document = MemoryDocument(learn_from=0 if learn_prompt else len(tokens))
         self._documents.append(document)
-        self.extend(document, tokens)
+        self.extend(document, tokens, own)
         return document
 
-    def extend(self, document: MemoryDocument, tokens: list[int]) -> None:
-        """Append `tokens` to `document`, counting each as the continuation of the contexts before it."""
+    def extend(self, document: MemoryDocument, tokens: list[int], own: Counts | None = None) -> None:
+        """Append `tokens` to `document`, counting each as the continuation of the contexts before it (and in
+        `own`, the writer's record of what its document counted, which `continuations` can leave out)."""
         if document.evicted:  # evicted whole while it was still being written: it goes on as the newest document
             document.evicted = False
             self._documents.append(document)
@@ -87,6 +89,9 @@ class SuffixMemory:
                     key = tuple(doc[i] for i in range(len(doc) - 1 - n, len(doc) - 1))
                     counts = table.setdefault(key, {})
                     counts[token] = counts.get(token, 0) + 1
+                    if own is not None:
+                        mine = own.setdefault(key, {})
+                        mine[token] = mine.get(token, 0) + 1
         self.kept += len(tokens)
         self._evict()
 
@@ -120,10 +125,20 @@ class SuffixMemory:
         document.start += 1
 
     # -------------------------------------------------------------- reading
-    def continuations(self, tail: list[int] | tuple[int, ...]) -> tuple[dict[int, int], int]:
-        """The counts of what followed the longest context `tail` ends with, and that context's length (0: none)."""
+    def continuations(self, tail: list[int] | tuple[int, ...], exclude: Counts | None = None
+                      ) -> tuple[dict[int, int], int]:
+        """The counts of what followed the longest context `tail` ends with, and that context's length (0: none).
+
+        `exclude`: counts to leave out (a sequence's own, as `extend(..., own=...)` recorded them: what the
+        sequence itself wrote is prompt lookup's to draft; once its own tokens are evicted they may hide a few of
+        the others' counts, which costs acceptance, never correctness)."""
         for n in range(min(MAX_CONTEXT, len(tail)), 0, -1):
-            counts = self._next.get(tuple(tail[len(tail) - n:]))
+            key = tuple(tail[len(tail) - n:])
+            counts = self._next.get(key)
+            mine = exclude.get(key) if exclude is not None and counts else None
+            if mine:
+                counts = {token: count - mine.get(token, 0) for token, count in counts.items()
+                          if count > mine.get(token, 0)}
             if counts:
                 return counts, n
         return {}, 0
