@@ -23,6 +23,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from .exact_attention import ATTENTION_NAME as EXACT_ATTENTION_NAME
+
 ATTENTION_NAME = "oneiro_grouped_sdpa"
 # per target instance: generate calls now running with ATTENTION_NAME (weak keys: nothing is set on the model)
 _users: weakref.WeakKeyDictionary[torch.nn.Module, int] = weakref.WeakKeyDictionary()
@@ -62,8 +64,9 @@ AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
 
 
 def is_sdpa(implementation: str | None) -> bool:
-    """Whether an attention implementation takes sdpa's masks (transformers' own, or the grouped one here)."""
-    return implementation in ("sdpa", ATTENTION_NAME)
+    """Whether an attention implementation takes sdpa's masks (transformers' own, the grouped one here, or
+    `exact_attention`'s)."""
+    return implementation in ("sdpa", ATTENTION_NAME, EXACT_ATTENTION_NAME)
 
 
 @contextmanager

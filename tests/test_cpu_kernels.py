@@ -108,9 +108,10 @@ def test_nested_blocks_restore_once_and_bad_input_names_the_fix(monkeypatch) -> 
 
 
 def test_a_bfloat16_target_keeps_stock_linears() -> None:
+    """Its rows already agree between one and several rows; its attention runs exact (tests/test_exact_attention.py)."""
     model = make_model("llama", dtype=torch.bfloat16)
     with cpu_kernels(model) as kernels:
-        assert kernels.prepacked == 0 and kernels.grouped_attention
+        assert kernels.prepacked == 0 and kernels.exact_attention and not kernels.grouped_attention
         assert not any("forward" in vars(m) for m in _linears(model))
     assert _is_stock(model)
 

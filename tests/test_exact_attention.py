@@ -1,0 +1,119 @@
+"""`oneiro_hf.exact_attention`: every query row of a pass has, bit for bit, the value a one-token call over the same
+visible keys gives it (chains, token trees, padded batches with holes; float32, bfloat16, float16), close to sdpa's
+attention; and every supported architecture's k-token pass gives each row the logits of k one-token steps inside
+`cpu_kernels(exact=True)`."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tiny import ARCHS, make_model, random_prompt
+
+from oneiro_hf import cpu_kernels, exact_attention
+from oneiro_hf.exact_attention import ATTENTION_NAME, exact_attention_forward
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}
+
+
+class _Module:
+    """What the attention function reads of a layer: nothing but the signature's arguments here."""
+
+
+def _one_query(query, key, value, mask_row, b, i, scaling):
+    """Query i of batch row b alone over its visible keys only, packed in column order: the one-token call."""
+    keep = torch.nonzero(mask_row).flatten()
+    out, _ = exact_attention_forward(_Module(), query[b:b + 1, :, i:i + 1], key[b:b + 1, :, keep],
+                                     value[b:b + 1, :, keep], None, scaling=scaling)
+    return out[0, 0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=st.integers(1, 3), kv_heads=st.integers(1, 3), groups=st.integers(1, 3),
+       dim=st.sampled_from([8, 24, 64, 80]), cached=st.integers(0, 70), width=st.integers(1, 12),
+       dtype=st.sampled_from(DTYPES), seed=st.integers(0, 2**16))
+def test_each_row_is_the_one_token_calls_bits(batch, kv_heads, groups, dim, cached, width, dtype, seed) -> None:
+    """Cached columns with random padding and holes, then `width` tree nodes, each seeing random ancestors and
+    itself: every row equals its one-query call over its visible keys (bitwise) and sdpa within rounding."""
+    gen = torch.Generator().manual_seed(seed)
+    heads, keys = kv_heads * groups, cached + width
+    query = torch.randn(batch, heads, width, dim, generator=gen).to(dtype)
+    key = torch.randn(batch, kv_heads, keys, dim, generator=gen).to(dtype)
+    value = torch.randn(batch, kv_heads, keys, dim, generator=gen).to(dtype)
+    seen = torch.rand(batch, 1, 1, cached, generator=gen) > 0.2  # padding and holes in the cache
+    ancestors = (torch.rand(batch, 1, width, width, generator=gen) < 0.4).tril(-1) | torch.eye(width, dtype=torch.bool)
+    mask = torch.cat([seen.expand(-1, -1, width, -1), ancestors], dim=-1)
+    out, _ = exact_attention_forward(_Module(), query, key, value, mask, scaling=0.3)
+    assert out.shape == (batch, width, heads, dim) and out.dtype == dtype
+    for b in range(batch):
+        for i in range(width):
+            assert torch.equal(out[b, i], _one_query(query, key, value, mask[b, 0, i], b, i, 0.3)), (b, i)
+    ref = F.scaled_dot_product_attention(query.float(), key.float().repeat_interleave(groups, 1),
+                                         value.float().repeat_interleave(groups, 1), attn_mask=mask, scale=0.3)
+    assert torch.allclose(out.float(), ref.transpose(1, 2), atol=TOLERANCE[dtype], rtol=TOLERANCE[dtype])
+
+
+def test_no_mask_is_causal_to_the_last_key_and_threads_do_not_change_bits() -> None:
+    torch.manual_seed(0)
+    query, key, value = torch.randn(2, 4, 5, 32), torch.randn(2, 2, 40, 32), torch.randn(2, 2, 40, 32)
+    causal = torch.ones(5, 40, dtype=torch.bool).tril(35)[None, None]
+    plain, _ = exact_attention_forward(_Module(), query, key, value, None)
+    masked, _ = exact_attention_forward(_Module(), query, key, value, causal.expand(2, -1, -1, -1))
+    assert torch.equal(plain, masked)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        single, _ = exact_attention_forward(_Module(), query, key, value, causal)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(single, masked)
+
+
+def test_bad_inputs_name_the_fix() -> None:
+    query, key = torch.randn(1, 2, 3, 8), torch.randn(1, 1, 6, 8)
+    with pytest.raises(ValueError, match="boolean masks.*Fix"):
+        exact_attention_forward(_Module(), query, key, key, torch.zeros(1, 1, 3, 6))
+    with pytest.raises(ValueError, match="one mask for all heads"):
+        exact_attention_forward(_Module(), query, key, key, torch.ones(1, 2, 3, 6, dtype=torch.bool))
+    with pytest.raises(ValueError, match="inference kernel.*Fix"):
+        exact_attention_forward(_Module(), query.requires_grad_(), key, key, None)
+    with pytest.raises(ValueError, match="one dtype.*Fix"):
+        exact_attention_forward(_Module(), torch.randn(1, 2, 3, 8), key.double(), key.double(), None)
+
+
+def _pass_and_steps(model, ids: torch.LongTensor, prefix: int):
+    """Logits of one pass over ids[prefix:] after the prefix, and of the same tokens fed one step at a time."""
+    with torch.no_grad():
+        cache = model(ids[:, :prefix], use_cache=True).past_key_values
+        steps_cache = copy.deepcopy(cache)
+        multi = model(ids[:, prefix:], past_key_values=cache).logits
+        steps = [model(ids[:, i:i + 1], past_key_values=steps_cache).logits for i in range(prefix, ids.shape[1])]
+    return multi, torch.cat(steps, dim=1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_pass_gives_every_row_the_one_token_steps_logits(arch: str, dtype: torch.dtype) -> None:
+    """Past the sliding window of the windowed architectures; float32 with its linears prepacked from one row."""
+    model = make_model(arch, dtype=dtype)
+    ids = random_prompt(24, seed=7)
+    with cpu_kernels(model, exact=True) as kernels:
+        assert kernels.exact_attention and model.config._attn_implementation == ATTENTION_NAME
+        if dtype == torch.float32:
+            assert kernels.prepacked == kernels.linears == kernels.from_one_row
+        multi, steps = _pass_and_steps(model, ids, 15)
+    assert torch.equal(multi, steps)
+    assert model.config._attn_implementation == "sdpa" and exact_attention._users.get(model) is None
+
+
+def test_bfloat16_targets_run_exact_by_default_and_the_label_says_so() -> None:
+    model = make_model("qwen2", dtype=torch.bfloat16)
+    with cpu_kernels(model) as kernels:
+        assert kernels.exact_attention and not kernels.grouped_attention and str(kernels) == "exact attention"
+    with cpu_kernels(make_model("qwen2")) as kernels:  # float32: grouped attention unless asked
+        assert not kernels.exact_attention and kernels.grouped_attention
