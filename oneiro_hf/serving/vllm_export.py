@@ -28,7 +28,7 @@ WEIGHTS_FILE = "model.safetensors"
 TARGET_ONLY_FIELDS = ("quantization_config", "compression_config")
 # what a drafter's target must match in the served target's config: the layers it copies and the states it reads
 TARGET_IDENTITY_FIELDS = ("model_type", "hidden_size", "vocab_size", "intermediate_size", "num_attention_heads",
-                          "num_key_value_heads", "rms_norm_eps")
+                          "num_key_value_heads")
 
 
 class VllmExportRefused(ValueError):
