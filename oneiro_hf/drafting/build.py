@@ -219,7 +219,8 @@ def add_memory_branches(
 ) -> int:
     """Hang what the suffix memory saw most often after the sequence's `tail` (its last tokens) below the root,
     best first (SuffixDecoding's frequency-weighted speculation tree): a continuation's value is its parent's times
-    the acceptance calibrated for its share of its context's count (`DraftPolicyState.memory_rate`), and each added
+    the acceptance calibrated for its share of its context's count and the context's length
+    (`DraftPolicyState.memory_rate`), and each added
     node is matched again with its own path appended. At most `max_nodes` nodes, `max_depth` deep, none below
     `min_value` or below an EOS token; `exclude`: the sequence's own counts, left out (`SuffixMemory.continuations`).
     Returns the nodes added."""
@@ -228,21 +229,21 @@ def add_memory_branches(
 
     def push(parent: int, path: list[int]) -> None:
         nonlocal order
-        counts, _ = memory.continuations(tail + path, exclude)
-        total = sum(counts.values())
+        counts, context = memory.continuations(tail + path, exclude)
+        total = sum(counts.values()) + 1  # one unseen continuation: a token seen once after its context is worth 1/2
         base = tree.nodes[parent].value
         for token, count in sorted(counts.items(), key=lambda kv: -kv[1])[:MEMORY_CHILDREN]:
             share = count / total
-            value = base * policy.memory_rate(share, total).value
+            value = base * policy.memory_rate(share, context).value
             if value >= min_value:
-                heapq.heappush(heap, (-value, order, parent, path + [token], token, share, total))
+                heapq.heappush(heap, (-value, order, parent, path + [token], token, share, context))
                 order += 1
 
     push(0, [])
     added = 0
     while heap and added < max_nodes:
-        negative, _, parent, path, token, share, total = heapq.heappop(heap)
-        node = tree.add(parent, token, -negative, "memory", confidence=share, ngram=total)
+        negative, _, parent, path, token, share, context = heapq.heappop(heap)
+        node = tree.add(parent, token, -negative, "memory", confidence=share, ngram=context)
         added += 1
         if len(path) < max_depth and token not in eos_ids:
             push(node, path)

@@ -82,18 +82,18 @@ class SequenceDrafter:
             if depth > 0 and settings.mode in ("lookup", "hybrid"):
                 copies = self.index.continuations(depth, settings.lookup_branches)
             add_lookup_branches(tree, copies, min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
-            # the back-off learns from passes where the drafter drafted without lookup; memory branches, which
-            # hang below nearly every root, do not count (the drafter's price beside them is `_latent_pays`)
             alone = len(tree) == 1
-            if depth > 0 and self.memory is not None:
-                add_memory_branches(tree, self.memory, self.index.tokens[-MAX_CONTEXT:], max_depth=depth,
-                                    max_nodes=settings.max_nodes, min_value=settings.min_value, policy=policy,
-                                    eos_ids=self.eos_ids, exclude=self.own)
             calls, lead = self._draft_latent(tree, input_ids, depth, verify_time)
             # shorter matches only fill nodes left over: added before the drafter's turn, their nodes would raise what
             # verifying the tree without the drafter promises and talk the drafter out of calls that pay
             add_lookup_branches(tree, copies, min_ngram=settings.filler_min_ngram,
                                 max_ngram=settings.lookup_min_ngram - 1, policy=policy, eos_ids=self.eos_ids)
+            # memory branches too come after the drafter's turn: they never talk it out of a call, and the drafter's
+            # back-off keeps learning from the passes it would have learned from without them
+            if depth > 0 and self.memory is not None:
+                add_memory_branches(tree, self.memory, self.index.tokens[-MAX_CONTEXT:], max_depth=depth,
+                                    max_nodes=settings.max_nodes, min_value=settings.min_value, policy=policy,
+                                    eos_ids=self.eos_ids, exclude=self.own)
             choose = choose_path if settings.chain else choose_nodes
             tree = tree.keep(choose(tree, verify_time if settings.cost_aware else None, settings.max_nodes))
         return Draft(tree, calls, timer.seconds, lead, alone and calls > 0, settings.chain, input_ids.shape[1])

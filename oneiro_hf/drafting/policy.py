@@ -3,8 +3,8 @@
 Kept on the drafter across generate calls (fixed size, so memory stays flat): the target's verification latency
 t(k) for k new tokens on this hardware (t(k, B) for batches; seeded from a measured profile when one is given), a
 drafter call's time, and calibrated acceptance probabilities (per readout-confidence bin for latent tokens, per
-matched n-gram length and position in the copied span for lookup tokens, per share of the counts and their support for
-suffix-memory tokens). Chains, trees and batches are all
+matched n-gram length and position in the copied span for lookup tokens, per share of the counts and the matched context
+length for suffix-memory tokens). Chains, trees and batches are all
 priced by `pass_rates`: a pass verifying n candidates per row yields 1 + the sum of their values (each value the
 probability that the candidate is on the accepted path) and costs t(n + 1) plus the drafter calls made for it;
 n = 0 (a plain one-token step) is always a candidate, which is what keeps a weak drafter from making generation
@@ -25,8 +25,8 @@ CONFIDENCE_BINS = len(CONFIDENCE_EDGES) + 1
 # Lookup acceptance is learned per position in the copied span up to this one (later positions share it): a copy
 # that has held so far tends to go on, so acceptance rises with the position in the span.
 LOOKUP_POSITIONS = 4
-# Suffix-memory acceptance is learned per context count up to this one (later counts share it).
-MEMORY_SUPPORT = 4
+# Suffix-memory acceptance is learned per matched context length up to this one (longer ones share it).
+MEMORY_CONTEXT = 4
 EMA = 0.15
 # The drafter's profit is averaged over about 50 attempts: single rounds swing between a lost pass and several
 # free tokens, and a quick average (0.15) switches a paying drafter off after two misses in a row (replayed on
@@ -136,7 +136,8 @@ class DraftPolicyState:
     latent_bins: list[Rate] = field(default_factory=lambda: [_confidence_prior(i) for i in range(CONFIDENCE_BINS)])
     # (matched n-gram length, position in the copied span, capped at LOOKUP_POSITIONS) -> acceptance there
     lookup_by_ngram: dict[tuple[int, int], Rate] = field(default_factory=dict)
-    # suffix memory: (share bin of the continuation's count, its context's count capped at MEMORY_SUPPORT) -> acceptance
+    # suffix memory: (bin of the continuation's estimated share, matched context length capped at MEMORY_CONTEXT)
+    # -> acceptance
     memory_by_share: dict[tuple[int, int], Rate] = field(default_factory=dict)
     # how often the drafter's likeliest first token is the target's next one, before any readout is seen (trees
     # price a latent branch with it before calling the drafter)
@@ -240,14 +241,15 @@ class DraftPolicyState:
         """The acceptance of each of the first `count` tokens of a span copied after an `ngram` match."""
         return [self.lookup_rate(ngram, 1 + j).value for j in range(count)]
 
-    def memory_rate(self, share: float, support: int) -> Rate:
-        """P(a continuation the suffix memory proposes is accepted | its parent was), per the share of its context's
-        count it holds (confidence bins) and that count (1, 2, 3, 4+: a continuation seen once is a weak guess)."""
-        key = (confidence_bin(share), min(max(int(support), 1), MEMORY_SUPPORT))
+    def memory_rate(self, share: float, context: int) -> Rate:
+        """P(a continuation the suffix memory proposes is accepted | its parent was), per its estimated share of what
+        followed the matched context (count / (total + 1), so a continuation seen once is worth 1/2; confidence
+        bins) and that context's length (1, 2, 3, 4+ tokens: a one-token context is a weak guess). Prior: half the
+        share, worth 4 observations."""
+        key = (confidence_bin(share), min(max(int(context), 1), MEMORY_CONTEXT))
         if key not in self.memory_by_share:
             edges = (0.0, *CONFIDENCE_EDGES, 1.0)
-            middle = (edges[key[0]] + edges[key[0] + 1]) / 2
-            self.memory_by_share[key] = Rate((0.4 if key[1] == 1 else 0.7) * middle * 4, 4.0)
+            self.memory_by_share[key] = Rate(0.5 * (edges[key[0]] + edges[key[0] + 1]) / 2 * 4, 4.0)
         return self.memory_by_share[key]
 
     # -------------------------------------------------------------- the back-off's evidence
