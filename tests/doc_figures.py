@@ -471,3 +471,279 @@ def learning_curve() -> dict[str, float]:
     per_doubling = (held["m1000k"]["eval_accept_1"] - held["m200k"]["eval_accept_1"]) / math.log2(990_877 / 198_217)
     return {"per_doubling": per_doubling, "m200k": held["m200k"]["eval_accept_1"],
             "m1000k": held["m1000k"]["eval_accept_1"]}
+
+
+def acc(o: dict, n: int) -> str:
+    """The first n of a method's acceptance by draft position, as '49%, 30%, ...'."""
+    return ", ".join(pct(a) for a in o["acceptance_by_position"][:n])
+
+
+def interval(o: dict) -> str:
+    low, high = o["speedup_interval_90"]
+    return f"{x(o[SAME])} [{low:.2f}, {high:.2f}]"
+
+
+@figures("docs/benchmarks.md", "Qwen2.5-Coder-1.5B-Instruct")
+def qwen_drafter() -> list[str]:
+    t = record("drafters/qwen2.5-coder-1.5b-instruct/training_summary.json")
+    final = t["evals"][-1] if isinstance(t["evals"], list) else None
+    held = record("docs/measurements/heldout_tau_qwen15_1m2.json")
+    new, old = held["drafters"]["shipped_1m2"], held["drafters"]["previous_991k"]
+    weights = summary(f"{Q15}/xeon-run")["profile"]["weights_bytes"]
+    assert t["weights_storage"] == {"kind": "target_relative", "layer_rank": 32, "token_rank": 256}
+    out = [
+        f"{weights / 4 / 1e9:.2f}B stored parameters, {weights / 2**30:.2f} GiB in float32",
+        f"the campaign's {tokens_m(t['train_response_tokens'])}-token milestone",
+        (f"a {t['draft_vocab_size']:,}-token readout, trained relative to the target (rank-"
+        f"{t['weights_storage']['layer_rank']} differences"),
+        (f"identity + rank {t['weights_storage']['token_rank']}; "
+        f"{mib('drafters/qwen2.5-coder-1.5b-instruct/model.safetensors')}) on {t['train_response_tokens']:,} answer "
+        f"tokens of the target's own answers ({t['train_records']:,} records; {t['eval_records']} held out), one "
+        f"annealed pass, {t['trained_minutes']:.0f} minutes on a {threads(t)}-core"),
+        f"tau {final['eval_tau']:.3f}, first token {pct(final['eval_accept_1'], 1)} (its training run's evaluation)",
+        (f"was the {drafter_tokens_k(summary(f'{Q15}/xeon-run')['config']['extra_drafters_weights_sha256']['shipped'])}"
+        f"-token milestone: side by side on the same {held['held_out_records']} held-out records, tau "
+        f"{new['eval_tau']:.3f} and first token {pct(new['eval_accept_1'], 1)} for the new drafter against "
+        f"{old['eval_tau']:.3f} and {pct(old['eval_accept_1'], 1)}"),
+    ]
+    return out
+
+
+@figures("docs/benchmarks.md", "Qwen2.5-Coder-1.5B-Instruct")
+def qwen_xeon_run() -> list[str]:
+    run = f"{Q15}/xeon-run"
+    o, cfg, p = overall(run), summary(run)["config"], summary(run)["profile"]
+    b = record(f"docs/benchmarks/{run}/breakdown.json")["methods"]
+    lat, hyb, tree, look = (o[m] for m in ("oneiro-latent", "oneiro-hybrid", "oneiro-tree", "oneiro-lookup"))
+    shipped, assist, hfl = o["oneiro-hybrid@shipped"], o["hf-assistant-kernels"], o["hf-lookup"]
+    held = record("docs/measurements/heldout_tau_qwen15_1m2.json")["drafters"]
+    final = record("drafters/qwen2.5-coder-1.5b-instruct/training_summary.json")["evals"][-1]
+    speculative = ("oneiro-latent", "oneiro-hybrid", "oneiro-tree", "oneiro-hybrid@shipped")
+    shares = [o[m]["draft_time_share"] for m in speculative]
+    gap = max(abs(b[m]["overall"]["modelled_with_drafting"] - b[m]["overall"]["measured_speedup"])
+              for m in ("oneiro-hybrid", "oneiro-tree"))
+    cost = {m: b[m]["overall"]["mean_verify_cost"] for m in ("oneiro-hybrid", "oneiro-tree")}
+    dm = overall("default_mode/qwen15")
+    cats = {m: summary(run)["methods"][m]["categories"] for m in ("oneiro-hybrid", "oneiro-hybrid@shipped")}
+    cat = {c: (x(cats["oneiro-hybrid"][c][SAME]), x(cats["oneiro-hybrid@shipped"][c][SAME]))
+           for c in ("coding", "extraction", "math_reasoning")}
+    curve = learning_curve()
+    doublings = (0.60 - lat["acceptance_by_position"][0]) / curve["per_doubling"]
+    tokens = record("drafters/qwen2.5-coder-1.5b-instruct/training_summary.json")["train_response_tokens"]
+    return [
+        f"**Every method on a {machine(run)}**",
+        f"({cfg['n_questions']} Spec-Bench questions, the first\nof each category, {cfg['max_new_tokens']} new tokens "
+        "per turn,".replace("\n", " "),
+        f"{cfg['threads']} threads, {p['context_len']} cached\ntokens): oneiro kernels t(1) = {p['t1_s'] * 1000:.1f} "
+        f"ms, t(2..8)/t(1) = {ratios(p)}; stock t(1) =\n{p['stock']['t1_s'] * 1000:.1f} ms, {ratios(p['stock'])}; "
+        f"a drafter call {p['drafter_step_ratio']:.3f} t(1).".replace("\n", " "),
+        (f"({p['t1_s'] * 1000:.0f} against {p['stock']['t1_s'] * 1000:.0f} ms: it reads "
+        f"{p['weights_bytes'] / 1e9:.1f} GB of weights at about {p['weights_bytes'] / p['t1_s'] / 1e9:.0f} GB/s "
+        "either way"),
+        f"(t(4) = {p['ratios']['4']:.2f} t(1) against {p['stock']['ratios']['4']:.2f} stock)",
+        (f"First-token acceptance: hf-lookup {acc(hfl, 1)}, hf-assistant-kernels {acc(assist, 1)}, oneiro-lookup "
+        f"{acc(look, 1)}, latent {acc(lat, 1)}, hybrid {acc(hyb, 1)}, tree {acc(tree, 1)}, hybrid@shipped "
+        f"{acc(shipped, 1)}. Acceptance by draft position: latent {acc(lat, 4)}; hybrid {acc(hyb, 5)}; tree "
+        f"{acc(tree, 5)}."),
+        (f"latent {interval(lat)}, hybrid {interval(hyb)}, tree {interval(tree)}, oneiro-lookup {interval(look)}, "
+        f"hybrid@shipped {interval(shipped)}, hf-assistant-kernels {interval(assist)}, hf-lookup {interval(hfl)}."),
+        (f"({x(tree[SAME])} against transformers' prompt lookup at {x(hfl[SAME])} and its assisted generation with "
+        f"the 0.5B coder at {x(assist[SAME])}, whose drafts are accepted {acc(assist, 1)} of the time but whose "
+        f"assistant decodes for {pct(assist['draft_time_share'])} of the wall time)"),
+        (f"latent {x(lat[SAME])} (target 1.4x), hybrid {x(hyb[SAME])} (1.6x), tree {x(tree[SAME])} (1.8x), first "
+        f"latent token {acc(lat, 1)} (60%), hybrid over oneiro-lookup {x(hyb['tokens_per_s'] / look['tokens_per_s'])} "
+        "(1.25x)."),
+        (f"hybrid {x(hyb[SAME])} against {x(shipped[SAME])} for the "
+        f"{drafter_tokens_k(cfg['extra_drafters_weights_sha256']['shipped'])}-token drafter, the same tau "
+        f"({hyb['mean_accepted_tokens']:.2f}), first latent token {acc(hyb, 1)} against {acc(shipped, 1)} inside "
+        "the hybrid"),
+        (f"(coding {cat['coding'][0]} against {cat['coding'][1]}, extraction {cat['extraction'][0]} against "
+        f"{cat['extraction'][1]}, writing) and lost on math reasoning ({cat['math_reasoning'][0]} against "
+        f"{cat['math_reasoning'][1]})"),
+        (f"(+{(held['shipped_1m2']['eval_accept_1'] - held['previous_991k']['eval_accept_1']) * 100:.1f} points of "
+        f"first-token acceptance) is within what {cfg['n_questions']} questions resolve"),
+        (f"Drafting is {round(min(shares) * 100)}-{round(max(shares) * 100)}% of wall time and the breakdown's "
+        f"modelled speedups (hybrid {x(b['oneiro-hybrid']['overall']['modelled_with_drafting'])}, tree "
+        f"{x(b['oneiro-tree']['overall']['modelled_with_drafting'])} with drafter calls priced) sit within "
+        f"{gap:.2f}x of the measured ones; at this profile the hybrid needs tau {1.8 * cost['oneiro-hybrid']:.2f} "
+        f"for 1.8x (it has {hyb['mean_accepted_tokens']:.2f}), the tree {1.8 * cost['oneiro-tree']:.2f} (it has "
+        f"{tree['mean_accepted_tokens']:.2f})"),
+        f"(mean t(k)/t(1) {cost['oneiro-tree']:.2f} against the chain's {cost['oneiro-hybrid']:.2f})",
+        (f"where it led by {round((dm['oneiro-tree']['tokens_per_s'] / dm['oneiro-hybrid']['tokens_per_s'] - 1) * 100)}"
+        "% on the AMD EPYC"),
+        (f"runs {round((final['eval_accept_1'] - lat['acceptance_by_position'][0]) * 100)} points under held-out "
+        f"({acc(lat, 1)} against {pct(final['eval_accept_1'], 1)})"),
+        (f"At the learning curve's {curve['per_doubling'] * 100:.1f} held-out points per doubling of answer tokens, "
+        f"60% on Spec-Bench is about {2 ** doublings:.0f}x the data away ({doublings:.1f} doublings from "
+        f"{pct(lat['acceptance_by_position'][0], 1)}: about {2 ** doublings * tokens / 1e6:.0f}M answer tokens;"),
+    ]
+
+
+@figures("docs/benchmarks.md", "Qwen2.5-Coder-1.5B-Instruct")
+def qwen_epyc_runs() -> list[str]:
+    run, again = f"{Q15}/amd-epyc-run", f"{Q15}/shipped-vs-1m-run"
+    o, cfg, p = overall(run), summary(run)["config"], summary(run)["profile"]
+    b = record(f"docs/benchmarks/{run}/breakdown.json")["methods"]
+    lat, hyb, tree, look = (o[m] for m in ("oneiro-latent", "oneiro-hybrid", "oneiro-tree", "oneiro-lookup"))
+    shipped, assist, hfl = o["oneiro-hybrid@shipped"], o["hf-assistant-kernels"], o["hf-lookup"]
+    a, ap = overall(again), summary(again)["profile"]
+    assert drafter_tokens_k(cfg["drafter_weights_sha256"]) == "991k"
+    assert summary(again)["config"]["drafter_weights_sha256"] == cfg["drafter_weights_sha256"]
+    lookup_cats = summary(run)["methods"]["oneiro-lookup"]["categories"]
+    seconds = [o2["acceptance_by_position"][1] for o2 in (lat, hyb, tree, a["oneiro-latent"], a["oneiro-tree"])]
+    shares = [o2["draft_time_share"] for o2 in (lat, hyb, tree, a["oneiro-latent"], a["oneiro-tree"])]
+    held = record("docs/measurements/heldout_tau_qwen15_1m.json")["drafters"]["m1000k"]
+    return [
+        f"**The {drafter_tokens_k(cfg['drafter_weights_sha256'])}-token drafter on the {machine(run)}**",
+        f"where the kernels make a one-token step {p['stock']['t1_s'] / p['t1_s']:.1f}x faster than stock",
+        f"`@shipped` the {drafter_tokens_k(cfg['extra_drafters_weights_sha256']['shipped'])}-token drafter before it;",
+        f"{cfg['threads']} threads, {p['context_len']}\ncached tokens): oneiro kernels t(1) = {p['t1_s'] * 1000:.1f} "
+        f"ms, t(2..8)/t(1) = {ratios(p)}; stock\nt(1) = {p['stock']['t1_s'] * 1000:.1f} ms, "
+        f"{ratios(p['stock'])}.".replace("\n", " "),
+        f"`@shipped` here the {drafter_tokens_k(cfg['extra_drafters_weights_sha256']['shipped'])}-token drafter.",
+        (f"First-token acceptance: hf-lookup {acc(hfl, 1)}, hf-assistant-kernels {acc(assist, 1)}, oneiro-lookup "
+        f"{acc(look, 1)}, latent {acc(lat, 1)}, hybrid {acc(hyb, 1)}, tree {acc(tree, 1)}, hybrid@shipped "
+        f"{acc(shipped, 1)}."),
+        f"Acceptance by draft position: latent {acc(lat, 5)}; hybrid {acc(hyb, 5)}; tree {acc(tree, 5)}.",
+        (f"latent {x(lat[SAME])} (>= 1.4x: met), hybrid {x(hyb[SAME])} (>= 1.6x: met), tree {x(tree[SAME])} (>= 1.8x: "
+        f"met, by {tree[SAME] - 1.8:.2f}), the tree beats hf-lookup ({x(hfl[SAME])})"),
+        (f"on the same kernels ({x(assist[SAME])}: its drafts are accepted {acc(assist, 1)} of the time, but the 0.5B "
+        f"assistant's decoding is {pct(assist['draft_time_share'])} of the wall time); **missed**: latent first-token "
+        f"acceptance {acc(lat, 1)} (target 60%) and hybrid over oneiro-lookup "
+        f"{x(hyb['tokens_per_s'] / look['tokens_per_s'])} (target 1.25x; lookup alone gained most where answers "
+        f"repeat the prompt: summarization {x(lookup_cats['summarization'][SAME])}, reasoning "
+        f"{x(lookup_cats['reasoning'][SAME])}, coding {x(lookup_cats['coding'][SAME])})"),
+        (f"On the AMD EPYC below the {drafter_tokens_k(cfg['drafter_weights_sha256'])}-token drafter met the three "
+        f"speed targets ({x(lat[SAME])}, {x(hyb[SAME])}, {x(tree[SAME])})"),
+        f"profile t(1) = {ap['t1_s'] * 1000:.1f} ms, t(2..8)/t(1) = {ratios(ap)};",
+        (f"First latent token: {acc(a['oneiro-latent'], 1)} for the new drafter, {acc(a['oneiro-latent@shipped'], 1)} "
+        "for the previous one."),
+        (f"(first latent token {acc(a['oneiro-latent'], 1)} against "
+        f"{round(a['oneiro-latent@shipped']['acceptance_by_position'][0] * 100)}-{acc(shipped, 1)}, tree tau "
+        f"+{round((a['oneiro-tree']['mean_accepted_tokens'] / a['oneiro-tree@shipped']['mean_accepted_tokens'] - 1) * 100)}%)"),
+        f"same-kernel greedy decoded {x(o['oneiro-greedy']['speedup_vs_greedy'])} stock greedy in the first and "
+        f"{x(a['oneiro-greedy']['speedup_vs_greedy'])} in\nthe second, and every ratio over it fell with it (the "
+        f"previous drafter's hybrid {x(shipped[SAME])}, then {x(a['oneiro-hybrid@shipped'][SAME])})".replace("\n", " "),
+        f"in the second ({x(a['oneiro-latent'][SAME])}, {x(a['oneiro-tree'][SAME])})",
+        f"the first latent token ({acc(a['oneiro-latent'], 1)} on Spec-Bench, {pct(held['eval_accept_1'], 1)}\non "
+        f"held-out answers".replace("\n", " "),
+        f"and the second ({round(min(seconds) * 100)}-{round(max(seconds) * 100)}%);\ndrafting takes "
+        f"{round(min(shares) * 100)}-{round(max(shares) * 100)}% of wall time. The profile priced a drafter call at "
+        f"{ap['drafter_step_ratio']:.3f} t(1)".replace("\n", " "),
+        f"latent {interval(lat)},\nhybrid {interval(hyb)}, tree {interval(tree)}, oneiro-lookup {interval(look)} in "
+        f"the first run; latent\n{interval(a['oneiro-latent'])}, tree {interval(a['oneiro-tree'])} in the "
+        "second.".replace("\n", " "),
+        f"(t(1) {p['t1_s'] * 1000:.0f} and {ap['t1_s'] * 1000:.0f} ms)",
+        "is why the breakdown's \"other\" is negative." if all(
+            b[m]["overall"]["other_share"] < 0 for m in ("oneiro-latent", "oneiro-hybrid", "oneiro-tree")) else "?",
+    ]
+
+
+def per_call_ms(run: str, method: str) -> dict[int, list[float]]:
+    """Milliseconds per new token of each generate call (one per turn), by question, from a run's answers."""
+    import tarfile
+
+    with tarfile.open(BENCH / run / "answers.tar.gz") as archive:
+        lines = archive.extractfile(f"answers/{method}.jsonl").read().decode().splitlines()
+    calls = {}
+    for line in filter(str.strip, lines):
+        answer = json.loads(line)
+        choice = answer["choices"][0]
+        calls[answer["question_id"]] = [1000 * w / n for w, n in zip(choice["wall_time"], choice["new_tokens"])]
+    return calls
+
+
+@figures("docs/benchmarks.md", "Qwen2.5-Coder-1.5B-Instruct")
+def qwen_noise() -> list[str]:
+    runs = (f"{Q15}/amd-epyc-run", f"{Q15}/shipped-vs-1m-run")
+    same = [per_call_ms(r, "oneiro-greedy") for r in runs]
+    stock = [per_call_ms(r, "greedy") for r in runs]
+    flat = [v for calls in same for turns in calls.values() for v in turns]
+    flat_stock = [v for calls in stock for turns in calls.values() for v in turns]
+    drift = max(abs(sum(stock[0][q]) / len(stock[0][q]) / (sum(stock[1][q]) / len(stock[1][q])) - 1)
+                for q in stock[0])
+    curve = learning_curve()
+    return [
+        f"averaged {min(flat):.0f} to {max(flat):.0f} ms a token across the questions (the first question's first "
+        f"turn {same[0][min(same[0])][0]:.0f} ms in one run, {same[1][min(same[1])][0]:.0f} in\nthe other), while "
+        f"stock greedy stayed at {min(flat_stock):.0f}-{max(flat_stock):.0f} ms and within "
+        f"{drift * 100:.0f}% of itself".replace("\n", " "),
+        f"about +{curve['per_doubling'] * 100:.1f} points of held-out first-token acceptance per doubling of answer "
+        f"tokens ({pct(curve['m200k'], 1)} at 198k, {pct(curve['m1000k'], 1)} at 991k,\nsame "
+        f"{record('docs/measurements/heldout_tau_qwen15_1m.json')['held_out_records']} held-out records)"
+        .replace("\n", " "),
+    ]
+
+
+@figures("docs/benchmarks.md", "Qwen2.5-Coder-1.5B-Instruct")
+def qwen_54k_era() -> list[str]:
+    run = Q15
+    o, b = overall(run), record(f"docs/benchmarks/{run}/breakdown.json")["methods"]
+    hyb, fresh, look = o["oneiro-hybrid"], o["oneiro-hybrid@fresh"], o["oneiro-lookup"]
+    whole = overall(f"{Q15}/whole-drafter-run")
+    curve = record("data/selfdistill/qwen2.5-coder-1.5b-instruct/learning_curve.json")["points"][0]
+    assert curve["train_response_tokens"] == 54_357
+    cats = summary(run)["methods"]
+    little = [c for c, v in cats["oneiro-lookup"]["categories"].items() if v["mean_accepted_tokens"] < 1.15]
+    there = [cats[m]["categories"][c][SAME] for m in cats if m not in ("greedy", "oneiro-greedy") for c in little]
+    other = [b[m]["overall"]["other_share"] for m in ("oneiro-lookup", "oneiro-hybrid", "oneiro-hybrid@fresh")]
+    wb = record(f"docs/benchmarks/{Q15}/whole-drafter-run/breakdown.json")["methods"]
+    other_before = [wb[m]["overall"]["other_share"] for m in
+                    ("oneiro-latent", "oneiro-hybrid", "oneiro-tree", "oneiro-hybrid@fresh", "oneiro-hybrid@full")]
+    peaks = [record(f"docs/benchmarks/{Q15}/{f}.json") for f in
+             ("profile_rejected", "profile_after_run", "whole-drafter-run/profile_bench13", "profile_t2")]
+    peak = [p["peak_rss_bytes"] / p["weights_bytes"] for p in peaks]
+    t2, cap = peaks[-1], record(f"docs/benchmarks/{Q15}/profile_cap045_contended.json")
+    c200, c2048 = (record(f"docs/benchmarks/{Q15}/profile_ctx{n}.json") for n in (200, 2048))
+    ctx = [r for p in (c200, c2048) for r in (p["ratios"][str(k)] for k in range(2, 9))]
+    wt = record(f"docs/benchmarks/{Q15}/whole-drafter-run/drafter/training_summary.json")
+    held = record(f"docs/benchmarks/{Q15}/heldout_tau.json")["drafters"]["whole"]
+    bench13 = peaks[2]
+    return [
+        (f"Earlier measurements with the previous shipped drafter ({round(curve['train_response_tokens'] / 1000)}k "
+        f"answer tokens), on the {summary(run)['config']['cpu_count']}-core Xeon"),
+        f"hybrid {x(hyb[SAME])} against {x(fresh[SAME])} with a fresh drafter and {x(look[SAME])}\nfor oneiro-lookup, "
+        f"at tau {hyb['mean_accepted_tokens']:.2f} against "
+        f"{min(fresh['mean_accepted_tokens'], look['mean_accepted_tokens']):.2f}-"
+        f"{max(fresh['mean_accepted_tokens'], look['mean_accepted_tokens']):.2f}; its drafter calls take {pct(hyb['draft_time_share'], 1)} of wall time "
+        f"({b['oneiro-hybrid']['overall']['drafter_calls_per_pass']:.2f} calls per\npass). Hybrid over oneiro-lookup "
+        f"is **{x(hyb['tokens_per_s'] / look['tokens_per_s'])}** (target 1.25x: missed); over same-kernel greedy "
+        f"{x(hyb[SAME])} (target\n2.0x: missed).".replace("\n", " "),
+        f"at {x(whole['hf-lookup']['speedup_vs_greedy'])} stock greedy on the\nsame questions, the hybrid is about "
+        f"{hyb['speedup_vs_greedy'] / whole['hf-lookup']['speedup_vs_greedy']:.1f}x "
+        f"({hyb['speedup_vs_greedy']:.2f} / {whole['hf-lookup']['speedup_vs_greedy']:.2f}; not side by side)"
+        .replace("\n", " "),
+        f"(first latent-or-lookup token {acc(hyb, 1)}; held-out first latent token {pct(curve['eval_accept_1'])})",
+        f"{['no', 'one', 'two', 'three', 'four', 'five', 'six', 'seven'][len(little)]} categories have little to copy "
+        f"(lookup tau {min(cats['oneiro-lookup']['categories'][c]['mean_accepted_tokens'] for c in little):.2f}-"
+        f"{max(cats['oneiro-lookup']['categories'][c]['mean_accepted_tokens'] for c in little):.2f}) and there every "
+        f"method is\n{min(there):.2f}-{max(there):.2f}x. Per-pass work outside verification and drafting is "
+        f"{round(min(other) * 100)}-{round(max(other) * 100)}%".replace("\n", " "),
+        f"down from {round(min(other_before) * 100)}-{round(max(other_before) * 100)}% for the drafting methods",
+        f"peaked at\n**{min(peak):.2f}-{max(peak):.2f}x** the float32 weights ({t2['peak_rss_bytes'] / 2**30:.1f} "
+        f"GiB); loading itself peaks at {t2['load_peak_rss_bytes'] / t2['weights_bytes']:.2f}x".replace("\n", " "),
+        f"and settles at {t2['rss_after_load_bytes'] / t2['weights_bytes']:.2f}x.",
+        f"{cap['kernels'].split('(')[1].split(' layers')[0].replace(' of ', ' of the ')} linear layers\nran prepacked, and t(4) was "
+        f"{cap['ratios']['4']:.2f} t(1) against {cap['stock']['ratios']['4']:.2f} on the stock kernels"
+        .replace("\n", " "),
+        f"That record's peak, {cap['peak_rss_bytes'] / cap['weights_bytes']:.2f}x the weights,",
+        f"loading's own {t2['load_peak_rss_bytes'] / t2['weights_bytes']:.2f}x included",
+        f"At one thread and {c2048['context_len']:,} cached tokens:",
+        f"(t(1) {c200['t1_s'] * 1000:.0f} / {c2048['t1_s'] * 1000:.0f} ms, t(2..8) {min(ctx):.2f}-{max(ctx):.2f})",
+        f"(trained whole on {wt['train_records'] + wt['eval_records']} answers, "
+        f"{float(wt['timings'].split('total ')[1].split(' min')[0]):.0f} minutes; held-out tau "
+        f"{wt['evals'][-1]['eval_tau']:.3f} on its {wt['eval_records']}\nheld-out records, {held['eval_tau']:.3f} on "
+        f"the {record(f'docs/benchmarks/{Q15}/heldout_tau.json')['held_out_records']} above;".replace("\n", " "),
+        f"on the same {summary(f'{Q15}/whole-drafter-run')['config']['n_questions']}\nquestions".replace("\n", " "),
+        f"t(1) = {bench13['t1_s'] * 1000:.1f} ms, t(2)/t(1) = {bench13['ratios']['2']:.2f})",
+        f"latent {acc(whole['oneiro-latent'], 3)};\nhybrid@full {acc(whole['oneiro-hybrid@full'], 3)}; tree "
+        f"{acc(whole['oneiro-tree'], 3)}.".replace("\n", " "),
+        f"and stock t(4) is {bench13['stock']['ratios']['4']:.2f} t(1) in that run's profile)",
+        (f"the campaign's drafter then the {drafter_tokens_k(summary(f'{Q15}/amd-epyc-run')['config']['drafter_weights_sha256'])}"
+        " milestone,"),
+        f"the run's\nprofile peaked at {summary(f'{Q15}/xeon-run')['profile']['peak_rss_bytes'] / 2**30:.1f} GiB)"
+        .replace("\n", " "),
+        f"In that run the tree was the fastest method ({x(whole['oneiro-tree'][SAME])}; tree >= hybrid held), latent "
+        f"alone gave {x(whole['oneiro-latent'][SAME])} and\ntransformers' prompt lookup "
+        f"{x(whole['hf-lookup'][SAME])}".replace("\n", " "),
+    ]
