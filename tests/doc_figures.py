@@ -128,6 +128,13 @@ def shipped_sha256(target: str) -> str:
     return hashlib.sha256((ROOT / "drafters" / target / "model.safetensors").read_bytes()).hexdigest()
 
 
+@figures("README.md", "Modes and settings")
+def readme_settings() -> list[str]:
+    cap = record(f"docs/benchmarks/{Q15}/profile_cap045_contended.json")  # the settings table's one measurement
+    layers = cap["kernels"].split("(")[1].split(" layers")[0].replace(" of ", " of its ")
+    return [f"(at 0.45 a float32 Qwen2.5-Coder-1.5B ran {layers} linear layers prepacked)"]
+
+
 @figures("README.md", "Reference targets (no Hub needed)")
 def readme_reference_targets() -> list[str]:
     profile = summary(f"{Q15}/xeon-run")["profile"]
