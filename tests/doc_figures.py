@@ -754,3 +754,47 @@ def qwen_54k_era() -> list[str]:
         f"alone gave {x(whole['oneiro-latent'][SAME])} and\ntransformers' prompt lookup "
         f"{x(whole['hf-lookup'][SAME])}".replace("\n", " "),
     ]
+
+
+def smollm2_profiles() -> list[dict]:
+    """Every committed t(k) profile of SmolLM2 at one thread and 200 cached tokens (alone or in a summary)."""
+    found = []
+    for path in sorted(BENCH.rglob("*.json")):
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            continue
+        for p in (data, data.get("profile")):
+            if (isinstance(p, dict) and "ratios" in p and "t1_s" in p and (p.get("threads") or 1) == 1
+                    and str(p.get("target") or "smollm2").startswith("smollm2") and (p.get("context_len") or 200) == 200):
+                found.append(p)
+    return found
+
+
+@figures("docs/benchmarks.md", "What the numbers mean")
+def numbers_mean() -> list[str]:
+    a, b = overall(f"{Q15}/amd-epyc-run"), overall(f"{Q15}/shipped-vs-1m-run")
+    assert len({summary(f"{Q15}/{r}")["config"]["extra_drafters_weights_sha256"]["shipped"]
+                for r in ("amd-epyc-run", "shipped-vs-1m-run")}) == 1  # "the same drafter"
+    memory = [record(f"docs/measurements/memory_smollm2-135m-instruct{s}.json")["rows"][0]["rss_mb"]
+              for s in ("_prepacked", "")]
+    probes = [record(f"docs/benchmarks/{d}/probe.json")["passes"]["agreement"]
+              for d in ("prepacked_linear_probe", "prepacked_row_threshold_epyc")]
+    assert all(row["argmax_equal"] for probe in probes for row in probe.values())
+    worst = max(row["max_abs_logit_diff"] for probe in probes for row in probe.values())
+    lengths = sorted({int(k) for probe in probes for k in probe})
+    kernel_gain = [overall(r)["oneiro-greedy"]["speedup_vs_greedy"]
+                   for r in ("current/smollm2-135m-instruct", "current/gemma-3-270m")]
+    cpu39 = overall("tree_fill_and_cpu/cpu39")["oneiro-lookup"]
+    t2 = [p["ratios"]["2"] for p in smollm2_profiles()]
+    return [
+        f"the same {drafter_tokens_k(summary(f'{Q15}/shipped-vs-1m-run')['config']['drafter_weights_sha256'])}-token "
+        f"drafter's hybrid on the same questions measured {x(a['oneiro-hybrid@shipped'][SAME])} and\n"
+        f"{x(b['oneiro-hybrid@shipped'][SAME])} in two runs".replace("\n", " "),
+        f"SmolLM2's RSS was {memory[0] - memory[1]:.0f} MB higher at the first call,",
+        f"by at most {worst:.1e}".replace("e-0", "e-") + f" and the argmax agreed at every length probed ({lengths[0]}-{lengths[-1]} tokens,",
+        f"({min(kernel_gain):.2f}-{max(kernel_gain):.2f}x in the current runs above;",
+        f"oneiro-lookup measured\n  {x(cpu39['speedup_vs_greedy'])} stock greedy at tau {cpu39['mean_accepted_tokens']:.2f} "
+        f"({summary('tree_fill_and_cpu/cpu39')['config']['n_questions']} questions,".replace("\n  ", " "),
+        "The committed profiles of SmolLM2 (one\n  thread, 200 cached tokens) have t(2) from "
+        f"{min(t2):.2f} to {max(t2):.2f} t(1)".replace("\n  ", " "),
+    ]
