@@ -16,6 +16,7 @@ more.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ import torch
 
 from .exact_attention import exact_attention
 from .grouped_attention import ATTENTION_NAME, grouped_attention
-from .prepacked_linear import every_row, prepacked_layers, prepacked_linears, release_packed
+from .prepacked_linear import every_row, packed_dtype, prepacked_layers, prepacked_linears, release_packed
 
 STOCK = "stock"
 
@@ -38,6 +39,7 @@ class Kernels:
     from_one_row: int  # of those, layers prepacked from a single row: one-token decoding steps use them too
     linears: int  # nn.Linear layers in the model
     exact_attention: bool = False  # attention ran on `exact_attention`: every query row as a one-token step has it
+    exact: bool = False  # and every linear layer too (one kernel at every row count): passes give steps' bits
 
     @property
     def is_stock(self) -> bool:
@@ -67,20 +69,47 @@ def cpu_kernels(model: torch.nn.Module, prepack: bool = True, max_memory: float 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"cpu_kernels takes a torch.nn.Module (a transformers model), got {type(model).__name__}. "
                         "Fix: pass the model itself, e.g. AutoModelForCausalLM.from_pretrained(...).")
+    param = next(model.parameters(), None)
+    dtype = param.dtype if param is not None else torch.float32
     if exact is None:
-        param = next(model.parameters(), None)
-        exact = param is not None and param.dtype in (torch.bfloat16, torch.float16)
+        exact = dtype in (torch.bfloat16, torch.float16)
     with exact_attention(model) if exact else _nothing() as exact_on, grouped_attention(model), \
-            every_row(model) if exact_on and prepack and max_memory is None else _nothing(), \
+            every_row(model) if exact_on and prepack else _nothing(), \
             prepacked_linears(model, prepack, max_memory):
         layers = prepacked_layers(model)
+        linears = sum(type(m) is torch.nn.Linear for m in model.modules())
+        from_one_row = sum(rows <= 1 for rows in layers.values())
+        if layers and packed_dtype(dtype) != dtype:
+            _say_no_16_bit_units(dtype, layers)
+        # float32 F.linear (MKL) rounds one row differently from several; 16-bit F.linear and oneDNN's calls do not
+        same_rows = from_one_row == len(layers) and (dtype != torch.float32 or len(layers) == linears)
         yield Kernels(
             grouped_attention=getattr(model.config, "_attn_implementation", None) == ATTENTION_NAME,
             prepacked=len(layers),
-            from_one_row=sum(rows <= 1 for rows in layers.values()),
-            linears=sum(type(m) is torch.nn.Linear for m in model.modules()),
+            from_one_row=from_one_row,
+            linears=linears,
             exact_attention=bool(exact_on),
+            exact=bool(exact_on) and same_rows,
         )
+
+
+_said: set[torch.dtype] = set()
+
+
+def _say_no_16_bit_units(dtype: torch.dtype, layers) -> None:
+    """Once per dtype and process: this CPU has no units for `dtype`, so its linears run on float32 copies."""
+    if dtype in _said:
+        return
+    _said.add(dtype)
+    extra = sum(layer.weight.numel() * 4 for layer in layers) / 1e9
+    units = "avx512_bf16 / AMX" if dtype == torch.bfloat16 else "avx512_fp16 / AMX-FP16"
+    warnings.warn(
+        f"this CPU has no {str(dtype)[6:]} matrix units ({units}), where torch's {str(dtype)[6:]} kernels "
+        f"run several times slower than float32: oneiro-hf runs the target's linear layers on float32 copies of "
+        f"their weights ({extra:.2f} GB more memory; outputs rounded to {str(dtype)[6:]} as its own kernels round "
+        "them). Fix: to keep memory down instead, pass oneiro_prepack_cpu_weights=False (cpu_kernels(prepack=False)) "
+        "or cap the copies with oneiro_prepack_max_memory; a CPU with those units runs the weights as they are.",
+        RuntimeWarning, stacklevel=3)
 
 
 @contextmanager

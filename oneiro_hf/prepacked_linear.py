@@ -1,6 +1,7 @@
 """Linear layers on a CPU on weights reordered once (oneDNN), where MKL's GEMM packs them again on every call.
 
-`prepacked_linears(model)` runs a float32 CPU model's `nn.Linear` layers that way inside a block (every
+`prepacked_linears(model)` runs a CPU model's `nn.Linear` layers that way inside a block (float32; bfloat16 and
+float16 in their own dtype where the CPU has units for it, else on float32 copies: `packed_dtype`; every
 generate call with a drafter, and `oneiro_hf.cpu_kernels`). From how many rows a layer runs prepacked is
 measured, not assumed: `measured_min_rows` times both calls at `ROW_GRID` row counts once per weight shape and
 thread count, and `choose_min_rows` picks the threshold (1: one-token steps too; shapes that never gain keep
@@ -28,10 +29,11 @@ logger = logging.getLogger(__name__)
 
 ROW_GRID = (1, 2, 3, 4, 6, 8, 16)  # row counts timed per weight shape (verification passes and small trees)
 MIN_GAIN = 0.05  # summed over the row counts it would take, the prepacked call must save this much (ties: F.linear)
+PACKED_FROM = (torch.float32, torch.bfloat16, torch.float16)  # parameter dtypes whose linears can run prepacked
 NEVER = math.inf  # the threshold of a shape on which the prepacked call never gained
-# per (out_features, in_features, has bias, torch threads): rows from which that shape runs prepacked, and the
+# per (out_features, in_features, has bias, torch threads, weight dtype): rows from which that shape runs prepacked, and the
 # seconds the prepacked call saves per call summed over the timed row counts from there on
-_min_rows: dict[tuple[int, int, bool, int], tuple[float, float]] = {}
+_min_rows: dict[tuple[int, int, bool, int, torch.dtype], tuple[float, float]] = {}
 # per linear layer: (the weight it was made from: data pointer, version), the reordered weight
 _packed: weakref.WeakKeyDictionary[torch.nn.Linear, tuple[tuple[int, int], torch.Tensor]] = weakref.WeakKeyDictionary()
 # per target: blocks now running with prepacked linears, and the layers whose forward they replaced (with the row
@@ -43,37 +45,55 @@ _lock = threading.Lock()
 _rule: list[Callable[[torch.nn.Linear], float | None]] = []
 
 
+def packed_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a weight of `dtype` is reordered in: its own where oneDNN has kernels for it on this CPU (float32
+    always; bfloat16 and float16 on CPUs with their matrix units: avx512_bf16/AMX, avx512_fp16/AMX-FP16), float32
+    otherwise, where a float32 copy of the 16-bit weights runs several times faster than torch's 16-bit kernels."""
+    if dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return dtype
+    if dtype == torch.float16 and torch.ops.mkldnn._is_mkldnn_fp16_supported():
+        return dtype
+    return torch.float32
+
+
 def applies(model: torch.nn.Module) -> bool:
-    """Whether `model` gains from prepacked weights: float32 parameters on a CPU, and a torch with oneDNN."""
+    """Whether `model` gains from prepacked weights: float32, bfloat16 or float16 parameters on a CPU, and a torch
+    with oneDNN."""
     param = next(model.parameters(), None)
-    return (param is not None and param.device.type == "cpu" and param.dtype == torch.float32
+    return (param is not None and param.device.type == "cpu" and param.dtype in PACKED_FROM
             and torch.backends.mkldnn.is_available())
 
 
 def packed_weight(layer: torch.nn.Linear) -> torch.Tensor:
-    """`layer`'s weight reordered for oneDNN: made once, again only if the weight changed (assigned or in place)."""
+    """`layer`'s weight reordered for oneDNN (in `packed_dtype` of its dtype): made once, again only if the weight
+    changed (assigned or in place)."""
     weight = layer.weight
     key = (weight.data_ptr(), weight._version)
     entry = _packed.get(layer)
     if entry is None or entry[0] != key:
-        entry = (key, torch.ops.mkldnn._reorder_linear_weight(weight.detach()))
+        source = weight.detach().to(packed_dtype(weight.dtype))
+        entry = (key, torch.ops.mkldnn._reorder_linear_weight(source))
         _packed[layer] = entry
     return entry[1]
 
 
 def prepacked_forward(layer: torch.nn.Linear, x: torch.Tensor, min_rows: float) -> torch.Tensor:
     """`layer(x)` for x (..., in_features): on the reordered weight from `min_rows` rows on (`measured_min_rows`
-    finds it for the layer's shape), else F.linear."""
+    finds it for the layer's shape), else F.linear. A 16-bit layer packed as float32 computes in float32 and
+    rounds its output to its own dtype once, as its own kernel does after accumulating in float32."""
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    if rows < min_rows or x.dtype != torch.float32 or x.device.type != "cpu" or torch.is_grad_enabled():
+    if (rows < min_rows or x.dtype != layer.weight.dtype or x.device.type != "cpu" or torch.is_grad_enabled()):
         return F.linear(x, layer.weight, layer.bias)
     out = _linear_on_packed(x.reshape(rows, x.shape[-1]), packed_weight(layer), layer.bias)
     return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
 def _linear_on_packed(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """x (rows, in) @ weight.T + bias, weight reordered by `packed_weight`: (rows, out)."""
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    """x (rows, in) @ weight.T + bias, weight reordered by `packed_weight`: (rows, out) in x's dtype."""
+    if packed.dtype == x.dtype:
+        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    bias = None if bias is None else bias.to(packed.dtype)
+    return torch.ops.mkldnn._linear_pointwise(x.to(packed.dtype), packed, bias, "none", [], "").to(x.dtype)
 
 
 def _measured(layer: torch.nn.Linear) -> tuple[float, float]:
@@ -84,7 +104,7 @@ def _measured(layer: torch.nn.Linear) -> tuple[float, float]:
         rows = rule(layer)
         if rows is not None:
             return float(rows), 0.0 if rows == NEVER else 1.0
-    key = (layer.out_features, layer.in_features, layer.bias is not None, torch.get_num_threads())
+    key = (layer.out_features, layer.in_features, layer.bias is not None, torch.get_num_threads(), layer.weight.dtype)
     if key not in _min_rows:
         start = time.perf_counter()
         times = _time_rows(layer)
@@ -137,8 +157,9 @@ def measured_saving(layer: torch.nn.Linear) -> float:
 
 
 def copy_bytes(layer: torch.nn.Linear) -> int:
-    """Bytes of the reordered copy of `layer`'s weight (as many as the weight's own)."""
-    return layer.weight.numel() * layer.weight.element_size()
+    """Bytes of the reordered copy of `layer`'s weight (as many as the weight's own; twice as many for a 16-bit
+    weight copied as float32)."""
+    return layer.weight.numel() * torch.empty((), dtype=packed_dtype(layer.weight.dtype)).element_size()
 
 
 def _within_cap(layers: list[torch.nn.Linear], max_copy_bytes: int | None) -> set[torch.nn.Linear]:
@@ -177,7 +198,7 @@ def _time_rows(layer: torch.nn.Linear, repeats: int = 2, batch_s: float = 5e-4, 
     bias = None if bias is None else bias.detach()
     times = {}
     for rows in ROW_GRID:
-        x = torch.randn(rows, layer.in_features)
+        x = torch.randn(rows, layer.in_features, dtype=weight.dtype)
         calls = (lambda x=x: F.linear(x, weight, bias), lambda x=x: _linear_on_packed(x, packed, bias))
         start = time.perf_counter()
         for call in calls:  # warm-up, and the size of a batch
@@ -245,8 +266,8 @@ def release_packed(model: torch.nn.Module) -> int:
 def thresholds() -> dict[str, int | None]:
     """The row thresholds measured so far in this process, as JSON takes them:
     {"<out>x<in>[+bias]@<threads>": rows, or None for a shape that never gained}."""
-    return {f"{o}x{i}{'+bias' if b else ''}@{t}": None if r == NEVER else int(r)
-            for (o, i, b, t), (r, _) in sorted(_min_rows.items())}
+    return {f"{o}x{i}{'+bias' if b else ''}@{t}{'' if d == torch.float32 else ':' + str(d)[6:]}":
+            None if r == NEVER else int(r) for (o, i, b, t, d), (r, _) in sorted(_min_rows.items(), key=str)}
 
 
 def _swap_out(replaced) -> None:

@@ -4,12 +4,15 @@ fails part-way."""
 
 from __future__ import annotations
 
+import importlib
+import warnings
+
 import pytest
 import torch
 from tiny import ARCHS, greedy, make_model, random_prompt
 
 import oneiro_hf
-from oneiro_hf import cpu_kernels, grouped_attention, prepacked_linear
+from oneiro_hf import cpu_kernels, exact_attention, grouped_attention, prepacked_linear
 from oneiro_hf.grouped_attention import ATTENTION_NAME
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
@@ -23,7 +26,8 @@ def _is_stock(model) -> bool:
     """No layer patched, sdpa attention, no prepacking or grouped-attention block open for the model."""
     return (all("forward" not in vars(m) for m in model.modules())
             and model.config._attn_implementation == "sdpa"
-            and model not in prepacked_linear._users and model not in grouped_attention._users)
+            and model not in prepacked_linear._users and model not in grouped_attention._users
+            and model not in exact_attention._users)
 
 
 def _spy_packed_rows(monkeypatch) -> list[int]:
@@ -107,12 +111,24 @@ def test_nested_blocks_restore_once_and_bad_input_names_the_fix(monkeypatch) -> 
     assert oneiro_hf.cpu_kernels is cpu_kernels and "cpu_kernels" in oneiro_hf.__all__
 
 
-def test_a_bfloat16_target_keeps_stock_linears() -> None:
-    """Its rows already agree between one and several rows; its attention runs exact (tests/test_exact_attention.py)."""
+def test_a_bfloat16_target_runs_exact_with_every_linear_from_one_row() -> None:
+    """Exact attention, and every linear on one kernel at every row count (its packed dtype: float32 copies where the
+    CPU has no bfloat16 units, said once with the fix)."""
     model = make_model("llama", dtype=torch.bfloat16)
-    with cpu_kernels(model) as kernels:
-        assert kernels.prepacked == 0 and kernels.exact_attention and not kernels.grouped_attention
-        assert not any("forward" in vars(m) for m in _linears(model))
+    cpu_kernels_module = importlib.import_module("oneiro_hf.cpu_kernels")
+    cpu_kernels_module._said.discard(torch.bfloat16)
+    copies = prepacked_linear.packed_dtype(torch.bfloat16) != torch.bfloat16
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with cpu_kernels(model) as kernels, cpu_kernels(model):
+            assert kernels.exact and kernels.exact_attention and not kernels.grouped_attention
+            assert kernels.prepacked == kernels.from_one_row == len(_linears(model))
+    said = [w for w in caught if "no bfloat16 matrix units" in str(w.message)]
+    assert len(said) == (1 if copies else 0) and all("Fix:" in str(w.message) for w in said)
+    with cpu_kernels(model, prepack=False) as kernels:  # 16-bit F.linear gives each row its bits too
+        assert kernels.exact and kernels.prepacked == 0
+    with cpu_kernels(make_model("llama")) as kernels:  # float32: MKL's one row differs from several
+        assert not kernels.exact and not kernels.exact_attention
     assert _is_stock(model)
 
 

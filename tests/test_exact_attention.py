@@ -114,6 +114,10 @@ def test_a_pass_gives_every_row_the_one_token_steps_logits(arch: str, dtype: tor
 def test_bfloat16_targets_run_exact_by_default_and_the_label_says_so() -> None:
     model = make_model("qwen2", dtype=torch.bfloat16)
     with cpu_kernels(model) as kernels:
-        assert kernels.exact_attention and not kernels.grouped_attention and str(kernels) == "exact attention"
+        assert kernels.exact and not kernels.grouped_attention
+        assert str(kernels) == f"exact attention + prepacked linears ({kernels.linears} of {kernels.linears} layers; " \
+                               f"{kernels.linears} from one row)"
+    with cpu_kernels(model, prepack=False) as kernels:
+        assert str(kernels) == "exact attention"
     with cpu_kernels(make_model("qwen2")) as kernels:  # float32: grouped attention unless asked
         assert not kernels.exact_attention and kernels.grouped_attention

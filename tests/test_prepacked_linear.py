@@ -182,11 +182,11 @@ def test_a_layer_that_never_gains_keeps_f_linear_in_generate(monkeypatch) -> Non
     assert torch.equal(out, greedy(model, ids, 24)) and calls == []
 
 
-def test_only_float32_cpu_targets_take_it_and_overlapping_calls_restore_once(monkeypatch) -> None:
+def test_cpu_targets_take_it_and_overlapping_calls_restore_once(monkeypatch) -> None:
     monkeypatch.setattr(prepacked_linear, "measured_min_rows", lambda layer: MIN_ROWS)
     model = make_model("llama")
-    assert applies(model)
-    assert not applies(make_model("llama").to(torch.bfloat16))
+    assert applies(model) and applies(make_model("llama").to(torch.bfloat16))
+    assert not applies(make_model("llama").to(torch.float64))
     linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
     first, second = prepacked_linears(model), prepacked_linears(model)
     first.__enter__()
@@ -237,3 +237,20 @@ def test_a_memory_cap_copies_the_layers_that_save_most_per_byte_and_stays_within
     assert torch.equal(out, ref)
     with pytest.raises(ValueError, match="Fix:"):
         model.generate(ids, max_new_tokens=4, assistant_model=drafter, oneiro_prepack_max_memory=-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_16_bit_layer_runs_on_its_packed_dtype_and_rounds_once(dtype: torch.dtype) -> None:
+    """Where the CPU has no 16-bit units the copy is float32 (`packed_dtype`), the output rounded to the layer's dtype:
+    the float32 product of the same 16-bit values, rounded, and each row's bits whatever the row count."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(96, 40).to(dtype)
+    x = torch.randn(9, 96).to(dtype)
+    packed = prepacked_linear.packed_weight(layer)
+    assert packed.dtype == prepacked_linear.packed_dtype(dtype)
+    out = prepacked_linear.prepacked_forward(layer, x, 1)
+    assert out.dtype == dtype
+    ref = torch.nn.functional.linear(x.float(), layer.weight.float(), layer.bias.float())
+    assert torch.allclose(out.float(), ref, atol=2e-2, rtol=2e-2)
+    rows = torch.cat([prepacked_linear.prepacked_forward(layer, x[i:i + 1], 1) for i in range(9)])
+    assert torch.equal(rows, out)
