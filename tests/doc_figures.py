@@ -787,7 +787,7 @@ def numbers_mean() -> list[str]:
     cpu39 = overall("tree_fill_and_cpu/cpu39")["oneiro-lookup"]
     t2 = [p["ratios"]["2"] for p in smollm2_profiles()]
     return [
-        f"the same {drafter_tokens_k(summary(f'{Q15}/shipped-vs-1m-run')['config']['drafter_weights_sha256'])}-token "
+        f"the same {drafter_tokens_k(summary(f'{Q15}/shipped-vs-1m-run')['config']['extra_drafters_weights_sha256']['shipped'])}-token "
         f"drafter's hybrid on the same questions measured {x(a['oneiro-hybrid@shipped'][SAME])} and\n"
         f"{x(b['oneiro-hybrid@shipped'][SAME])} in two runs".replace("\n", " "),
         f"SmolLM2's RSS was {memory[0] - memory[1]:.0f} MB higher at the first call,",
