@@ -798,3 +798,45 @@ def numbers_mean() -> list[str]:
         "The committed profiles of SmolLM2 (one\n  thread, 200 cached tokens) have t(2) from "
         f"{min(t2):.2f} to {max(t2):.2f} t(1)".replace("\n  ", " "),
     ]
+
+
+def breakdown_row(path: str, method: str) -> list[str]:
+    """A method's row of a committed breakdown table (markdown, rounded as the breakdown printed it)."""
+    for line in (BENCH / path).read_text().splitlines():
+        if line.startswith(f"| {method} |"):
+            return [cell.strip() for cell in line.strip("|").split("|")]
+    raise AssertionError(f"{path} has no row for {method}")
+
+
+@figures("docs/benchmarks.md", "Modelled on an H200")
+def modelled_h200() -> list[str]:
+    p = record("docs/measurements/h200_latency_profile.json")["smollm2-135m-shape"]
+    ratios_above_1 = [v for k, v in p["ratios"].items() if k != "1"]
+    rows, priced = [], {}
+    for method, path, name in (("oneiro-lookup", "tree_calibration/calib_new/breakdown_h200.md", "calib_new"),
+                               ("oneiro-hybrid", "tree_calibration/calib_new/breakdown_h200.md", "calib_new"),
+                               ("oneiro-tree", "tree_fill_and_cpu/tree_fill/breakdown_h200.md", "tree_fill")):
+        cells = breakdown_row(path, method)
+        tau, modelled, calls_priced = cells[1], cells[3], cells[4]
+        calls = calls_priced.split("(")[1].split(" calls")[0]
+        priced[method] = float(calls_priced.split("x")[0])
+        rows.append(f"| {method} | {tau} | {calls} | {modelled} | {calls_priced.split(' ')[0]} | [{name}]")
+    tree = summary("tree_fill_and_cpu/tree_fill")["methods"]["oneiro-tree"]["overall"]["mean_accepted_tokens"]
+    hybrid = summary("tree_calibration/calib_new")["methods"]["oneiro-hybrid"]["overall"]["mean_accepted_tokens"]
+    cheap = {m: breakdown_row("tree_cheap_drafter_call/cheap_new/breakdown_h200_call0.05.md", m)[4].split(" ")[0]
+             for m in ("oneiro-hybrid", "oneiro-tree")}
+    config = summary("tree_calibration/calib_new")["config"]
+    assert all(o["identical_to_greedy"] == 1.0 for o in overall("tree_calibration/calib_new").values())
+    return [
+        *rows,
+        f"bf16, {p['context_len']} cached tokens,",
+        f"t(1) = {p['t1_s'] * 1000:.1f} ms, t(2..16) = {min(ratios_above_1):.2f}-{max(ratios_above_1):.2f} t(1). k\n"
+        f"  above {max(map(int, p['ratios']))} is read as t({max(map(int, p['ratios']))}).".replace("\n  ", " "),
+        f"`drafter_step_ratio` = {p['drafter_step_ratio']:.2f} in the file above",
+        (f"SmolLM2-135M-Instruct, the shipped drafter, {config['n_questions']} questions (the first of each category), "
+        f"{config['max_new_tokens']} new tokens,"),
+        f"The tree is {tree / hybrid:.2f}x the chain hybrid in tau ({tree:.3f} / {hybrid:.3f}, from the two runs' "
+        f"summary.json) and about {priced['oneiro-tree'] / priced['oneiro-hybrid']:.2f}x in the\npriced model "
+        f"({priced['oneiro-tree']:.2f}x / {priced['oneiro-hybrid']:.2f}x,".replace("\n", " "),
+        f"the hybrid reached {cheap['oneiro-hybrid']} and the tree {cheap['oneiro-tree']} with the same inputs",
+    ]
