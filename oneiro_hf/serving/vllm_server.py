@@ -51,11 +51,16 @@ def free_port() -> int:
 
 
 def server_command(python: str, target: str, port: int, speculative_config: dict[str, Any] | None = None,
-                   dtype: str = "float32", max_model_len: int = 1024, extra: Sequence[str] = ()) -> list[str]:
+                   dtype: str = "float32", max_model_len: int = 1024, extra: Sequence[str] = (),
+                   eager: bool = True) -> list[str]:
     """The command line of vLLM's OpenAI server for `target` on HOST:`port`, with a draft model when
-    `speculative_config` is given (`{"method": "eagle3", "model": FOLDER, "num_speculative_tokens": k}`)."""
+    `speculative_config` is given (`{"method": "eagle3", "model": FOLDER, "num_speculative_tokens": k}`).
+    `eager` skips compilation (`--enforce-eager`: a short start on a CPU); on a GPU, False keeps vLLM's compiled
+    graphs."""
     command = [python, "-m", SERVER_MODULE, "--model", str(target), "--host", HOST, "--port", str(port),
-               "--dtype", dtype, "--max-model-len", str(max_model_len), "--enforce-eager", "--seed", "0"]
+               "--dtype", dtype, "--max-model-len", str(max_model_len), "--seed", "0"]
+    if eager:
+        command.append("--enforce-eager")
     if speculative_config is not None:
         command += ["--speculative-config", json.dumps(speculative_config)]
     return command + list(extra)
@@ -135,6 +140,7 @@ class VllmServer:
     dtype: str = "float32"
     max_model_len: int = 1024
     extra: Sequence[str] = ()
+    eager: bool = True
     start_timeout: float = 600.0
     request_timeout: float = 600.0
     port: int = field(default_factory=free_port)
@@ -153,7 +159,7 @@ class VllmServer:
 
     def start(self) -> VllmServer:
         command = server_command(self.python, self.target, self.port, self.speculative_config, self.dtype,
-                                 self.max_model_len, self.extra)
+                                 self.max_model_len, self.extra, self.eager)
         with open(self.log_path, "w", encoding="utf-8") as log:
             # its own session: stopping it reaches the engine process vLLM starts, and nothing else
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -1,0 +1,226 @@
+"""vLLM's OpenAI server under load: plain, `ngram`, `suffix` and the exported oneiro drafter (fixed k, and k backed
+off by batch size with vLLM's `num_speculative_tokens_per_batch_size`), each driven by 1, 4 and 16 concurrent
+clients over Spec-Bench questions (chat requests, greedy). Records output tokens/s, per-request latency, accepted
+drafts from the server's /metrics, and how many texts equal plain's at the same concurrency.
+
+Run it with .venv-vllm and the CPU environment of docs/serving.md (the server runs in this interpreter):
+
+    LD_PRELOAD=$PWD/.venv-vllm/lib/libiomp5.so VLLM_CPU_KVCACHE_SPACE=2 VLLM_CPU_OMP_THREADS_BIND=nobind \\
+        .venv-vllm/bin/python scripts/vllm_load_bench.py --questions ../shared/data/spec_bench/question.jsonl \\
+        --out runs/vllm_load_smollm2.json
+
+`--dry-run` checks the inputs, exports the drafter and prints each server's command without starting one (the
+script a device lease runs first). Each mode gets a fresh server on the loopback interface, a warm-up request
+that is not counted, then every concurrency level in turn; the server is stopped before the next mode starts.
+A mode vLLM cannot start (e.g. `suffix` without the arctic-inference package) is recorded with the reason.
+Spec-Bench is evaluation data only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from oneiro_hf.serving.vllm_server import ServerFailed, VllmServer, concurrently, error_lines, server_command
+
+ROOT = Path(__file__).resolve().parent.parent
+COUNTERS = ("drafts", "draft_tokens", "accepted", "generation_tokens")
+
+
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux) and its core count."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
+    except OSError:
+        pass
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+
+
+def weights_sha256(folder: Path) -> str:
+    digest = hashlib.sha256()
+    with open(folder / "model.safetensors", "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def parse_schedule(text: str) -> list[list[int]]:
+    """"1-2:3,3-8:2,9-256:1" -> [[1, 2, 3], [3, 8, 2], [9, 256, 1]] (batch sizes from-to inclusive: k)."""
+    schedule = []
+    for part in text.split(","):
+        sizes, k = part.split(":")
+        low, high = sizes.split("-")
+        schedule.append([int(low), int(high), int(k)])
+    return schedule
+
+
+def mode_configs(args, folder: Path) -> dict[str, dict | None]:
+    oneiro = {"method": "eagle3", "model": str(folder), "num_speculative_tokens": args.k}
+    return {
+        "plain": None,
+        "ngram": {"method": "ngram", "num_speculative_tokens": args.k, "prompt_lookup_min": 2,
+                  "prompt_lookup_max": 4},
+        "suffix": {"method": "suffix"},  # vLLM picks k per step (up to its tree depth); needs arctic-inference
+        "oneiro": oneiro,
+        "oneiro-backoff": {**oneiro, "num_speculative_tokens_per_batch_size": parse_schedule(args.backoff)},
+    }
+
+
+def server_extra(args) -> list[str]:
+    return ["--max-num-seqs", str(max(args.clients))]  # every client's request in one batch
+
+
+def gained(after: dict, before: dict) -> dict:
+    out = {key: after.get(key, 0) - before.get(key, 0) for key in COUNTERS if key in after}
+    if "accepted_per_position" in after:
+        old = before.get("accepted_per_position") or [0] * len(after["accepted_per_position"])
+        out["accepted_per_position"] = [a - b for a, b in zip(after["accepted_per_position"], old)]
+    return out
+
+
+def load_level(server: VllmServer, questions: list[str], clients: int, max_tokens: int) -> dict:
+    """Every question once, from `clients` concurrent clients: throughput, latency, the texts, the counters."""
+    before = server.metrics()
+    calls = [lambda q=q: server.chat([{"role": "user", "content": q}], max_tokens) for q in questions]
+    start = time.perf_counter()
+    replies = concurrently(calls, clients)
+    wall = time.perf_counter() - start
+    latencies = sorted(r.seconds for r in replies)
+    tokens = sum(r.completion_tokens for r in replies)
+    return {"clients": clients, "requests": len(replies), "output_tokens": tokens, "seconds": round(wall, 3),
+            "output_tokens_per_s": round(tokens / wall, 2),
+            "latency_s": {"mean": round(statistics.mean(latencies), 3),
+                          "p50": round(latencies[len(latencies) // 2], 3),
+                          "p90": round(latencies[min(len(latencies) - 1, int(0.9 * len(latencies)))], 3),
+                          "max": round(latencies[-1], 3)},
+            "spec": gained(server.metrics(), before), "texts": [r.text for r in replies]}
+
+
+def run_mode(name: str, spec: dict | None, target: str, questions: list[str], args, logs: Path) -> dict:
+    server = VllmServer(sys.executable, target, logs / f"{name}.log", speculative_config=spec, dtype=args.dtype,
+                        max_model_len=args.max_model_len, extra=server_extra(args),
+                        eager=not args.compiled)
+    start = time.perf_counter()
+    try:
+        server.start()
+    except ServerFailed as failed:
+        reasons = error_lines(server.log_tail(10**6)) or [str(failed).splitlines()[0]]
+        print(f"[{name}] could not start: {reasons[0]}", flush=True)
+        return {"unavailable": reasons[0]}
+    try:
+        started = round(time.perf_counter() - start, 1)
+        server.chat([{"role": "user", "content": "Say hello."}], 8)  # warm-up, not counted
+        levels = []
+        for clients in args.clients:
+            level = load_level(server, questions, clients, args.max_new_tokens)
+            print(f"[{name}] {clients:>2} clients: {level['output_tokens_per_s']} tok/s, latency p50 "
+                  f"{level['latency_s']['p50']} s, spec {level['spec']}", flush=True)
+            levels.append(level)
+    finally:
+        status = server.stop()
+    return {"start_seconds": started, "levels": levels, "exit_status": status, "speculative_config": spec}
+
+
+def compare_to_plain(results: dict) -> None:
+    """Per mode and level: texts equal to plain's at the same concurrency, and throughput relative to plain."""
+    plain = results.get("plain", {}).get("levels")
+    if not plain:
+        return
+    for result in results.values():
+        for level, reference in zip(result.get("levels", []), plain):
+            level["identical_to_plain"] = sum(a == b for a, b in zip(level["texts"], reference["texts"]))
+            level["throughput_vs_plain"] = round(level["output_tokens_per_s"] / reference["output_tokens_per_s"], 3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--questions", required=True, help="Spec-Bench question.jsonl")
+    parser.add_argument("--target", default="smollm2-135m-instruct")
+    parser.add_argument("--drafter", default=str(ROOT / "drafters" / "smollm2-135m-instruct"))
+    parser.add_argument("--per-category", type=int, default=2)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--clients", default="1,4,16", help="concurrency levels, in order")
+    parser.add_argument("--k", type=int, default=3, help="num_speculative_tokens for ngram and the drafter")
+    parser.add_argument("--backoff", default="1-2:3,3-8:2,9-1024:1",
+                        help="oneiro-backoff's k by batch size, FROM-TO:K,... (vLLM's "
+                             "num_speculative_tokens_per_batch_size)")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--modes", default="plain,ngram,suffix,oneiro,oneiro-backoff")
+    parser.add_argument("--out", help="the record (JSON); the servers' logs go beside it")
+    parser.add_argument("--compiled", action="store_true",
+                        help="keep vLLM's compiled graphs (a GPU); default: --enforce-eager (a CPU, short start)")
+    parser.add_argument("--dry-run", action="store_true", help="check inputs, export, print commands; no server")
+    args = parser.parse_args()
+    args.clients = [int(c) for c in args.clients.split(",")]
+    from transformers import AutoTokenizer  # noqa: F401  (fails early outside a transformers environment)
+
+    from oneiro_hf import __version__
+    from oneiro_hf.bench.answers import load_questions
+    from oneiro_hf.reference_models import fetch_reference_model
+    from oneiro_hf.serving.vllm_export import export_for_vllm
+
+    target = str(fetch_reference_model(args.target)) if "/" not in args.target else args.target
+    questions = [q["turns"][0] for q in load_questions(args.questions, per_category=args.per_category)]
+    chosen = args.modes.split(",")
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = export_for_vllm(args.drafter, Path(tmp) / "drafter", args.target, args.k)
+        modes = mode_configs(args, folder)
+        unknown = [m for m in chosen if m not in modes]
+        if unknown:
+            raise SystemExit(f"unknown modes {unknown}. Fix: choose from {', '.join(modes)}.")
+        if args.dry_run:
+            for name in chosen:
+                command = server_command(sys.executable, target, 0, modes[name], args.dtype, args.max_model_len,
+                                         server_extra(args), eager=not args.compiled)
+                print(f"{name}: {shlex.join(command)}")
+            print(f"{len(questions)} questions, clients {args.clients}, drafter sha256 {weights_sha256(folder)}")
+            return
+        logs = Path(args.out).with_suffix("") if args.out else Path(tmp) / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        results = {name: run_mode(name, modes[name], target, questions, args, logs) for name in chosen}
+        sha = weights_sha256(folder)
+    compare_to_plain(results)
+    import vllm
+
+    record = {
+        "what": "vLLM's OpenAI server (python -m vllm.entrypoints.openai.api_server) under 1/4/16 concurrent "
+                "clients, chat requests, greedy: plain, ngram, suffix, the oneiro drafter (fixed k, k by batch size)",
+        "conditions": {
+            "cpu": cpu_name(), "vllm": vllm.__version__, "oneiro_hf": __version__, "dtype": args.dtype,
+            "enforce_eager": not args.compiled, "target": args.target, "drafter": os.path.relpath(args.drafter, ROOT),
+            "drafter_folder_sha256": sha, "k": args.k, "backoff": parse_schedule(args.backoff),
+            "questions": f"Spec-Bench, first {args.per_category} of each category ({len(questions)}), first turn",
+            "max_new_tokens": args.max_new_tokens, "clients": args.clients, "date": time.strftime("%Y-%m-%d %H:%M"),
+            "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+            "LD_PRELOAD": os.path.basename(os.environ.get("LD_PRELOAD", "")) or None,
+            "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
+        },
+        "modes": results,
+    }
+    text = json.dumps(record, indent=2) + "\n"
+    if args.out:
+        Path(args.out).write_text(text)
+    for name, result in results.items():
+        for level in result.get("levels", []):
+            print(f"{name:>15} {level['clients']:>2} clients: {level['output_tokens_per_s']:>7} tok/s "
+                  f"({level.get('throughput_vs_plain', '-')}x plain), p50 {level['latency_s']['p50']} s, "
+                  f"identical {level.get('identical_to_plain', '-')}/{level['requests']}")
+        if "unavailable" in result:
+            print(f"{name:>15} unavailable: {result['unavailable']}")
+
+
+if __name__ == "__main__":
+    main()
