@@ -177,16 +177,19 @@ NOT_MEASURED = [
 # Sections whose figures are not rendered from their records yet (issue 59): the list only shrinks.
 NOT_YET_CHECKED: dict[str, dict[str, str]] = {
     "docs/benchmarks.md": {
-        "What we tried and what it gave": "history: earlier runs, each linking its record; not rendered yet",
+        "What we tried and what it gave": "history of earlier runs: many bullets quote a before -> after whose "
+                                          "'before' run is only in git history, and some cite no record; "
+                                          "not rendered yet",
     },
 }
 
 
 def sections(page: Path) -> dict[str, str]:
     """Each heading's text (the heading without its #s) -> the lines below it up to the next heading."""
-    found, name, lines = {}, "", []
+    found, name, lines, in_code = {}, "", [], False
     for line in page.read_text().splitlines():
-        if line.startswith("#"):
+        in_code ^= line.startswith("```")
+        if line.startswith("#") and not in_code:
             found[name], name, lines = "\n".join(lines), line.lstrip("#").strip(), []
         else:
             lines.append(line)
@@ -220,7 +223,8 @@ LINK_TARGET = re.compile(r"(?<=\])\([^)]*\)")
 
 def unchecked_numbers(text: str, checked: list[str]) -> list[tuple[str, str]]:
     """(number, its sentence) for each number of `text` outside `checked` texts, code, links and names."""
-    text = LINK_TARGET.sub("", normalized(_without_checked_tables(text)))
+    text = re.sub(r"```.*?```", " ", _without_checked_tables(text), flags=re.DOTALL)  # code: not figures
+    text = LINK_TARGET.sub("", normalized(text))
     for snippet in sorted(checked, key=len, reverse=True):
         text = text.replace(LINK_TARGET.sub("", snippet), " ")
     text = re.sub(r"<!--.*?-->|`[^`]*`", " ", text)
@@ -268,11 +272,19 @@ def test_the_lists_of_exceptions_name_what_is_there():
         assert set(by_section) <= set(sections(ROOT / page)), set(by_section) - set(sections(ROOT / page))
 
 
+def test_sections_split_at_headings_not_at_comments_in_code(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("# Title\nintro\n## A\n```bash\n# a shell comment\nrun --k 3\n```\nafter\n## B\nb\n")
+    assert list(sections(page)) == ["", "Title", "A", "B"]
+    assert "a shell comment" in sections(page)["A"] and "after" in sections(page)["A"]
+
+
 def test_the_coverage_check_finds_an_unrendered_figure():
     text = "The hybrid reached **2.07x** on SmolLM2-135M-Instruct (`--threads 1`, [run](benchmarks/x_s1/a.json))."
     assert [number for number, _ in unchecked_numbers(text, [])] == ["2.07"]  # not the model's name, code or link
     assert unchecked_numbers(text, ["reached **2.07x** on"]) == []
-    table = "| method | vs same-kernel greedy |\n|---|---|\n| oneiro-tree | 1.50x (oneiro-greedy) |\n\nAfter: 3.1x."
+    table = ("| method | vs same-kernel greedy |\n|---|---|\n| oneiro-tree | 1.50x (oneiro-greedy) |\n\n"
+             "```bash\n# a comment, not a heading: --k 3\n```\nAfter: 3.1x.")
     assert [n for n, _ in unchecked_numbers(table, [])] == ["3.1"]  # method tables are checked cell by cell
 
 
