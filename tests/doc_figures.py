@@ -3,8 +3,8 @@
 Each function below is registered for one section of one page and returns that section's figures as the text
 the page shows, rendered from the records (`docs/benchmarks/...`, `docs/measurements/...`, `drafters/...`).
 `tests/test_doc_figures.py` checks that every rendered text appears in its section (so a figure that drifts from
-its record fails), and that every number of a checked section lies inside a rendered text, a table checked
-cell by cell, or an entry of NOT_MEASURED (a setting, a version, a goal: a number that no record holds).
+its record fails), and that every number of both pages lies inside a rendered text, a table checked cell by cell,
+or an entry of NOT_MEASURED (a setting, a version, a goal: a number that no record holds).
 
 To add a figure to a page: write the sentence, then add its rendering here, in the function of its section,
 from the record the sentence links to (CONTRIBUTING.md, "Figures in the docs").
@@ -840,3 +840,121 @@ def modelled_h200() -> list[str]:
         f"({priced['oneiro-tree']:.2f}x / {priced['oneiro-hybrid']:.2f}x,".replace("\n", " "),
         f"the hybrid reached {cheap['oneiro-hybrid']} and the tree {cheap['oneiro-tree']} with the same inputs",
     ]
+
+
+def paired(path: str, pair: str) -> str:
+    """The geometric mean per question of a pair ('oneiro-hybrid / oneiro-lookup') in a committed paired.txt."""
+    for line in (BENCH / path).read_text().splitlines():
+        if line.startswith(pair + ":"):
+            return line.split("geo-mean per question ")[1].split(",")[0]
+    raise AssertionError(f"{path} has no pair {pair}")
+
+
+@figures("docs/benchmarks.md", "What we tried and what it gave")
+def what_we_tried() -> list[str]:
+    g = {run: overall(run) for run in (
+        "smollm2_all256", "smollm2_lookahead_length", "smollm2_recovering_backoff", "smollm2_lookup_after_latent",
+        "gemma_stock_kernels", "tree_fill_and_cpu/cpu39", "smollm2_grouped_attention_4k/old",
+        "smollm2_grouped_attention_4k/new", "smollm2_grouped_attention_7k/old", "smollm2_grouped_attention_7k/new")}
+    ml = {m: e["overall"] for m, e in record("docs/benchmarks/smollm2_multilayer_drafter/summary_shipped_drafter.json")
+          ["methods"].items()}
+    scale = {m: e["overall"] for m, e in summary("smollm2_drafter_at_scale")["methods"].items()}
+    shipped = record("drafters/smollm2-135m-instruct/training_summary.json")
+    sv = "speedup_vs_greedy"
+
+    def by_position(o: dict) -> str:
+        return " / ".join(pct(a) for a in o["acceptance_by_position"][:3])
+
+    a256, la, rb, lal = (g[r] for r in ("smollm2_all256", "smollm2_lookahead_length", "smollm2_recovering_backoff",
+                                        "smollm2_lookup_after_latent"))
+    probe = record("docs/benchmarks/prepacked_linear_probe/probe.json")["passes"]
+    epyc = record("docs/benchmarks/prepacked_row_threshold_epyc/probe.json")["passes"]
+    kv = {arm: record(f"docs/benchmarks/drafter_kv_source/shipped_{arm}.json")["before"]["tau"]
+          for arm in ("own", "target")}
+    exact = {arm: record(f"docs/benchmarks/exact_verified_context/{arm}_training_summary.json")
+             for arm in ("own", "exact")}
+    dec = {m: e["overall"] for m, e in record("docs/benchmarks/exact_verified_context/decode_summary.json")
+           ["methods"].items()}
+    gem, cpu39 = g["gemma_stock_kernels"], g["tree_fill_and_cpu/cpu39"]
+    old4, new4, old7, new7 = (g[f"smollm2_grouped_attention_{n}/{v}"] for n in ("4k", "7k") for v in ("old", "new"))
+    cheap = {m: float(breakdown_row("tree_cheap_drafter_call/cheap_new/breakdown_h200_call0.05.md", m)[4]
+                      .split("x")[0]) for m in ("oneiro-hybrid",)}
+    lookup_h200 = float(breakdown_row("tree_calibration/calib_new/breakdown_h200.md", "oneiro-lookup")[4].split("x")[0])
+    hybrid_h200 = float(breakdown_row("tree_calibration/calib_new/breakdown_h200.md", "oneiro-hybrid")[4].split("x")[0])
+    relaxed = [a256[m] for m in ("oneiro-topk-3", "oneiro-threshold-0.1")]
+    return [
+        f"{x(a256['oneiro-lookup'][sv])} against\n  transformers' prompt lookup at {x(a256['hf-lookup'][sv])}, "
+        f"{summary('smollm2_all256')['config']['n_questions']} questions".replace("\n  ", " "),
+        f"(states of layers {', '.join(map(str, shipped['input_layers']))}; {shipped['train_records']:,} records): "
+        f"fixed 3-token\n  drafts accepted {by_position(ml['oneiro-latent-fixed-3'])} by position, tau "
+        f"{ml['oneiro-latent-fixed-3']['mean_accepted_tokens']:.2f} (the first drafter trained at scale: "
+        f"{by_position(scale['oneiro-latent-fixed-3@new'])},\n  tau "
+        f"{scale['oneiro-latent-fixed-3@new']['mean_accepted_tokens']:.2f}; the one from 1,108 records: "
+        f"{by_position(scale['oneiro-latent-fixed-3'])}, tau {scale['oneiro-latent-fixed-3']['mean_accepted_tokens']:.2f})"
+        .replace("\n  ", " ").replace(" / ", " / "),
+        f"latent alone {x(ml['oneiro-latent'][sv])} -> {x(la['oneiro-latent'][sv])}, tau "
+        f"{ml['oneiro-latent']['mean_accepted_tokens']:.2f} -> {la['oneiro-latent']['mean_accepted_tokens']:.2f}; "
+        f"the hybrid's tau {ml['oneiro-hybrid']['mean_accepted_tokens']:.2f} -> "
+        f"{la['oneiro-hybrid']['mean_accepted_tokens']:.2f} at unchanged\n  wall clock, "
+        f"{x(la['oneiro-hybrid'][sv])}".replace("\n  ", " "),
+        (f"latent {x(rb['oneiro-latent'][sv])}, hybrid {x(rb['oneiro-hybrid'][sv])}, "
+        f"{x(rb['oneiro-hybrid']['tokens_per_s'] / rb['oneiro-lookup']['tokens_per_s'])} oneiro-lookup"),
+        f"(t(2) = {record('docs/benchmarks/smollm2_lookup_after_latent/profile.json')['ratios']['2']:.2f} t(1)), stock kernels on both "
+        f"sides: latent alone\n  {x(lal['oneiro-latent'][sv])}, hybrid {x(lal['oneiro-hybrid'][sv])}, "
+        f"{x(lal['oneiro-hybrid']['tokens_per_s'] / lal['oneiro-lookup']['tokens_per_s'])} oneiro-lookup; fixed "
+        f"3-token drafts {x(lal['oneiro-latent-fixed-3'][sv])}".replace("\n  ", " "),
+        f"{x(lal['oneiro-hybrid'][sv])} against {x(lal['oneiro-hybrid@noext'][sv])}\n  without, paired per question "
+        f"{paired('smollm2_lookup_after_latent/paired.txt', 'oneiro-hybrid / oneiro-hybrid@noext')}"
+        .replace("\n  ", " "),
+        f"t(4) {probe['stock_ratios']['4']:.2f} -> {probe['prepacked_ratios']['4']:.2f} t(1) on one Xeon",
+        f"hybrid {paired('prepacked_linear_ab/paired.txt', 'oneiro-hybrid / oneiro-hybrid@stock')} and tree "
+        f"{paired('prepacked_linear_ab/paired.txt', 'oneiro-tree / oneiro-tree@stock')} over\n  the same methods on "
+        f"stock linears, {summary('prepacked_linear_ab')['config']['n_questions']} questions".replace("\n  ", " "),
+        f"went from t(2) = {epyc['stock_ratios']['2']:.2f} to\n  {epyc['prepacked_ratios']['2']:.2f} t(1)"
+        .replace("\n  ", " "),
+        (f"the hybrid gained {paired('prepacked_row_threshold_epyc/paired.txt', 'oneiro-hybrid / oneiro-hybrid@stock')}"
+        " per question"),
+        (f"the hybrid {x(old4['oneiro-hybrid'][sv])} -> {x(new4['oneiro-hybrid'][sv])} at 4k and "
+        f"{x(old7['oneiro-hybrid'][sv])} -> {x(new7['oneiro-hybrid'][sv])} at 7k tokens"),
+        f"({summary('smollm2_grouped_attention_4k/new')['config']['n_questions']} questions each;",
+        (f"reached {paired('tree_fill_and_cpu/cpu39/paired.txt', 'oneiro-tree / oneiro-hybrid')[:4]}x per question on "
+        f"a flat-profile EPYC ({x(cpu39['oneiro-tree'][sv])} against {x(cpu39['oneiro-hybrid'][sv])} stock greedy, "
+        f"{summary('tree_fill_and_cpu/cpu39')['config']['n_questions']} questions,"),
+        f"the\n  hybrid would be {x(cheap['oneiro-hybrid'] / lookup_h200)} oneiro-lookup instead of "
+        f"{x(hybrid_h200 / lookup_h200)}.".replace("\n  ", " "),
+        f"+{exact['exact']['evals'][-1]['eval_tau'] - exact['own']['evals'][-1]['eval_tau']:.2f} tau held out on\n  "
+        f"{exact['exact']['records']} records; level in real decoding on "
+        f"{record('docs/benchmarks/exact_verified_context/decode_summary.json')['config']['n_questions']} questions "
+        f"(tau {dec['oneiro-latent-fixed-3@exact']['mean_accepted_tokens']:.3f} against "
+        f"{dec['oneiro-latent-fixed-3@own']['mean_accepted_tokens']:.3f};".replace("\n  ", " "),
+        f"fell from {kv['own']:.2f} to {kv['target']:.2f}\n  held-out tau".replace("\n  ", " "),
+        f"top-3 {x(relaxed[0][sv])} and threshold 0.1 {x(relaxed[1][sv])} at "
+        f"{summary('smollm2_all256')['config']['max_new_tokens']} tokens, but only "
+        f"{round(min(r['identical_to_greedy'] for r in relaxed) * 100)}-"
+        f"{round(max(r['identical_to_greedy'] for r in relaxed) * 100)}% of answers\n  identical to greedy, ROUGE-L "
+        f"{min(r['rouge_l_vs_greedy'] for r in relaxed):.2f}-{max(r['rouge_l_vs_greedy'] for r in relaxed):.2f} "
+        "against it".replace("\n  ", " "),
+        *backoff_accounting(),
+        (f"an AMD EPYC whose MKL repacks from "
+        f"{min(v for v in record('docs/benchmarks/prepacked_row_threshold_epyc/probe.json')['measured_min_rows'].values() if v and v > 1)}"
+        " rows"),
+        (f"In the H200 model, tree tau rose to "
+        f"{summary('tree_fill_and_cpu/tree_fill')['methods']['oneiro-tree']['overall']['mean_accepted_tokens'] / summary('tree_calibration/calib_new')['methods']['oneiro-hybrid']['overall']['mean_accepted_tokens']:.2f}x"
+        " the chain's"),
+        (f"(the first {summary('smollm2_all256')['config']['early_exit_layer']} layers as drafter, a model not trained "
+        f"for it): {x(a256['hf-early-exit'][sv])}"),
+        f"(base model, its shipped drafter, {summary('gemma_stock_kernels')['config']['n_questions']} questions, "
+        f"{summary('gemma_stock_kernels')['config']['max_new_tokens']} tokens, stock kernels on both sides): hybrid\n  "
+        f"{x(gem['oneiro-hybrid'][sv])}, tau {gem['oneiro-hybrid']['mean_accepted_tokens']:.2f}; oneiro-lookup "
+        f"{x(gem['oneiro-lookup'][sv])}".replace("\n  ", " "),
+    ]
+
+
+def backoff_accounting() -> list[str]:
+    """The reverted back-off accounting's figures, from its record's table (backoff_accounting/README.md)."""
+    table = (BENCH / "backoff_accounting/README.md").read_text()
+    latent = next(line for line in table.splitlines() if line.startswith("| oneiro-latent |")).split("|")
+    before, after = (cell.strip().split(",")[0] for cell in latent[2:4])
+    off = re.search(r"tau 1\.01 in (\d+) of (\d+) categories", table)
+    return [f"off for good in {off.group(1)} of {off.group(2)}\n  categories (latent {before} -> {after})"
+            .replace("\n  ", " ")]
