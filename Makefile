@@ -89,7 +89,9 @@ test-oldest: $(OLDEST_STAMP)
 	$(OLDEST_VENV)/bin/oneiro-train --help > /dev/null
 	$(OLDEST_VENV)/bin/oneiro-bench --help > /dev/null
 
-# oneiro drafters served by vLLM (tests_vllm/, never collected by `make test`): about 5 minutes on 2 cores, plus
+# oneiro drafters served by vLLM (tests_vllm/, never collected by `make test`): offline engines, the module
+# against the drafter, and vLLM's OpenAI server started 4 times (2 serving, 2 refusing a drafter at start-up).
+# 33 minutes on 2 cores shared with a load average of 9-15; the offline part alone took 5 on quiet cores; plus
 # about 3 to build .venv-vllm the first time
 test-vllm: $(VLLM_STAMP) models
 	$(VLLM_ENV) $(VLLM_PY) -m pytest -q -p no:cacheprovider tests_vllm

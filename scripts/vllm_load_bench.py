@@ -143,6 +143,22 @@ def compare_to_plain(results: dict) -> None:
             level["throughput_vs_plain"] = round(level["output_tokens_per_s"] / reference["output_tokens_per_s"], 3)
 
 
+def write_record(out: str | None, conditions: dict, results: dict, load_before: float) -> None:
+    """The run's JSON record so far (modes compared with plain's texts and throughput where plain ran)."""
+    import vllm
+
+    compare_to_plain(results)
+    record = {
+        "what": "vLLM's OpenAI server (python -m vllm.entrypoints.openai.api_server) under 1/4/16 concurrent "
+                "clients, chat requests, greedy: plain, ngram, suffix, the oneiro drafter (fixed k, k by batch size)",
+        "conditions": {**conditions, "vllm": vllm.__version__,
+                       "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)]},
+        "modes": results,
+    }
+    if out:
+        Path(out).write_text(json.dumps(record, indent=2) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--questions", required=True, help="Spec-Bench question.jsonl")
@@ -190,29 +206,20 @@ def main() -> None:
             return
         logs = Path(args.out).with_suffix("") if args.out else Path(tmp) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        results = {name: run_mode(name, modes[name], target, questions, args, logs) for name in chosen}
         sha = weights_sha256(folder)
-    compare_to_plain(results)
-    import vllm
-
-    record = {
-        "what": "vLLM's OpenAI server (python -m vllm.entrypoints.openai.api_server) under 1/4/16 concurrent "
-                "clients, chat requests, greedy: plain, ngram, suffix, the oneiro drafter (fixed k, k by batch size)",
-        "conditions": {
-            "cpu": cpu_name(), "vllm": vllm.__version__, "oneiro_hf": __version__, "dtype": args.dtype,
-            "enforce_eager": not args.compiled, "target": args.target, "drafter": os.path.relpath(args.drafter, ROOT),
-            "drafter_folder_sha256": sha, "k": args.k, "backoff": parse_schedule(args.backoff),
+        conditions = {
+            "cpu": cpu_name(), "oneiro_hf": __version__, "dtype": args.dtype, "enforce_eager": not args.compiled,
+            "target": args.target, "drafter": os.path.relpath(args.drafter, ROOT), "drafter_folder_sha256": sha,
+            "k": args.k, "backoff": parse_schedule(args.backoff),
             "questions": f"Spec-Bench, first {args.per_category} of each category ({len(questions)}), first turn",
             "max_new_tokens": args.max_new_tokens, "clients": args.clients, "date": time.strftime("%Y-%m-%d %H:%M"),
-            "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
             "LD_PRELOAD": os.path.basename(os.environ.get("LD_PRELOAD", "")) or None,
             "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
-        },
-        "modes": results,
-    }
-    text = json.dumps(record, indent=2) + "\n"
-    if args.out:
-        Path(args.out).write_text(text)
+        }
+        results: dict[str, dict] = {}
+        for name in chosen:  # the record is rewritten after each mode: a run stopped part-way keeps what it did
+            results[name] = run_mode(name, modes[name], target, questions, args, logs)
+            write_record(args.out, conditions, results, load_before)
     for name, result in results.items():
         for level in result.get("levels", []):
             print(f"{name:>15} {level['clients']:>2} clients: {level['output_tokens_per_s']:>7} tok/s "
