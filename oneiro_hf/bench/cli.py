@@ -43,7 +43,7 @@ Methods
 
 Outputs under --out: answers/<method>.jsonl, summary.json, report.md, plots/*.png, run_config.json.
 Exit status: 0 fine, 2 unusable arguments or inputs (checked before any model loads), 3 a lossless
-method's output differed from greedy (listed under "lossless_violations"), 130 interrupted.
+method's output differed from greedy on the same kernels (listed under "lossless_violations"), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -374,7 +374,7 @@ def run_main(argv: list[str]) -> int:
         return _fail(err)
     if summary.get("lossless_violations"):
         print(f"oneiro-bench: LOSSLESS VIOLATION: {', '.join(summary['lossless_violations'])} differ from greedy "
-              f"(questions: {summary['lossless_violation_questions']})", file=sys.stderr)
+              f"on the same kernels (questions: {summary['lossless_violation_questions']})", file=sys.stderr)
         return EXIT_LOSSLESS_VIOLATION
     return EXIT_INTERRUPTED if interrupted else EXIT_OK
 
