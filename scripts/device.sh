@@ -8,6 +8,9 @@
 #   scripts/device.sh check      there: greedy with a drafter token-identical to plain generate on CUDA (tiny random
 #                                llama, qwen2, gemma3; float32, bfloat16), then t(k) and the drafter step of
 #                                real-sized random-weight shapes: $OUT/device_check.json
+#   scripts/device.sh bf16       there (after `prepare` with GEMMA_BRANCH=0): SmolLM2 in bfloat16 on CUDA, 13 Spec-Bench
+#                                questions x 128 tokens, greedy, hf-lookup, the chain hybrid and the tree: identity to
+#                                greedy (CUDA runs transformers' kernels: near-ties decide) and speed, $OUT/bf16_smollm2
 # --dry-run prints the commands a phase would run and runs none of them (its working folders are temporary);
 # --cpu runs `profiles` on this CPU with tiny sizes (`check` runs on the CPU wherever there is no CUDA). Sizes and time boxes are environment variables
 # (each phase's block below), so a CPU rehearsal of `lease` can use tiny ones (docs/gpu.md).
@@ -17,13 +20,13 @@ while [ $# -gt 0 ]; do
   case $1 in
     --dry-run) X=(echo +) ;;
     --cpu) CPU=1 ;;
-    -h|--help) sed -n '2,13p' "$0" | cut -c 3-; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | cut -c 3-; exit 0 ;;
     *) break ;;
   esac
   shift
 done
 PHASE=${1:-}
-case $PHASE in prepare|lease|profiles|check) ;; *) echo "usage: scripts/device.sh [--dry-run] [--cpu] prepare|lease|profiles|check" >&2; exit 2 ;; esac
+case $PHASE in prepare|lease|profiles|check|bf16) ;; *) echo "usage: scripts/device.sh [--dry-run] [--cpu] prepare|lease|profiles|check|bf16" >&2; exit 2 ;; esac
 THREADS=${THREADS:-2}
 . "$(dirname "$0")/env.sh"
 . scripts/carry.sh
@@ -84,6 +87,7 @@ if os.environ["SMOLLM2_MORE"]:
             "sharegpt", limit=100000, exclude=[os.environ["QUESTIONS"]]) if rec["id"] not in done]
     print(f"smollm2: {len(left)} ShareGPT prompts left to answer")
 PYEOF
+  "${X[@]}" cp "$QUESTIONS" "$s/s/question.jsonl"  # Spec-Bench, for the bf16 phase's evaluation only
   "${X[@]}" carry_pieces "$s/s" .devcarry || exit 1
   rm -rf "$s"
   echo "  run(carry=[\".devcarry/c\"], timeout_s=600, command=\"GEMMA_BRANCH=$gemma${VARIANTS:+ VARIANTS='$VARIANTS'}" \
@@ -190,6 +194,24 @@ for step in (lossless, real_shapes):
 print(json.dumps(results, indent=2, default=str))
 sys.exit(1 if any(k.endswith("_error") for k in results) else 0)
 PYEOF
+}
+
+bf16() {
+  # The Spec-Bench questions travel in the carry (`prepare` adds them), as the GGUF does.
+  CARRY=${CARRY:-.devcarry/c} OUT=${OUT:-/tmp/lease-out} WORK=${WORK:-/tmp/lease} PARTS=${PARTS:-/tmp/parts}
+  export HF_HUB_OFFLINE=1 ONEIRO_HF_CACHE=${ONEIRO_HF_CACHE:-$WORK/cache}
+  mkdir -p "$OUT" "$WORK"  # temporary folders in a dry run
+  if [ ${#X[@]} -gt 0 ]; then
+    echo "+ cat $PARTS/carry.tar.part* $CARRY/carry.tar.part* (in name order) | tar -C $WORK -x"
+  else
+    carry_unpack "$PARTS" "$CARRY" "$WORK" || { stamp "the carried pieces do not unpack"; exit 1; }
+  fi
+  target_ready smollm2-135m-instruct smollm2 || { stamp "smollm2: no target"; exit 1; }
+  [ -f "$WORK/question.jsonl" ] && QUESTIONS=$WORK/question.jsonl  # carried by `prepare`
+  "${X[@]}" $PY -m oneiro_hf.bench.cli --target smollm2-135m-instruct --drafter drafters/smollm2-135m-instruct \
+    --questions "$QUESTIONS" --methods greedy,hf-lookup,oneiro-hybrid,oneiro-tree --per-category 1 \
+    --max-new-tokens 128 --dtype bfloat16 --device "${DEVICE:-cuda}" --no-plots --out "$OUT/bf16_smollm2"
+  stamp "bf16: exit $? (3: an output differed from greedy on the same kernels)"
 }
 
 lease() {

@@ -61,7 +61,7 @@ def test_every_shell_script_parses(script: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
-@pytest.mark.parametrize("phase", ["prepare", "lease", "profiles", "check"])
+@pytest.mark.parametrize("phase", ["prepare", "lease", "profiles", "check", "bf16"])
 def test_the_device_script_dry_runs_every_phase_and_runs_nothing(phase: str, tmp_path: Path) -> None:
     before = sorted(p.name for p in ROOT.iterdir())
     done = _run(["bash", str(SCRIPTS / "device.sh"), "--dry-run", phase], cwd=tmp_path,
@@ -69,7 +69,7 @@ def test_the_device_script_dry_runs_every_phase_and_runs_nothing(phase: str, tmp
     assert done.returncode == 0, done.stdout + done.stderr
     commands = [line for line in done.stdout.splitlines() if line.startswith("+ ")]
     expected = {"prepare": "pip download", "lease": "oneiro_hf.training.cli", "profiles": "oneiro-bench profile",
-                "check": "python"}[phase]
+                "check": "python", "bf16": "--dtype bfloat16"}[phase]
     assert any(expected in line for line in commands), done.stdout
     assert sorted(p.name for p in ROOT.iterdir()) == before  # nothing written in the checkout (.devcarry included)
 
