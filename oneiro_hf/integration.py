@@ -107,10 +107,10 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
         kwargs["custom_generate"] = tree_generate_function(drafter, tree_settings, kwargs.get("streamer"))
     # The call's session lives on the drafter, which this thread holds: on the target (shared by every thread
     # using it) a concurrent call with another drafter could replace it before our candidate generator reads it.
-    # verification passes read the cache once per key/value head, not once per query head, and on a CPU the
-    # target's linears, and the drafter's copied layers, run on weights reordered once (cpu_kernels.py)
+    # on a CPU the target runs oneiro-hf's kernels (cpu_kernels.py): for 16-bit targets (or exact_kernels=True) every
+    # row of a verification pass gets a one-token step's bits; its linears, and the drafter's, on weights packed once
     with drafter.drafting_session(settings), cpu_kernels(self, settings.prepack_cpu_weights,
-                                                         settings.prepack_max_memory), \
+                                                         settings.prepack_max_memory, settings.exact_kernels), \
             prepacked_linears(drafter, settings.prepack_cpu_weights, settings.prepack_max_memory):
         return type(self).generate(self, *args, **kwargs)
 

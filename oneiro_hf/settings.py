@@ -84,6 +84,12 @@ def _prepack_max_memory_check(name: str, value: Any, settings: DraftingSettings)
     return None
 
 
+def _exact_kernels_check(name: str, value: Any, settings: DraftingSettings) -> str | None:
+    if value is not None and not isinstance(value, bool):
+        return f"{name} is True, False or None (got {value!r}). Fix: pass None (exact for 16-bit targets)."
+    return None
+
+
 def _tree_lookup_min_ngram_check(name: str, value: Any, settings: DraftingSettings) -> str | None:
     if not 1 <= int(value) <= int(settings.lookup_max_ngram):
         return (
@@ -178,6 +184,13 @@ class DraftingSettings:
         doc="with `prepack_cpu_weights`: the reordered copies take at most this fraction of each model's own bytes, "
         "the layers that save the most time per byte first (at 0.45 a float32 Qwen2.5-Coder-1.5B ran 107 of its 197 "
         "linear layers prepacked); `None`: every layer that gains is copied",
+    )
+    exact_kernels: bool | None = setting(
+        None, check=_exact_kernels_check,
+        doc="on a CPU, `True` runs the target on kernels that give each row of a verification pass the bits of a "
+        "one-token step (exact attention; every linear on one kernel at every row count): identical to greedy on the "
+        "same kernels by construction; `None`: for bfloat16 and float16 targets (float32 then runs the faster grouped "
+        "attention, its identity resting on near-ties being rare); `False`: never (`oneiro_hf.cpu_kernels`)",
     )
     context_window: int | None = setting(
         1024, check=_context_window_check,

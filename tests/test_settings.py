@@ -22,7 +22,7 @@ from oneiro_hf.tree.loop import TreeSettings
 
 FIELDS = [f.name for f in dataclasses.fields(DraftingSettings)]
 # str settings have no generic "other value"; the rest are derived from the type of the default
-OTHER_CHOICE = {"mode": "lookup", "verification": "topk", "prepack_max_memory": 0.45}
+OTHER_CHOICE = {"mode": "lookup", "verification": "topk", "prepack_max_memory": 0.45, "exact_kernels": True}
 # settings whose check compares with another setting: the other values that make a bad value of this one
 BAD_CONTEXT: dict[str, dict[str, Any]] = {"tree": {"verification": "topk"}}
 BAD_CANDIDATES: list[Any] = [0, "nope", -1, 10**6, 2.5, True]
