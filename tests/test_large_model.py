@@ -30,17 +30,39 @@ def _ids(tokenizer, prompt: str) -> torch.Tensor:
     return torch.tensor([encode_prompt(tokenizer, prompt)])
 
 
-def test_bfloat16_target_and_drafter_follow_its_dtype():
-    """Runs first, before the float32 fixture loads: the two copies together would need about 24 GB."""
+def test_bfloat16_chain_tree_and_batch_give_greedys_tokens_on_the_same_kernels():
+    """Runs first, before the float32 fixture loads: the two copies together would need about 24 GB. bfloat16, as
+    the original checkpoint loads, with the shipped drafter: the chain, the tree and a batch of both prompts give
+    plain greedy's tokens on the same kernels (`cpu_kernels`: exact for bfloat16), each batch row its prompt's own."""
+    from oneiro_hf.loading import default_drafter_dir
+
     torch.set_num_threads(2)
     model, tokenizer = load_reference_model(NAME, dtype=torch.bfloat16)
     assert next(model.parameters()).dtype == torch.bfloat16
-    drafter = OneiroDrafter.from_target(model, draft_vocab_ids=torch.arange(32768))
-    ids = _ids(tokenizer, PROMPTS[1])
-    ref = model.generate(ids, max_new_tokens=12, do_sample=False)
-    out = model.generate(ids, max_new_tokens=12, do_sample=False, assistant_model=drafter, oneiro_mode="hybrid")
-    assert torch.equal(out, ref)
+    drafter = OneiroDrafter.from_pretrained(default_drafter_dir(NAME), target=model)
     assert next(drafter.parameters()).dtype == torch.bfloat16
+    singles = []
+    for prompt in PROMPTS:
+        ids = _ids(tokenizer, prompt)
+        with cpu_kernels(model) as kernels:
+            ref = model.generate(ids, max_new_tokens=32, do_sample=False)
+        assert kernels.exact, kernels
+        singles.append(ref[0, ids.shape[1]:])
+        for tree in (False, True):
+            out = model.generate(ids, max_new_tokens=32, do_sample=False, assistant_model=drafter, oneiro_tree=tree)
+            assert torch.equal(out, ref), f"bfloat16 {'tree' if tree else 'chain'} differs from greedy on {prompt!r}"
+    rows = [encode_prompt(tokenizer, prompt) for prompt in PROMPTS]
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    with cpu_kernels(model):
+        ref = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=32, do_sample=False)
+    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=32, do_sample=False,
+                         assistant_model=drafter)
+    assert torch.equal(out, ref), "the bfloat16 batch differs from batched greedy on the same kernels"
+    for row, single in enumerate(singles):
+        assert torch.equal(ref[row, width:width + len(single)], single), f"batch row {row} differs from its prompt"
 
 
 @pytest.fixture(scope="module")
