@@ -1,10 +1,10 @@
 /* Attention whose every query row is computed the same way however many queries, keys and rows come with it.
  *
  * For one query (batch row b, head h, query i) the kernel walks the keys that row's mask lets it see, in column
- * order, one at a time: a score per key (a dot product over the head dimension in a fixed order of 32 lanes), the
- * maximum, then exp(score - max) summed and the values accumulated key after key in float32. Nothing in that
- * sequence depends on how many queries share the call, on how many keys are masked before, between or after the
- * visible ones, or on how the work is split across threads: a verification pass over a chain, a token tree or a
+ * order, one at a time: a score per key (a dot product over the head dimension in one fixed order), the maximum,
+ * then exp(score - max) (one polynomial for every key) summed and the values accumulated key after key in float32.
+ * Nothing in that sequence depends on how many queries share the call, on how many keys are masked before, between
+ * or after the visible ones, or on how the work is split across threads: a verification pass over a chain, a token tree or a
  * batch with padding and holes gives each query bit for bit the result a one-token step gives the same query over
  * the same visible keys in the same order. Compiled with -ffp-contract=off, so vectorised and scalar code do the
  * same multiplications and additions (no fused multiply-add in one and not the other).
@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LANES 32
 
 static inline float from_bits(uint32_t bits) {
     float f;
@@ -68,17 +67,55 @@ static void load_row(const void *base, long offset, long dim, int dtype, float *
     }
 }
 
-/* the dot product of two float32 rows in one fixed order: 32 lane sums (four independent vectors of 8, so the
- * additions do not wait on each other), then a fixed pairwise sum of the lanes */
+/* 8 float32 lanes: GCC/Clang vector extensions, one AVX register or two SSE ones, the same operations either way */
+typedef float lanes8 __attribute__((vector_size(32)));
+
+static inline lanes8 load8(const float *p) {
+    lanes8 v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* the dot product of two float32 rows in one fixed order: four independent 8-lane sums over the head dimension (so
+ * the additions do not wait on each other), a leftover under 32 folded in lane by lane, then a fixed pairwise sum */
 static float dot(const float *a, const float *b, long dim) {
-    float lane[LANES] = {0};
-    long full = dim - dim % LANES;
-    for (long d = 0; d < full; d += LANES)
-        for (int l = 0; l < LANES; l++) lane[l] += a[d + l] * b[d + l];
-    for (long d = full; d < dim; d++) lane[d - full] += a[d] * b[d];
-    for (int width = LANES / 2; width > 0; width /= 2)
-        for (int l = 0; l < width; l++) lane[l] += lane[l + width];
-    return lane[0];
+    lanes8 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0};
+    long d = 0;
+    for (; d + 32 <= dim; d += 32) {
+        s0 += load8(a + d) * load8(b + d);
+        s1 += load8(a + d + 8) * load8(b + d + 8);
+        s2 += load8(a + d + 16) * load8(b + d + 16);
+        s3 += load8(a + d + 24) * load8(b + d + 24);
+    }
+    if (d < dim) {  /* depends on the head dimension only: every call of a model takes the same path */
+        float tail[32] = {0};
+        for (long t = 0; d + t < dim; t++) tail[t] = a[d + t] * b[d + t];
+        s0 += load8(tail);
+        s1 += load8(tail + 8);
+        s2 += load8(tail + 16);
+        s3 += load8(tail + 24);
+    }
+    lanes8 s = (s0 + s1) + (s2 + s3);
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+/* exp(x) for x <= 0 in float32 to about 2 ulp (Cephes' expf: x = n ln2 + r, |r| <= ln2 / 2, a degree-6
+ * polynomial in r, times 2^n), written so a loop of it vectorises; below -87 it is 0. */
+static inline float exp_nonpositive(float x) {
+    float low = x < -87.0f, clamped = x < -87.0f ? -87.0f : x;  /* branch-free, so a loop of it vectorises */
+    float n = floorf(clamped * 1.44269504088896341f + 0.5f);
+    float r = clamped - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float z = r * r;
+    float y = 1.9875691500e-4f;
+    y = y * r + 1.3981999507e-3f;
+    y = y * r + 8.3334519073e-3f;
+    y = y * r + 4.1665795894e-2f;
+    y = y * r + 1.6666665459e-1f;
+    y = y * r + 5.0000001201e-1f;
+    y = y * z + r + 1.0f;
+    union { uint32_t bits; float value; } scale = {(uint32_t)((int32_t)n + 127) << 23};
+    return low != 0.0f ? 0.0f : y * scale.value;
 }
 
 static int visible(const uint8_t *mask, long m_sb, long m_sq, long b, long i, long j, long L, long Q) {
@@ -97,42 +134,45 @@ typedef struct {
 } Call;
 
 /* Queries first..first+count-1 of batch row b on key/value head kv, with each of the head's `groups` query heads:
- * rows r = (query - first) * groups + g. The keys are read once for all rows; each row still sees its own visible
- * keys in column order, one at a time, so its result is the one a single-row call gives. scratch: rows * (L + 2D + 2)
- * floats plus 2D. */
+ * rows r = (query - first) * groups + g. The keys and values are converted to float32 once for all rows; each row
+ * still sees its own visible keys in column order, one at a time, so its result is the one a single-row call gives.
+ * scratch: `scratch_floats` of them. */
 static void attend_block(const Call *c, long b, long kv, long first, long count, float *scratch) {
     long D = c->D, L = c->L, rows = count * c->groups;
     float *scores = scratch, *qrows = scores + rows * L, *acc = qrows + rows * D, *best = acc + rows * D;
-    float *total = best + rows, *row = total + rows;
-    for (long r = 0; r < rows; r++) {
+    float *total = best + rows, *keys = total + rows, *values = keys + L * D;
+    for (long j = 0; j < L; j++) {
+        load_row(c->k, b * c->k_sb + kv * c->k_sh + j * c->k_sl, D, c->dtype, keys + j * D);
+        load_row(c->v, b * c->v_sb + kv * c->v_sh + j * c->v_sl, D, c->dtype, values + j * D);
+    }
+    for (long r = 0; r < rows; r++) {  /* scores (masked keys: -inf, whose exp is 0 and never read), the maximum */
         long i = first + r / c->groups, h = kv * c->groups + r % c->groups;
-        load_row(c->q, b * c->q_sb + h * c->q_sh + i * c->q_sq, D, c->dtype, qrows + r * D);
-        best[r] = -INFINITY;
+        float *q = qrows + r * D, *s = scores + r * L, m = -INFINITY;
+        load_row(c->q, b * c->q_sb + h * c->q_sh + i * c->q_sq, D, c->dtype, q);
+        for (long j = 0; j < L; j++) {
+            if (!visible(c->mask, c->m_sb, c->m_sq, b, i, j, L, c->Q)) {
+                s[j] = -INFINITY;
+                continue;
+            }
+            float x = dot(q, keys + j * D, D) * c->scale;
+            if (c->softcap > 0.0f) x = c->softcap * tanhf(x / c->softcap);
+            s[j] = x;
+            if (x > m) m = x;
+        }
+        best[r] = m;
         total[r] = 0.0f;
         for (long d = 0; d < D; d++) acc[r * D + d] = 0.0f;
+        if (m == -INFINITY) continue;  /* sees nothing: zeros below */
+        for (long j = 0; j < L; j++) s[j] = exp_nonpositive(s[j] - m);  /* one polynomial for every key */
+        for (long j = 0; j < L; j++)
+            if (visible(c->mask, c->m_sb, c->m_sq, b, i, j, L, c->Q)) total[r] += s[j];
     }
-    for (long j = 0; j < L; j++) {  /* scores, and each row's maximum */
-        int loaded = 0;
+    for (long j = 0; j < L; j++) {  /* the values, weighted, key after key */
+        const float *v = values + j * D;
         for (long r = 0; r < rows; r++) {
-            long i = first + r / c->groups;
-            if (!visible(c->mask, c->m_sb, c->m_sq, b, i, j, L, c->Q)) continue;
-            if (!loaded) load_row(c->k, b * c->k_sb + kv * c->k_sh + j * c->k_sl, D, c->dtype, row), loaded = 1;
-            float s = dot(qrows + r * D, row, D) * c->scale;
-            if (c->softcap > 0.0f) s = c->softcap * tanhf(s / c->softcap);
-            scores[r * L + j] = s;
-            if (s > best[r]) best[r] = s;
-        }
-    }
-    for (long j = 0; j < L; j++) {  /* exp(score - max), summed and applied to the values key after key */
-        int loaded = 0;
-        for (long r = 0; r < rows; r++) {
-            long i = first + r / c->groups;
-            if (!visible(c->mask, c->m_sb, c->m_sq, b, i, j, L, c->Q)) continue;
-            if (!loaded) load_row(c->v, b * c->v_sb + kv * c->v_sh + j * c->v_sl, D, c->dtype, row), loaded = 1;
-            float e = expf(scores[r * L + j] - best[r]);
-            total[r] += e;
-            float *a = acc + r * D;
-            for (long d = 0; d < D; d++) a[d] += e * row[d];
+            if (!visible(c->mask, c->m_sb, c->m_sq, b, first + r / c->groups, j, L, c->Q)) continue;
+            float e = scores[r * L + j], *a = acc + r * D;
+            for (long d = 0; d < D; d++) a[d] += e * v[d];
         }
     }
     for (long r = 0; r < rows; r++) {  /* a row that sees nothing (padding) gets zeros, never read */
@@ -156,7 +196,7 @@ int oneiro_exact_attention(const void *q, const void *k, const void *v, const ui
               m_sb, m_sq, scale, softcap, dtype};
     long blocks = (Q + QUERY_BLOCK - 1) / QUERY_BLOCK, tasks = B * Hkv * blocks;
     long rows = QUERY_BLOCK * c.groups;
-    size_t floats = (size_t)rows * (size_t)(L + 2 * D + 2) + 2 * (size_t)D;
+    size_t floats = (size_t)rows * (size_t)(L + 2 * D + 2) + 2 * (size_t)L * (size_t)D;
     int failed = 0;
 #pragma omp parallel num_threads(threads) if (threads > 1 && tasks > 1 && (long)tasks * rows * L * D >= 262144)
     {
