@@ -132,6 +132,40 @@ def run_mode(name: str, spec: dict | None, target: str, questions: list[str], ar
     return {"start_seconds": started, "levels": levels, "exit_status": status, "speculative_config": spec}
 
 
+def run_interleaved(chosen: list[str], modes: dict, target: str, questions: list[str], args, logs: Path,
+                    save, results: dict) -> None:
+    """Every mode's server up at once; each concurrency level runs mode after mode, in alternating order from one
+    level to the next, so that a load that changes during the run weighs on every mode alike."""
+    servers = {}
+    try:
+        for name in chosen:
+            server = VllmServer(sys.executable, target, logs / f"{name}.log", speculative_config=modes[name],
+                                dtype=args.dtype, max_model_len=args.max_model_len, extra=server_extra(args),
+                                eager=not args.compiled)
+            try:
+                server.start()
+            except ServerFailed as failed:
+                reasons = error_lines(server.log_tail(10**6)) or [str(failed).splitlines()[0]]
+                results[name] = {"unavailable": reasons[0]}
+                continue
+            server.chat([{"role": "user", "content": "Say hello."}], 8)  # warm-up, not counted
+            servers[name] = server
+            results[name] = {"levels": [], "speculative_config": modes[name]}
+        for index, clients in enumerate(args.clients):
+            order = list(servers) if index % 2 == 0 else list(reversed(servers))
+            for name in order:
+                level = load_level(servers[name], questions, clients, args.max_new_tokens)
+                level["order"] = order.index(name)
+                print(f"[{name}] {clients:>2} clients: {level['output_tokens_per_s']} tok/s, latency p50 "
+                      f"{level['latency_s']['p50']} s, spec {level['spec']}", flush=True)
+                results[name]["levels"].append(level)
+            save()
+    finally:
+        for name, server in servers.items():
+            results[name]["exit_status"] = server.stop()
+        save()
+
+
 def compare_to_plain(results: dict) -> None:
     """Per mode and level: texts equal to plain's at the same concurrency, and throughput relative to plain."""
     plain = results.get("plain", {}).get("levels")
@@ -177,6 +211,8 @@ def main() -> None:
     parser.add_argument("--out", help="the record (JSON); the servers' logs go beside it")
     parser.add_argument("--compiled", action="store_true",
                         help="keep vLLM's compiled graphs (a GPU); default: --enforce-eager (a CPU, short start)")
+    parser.add_argument("--interleave", action="store_true",
+                        help="every mode's server at once, levels run mode after mode (a machine whose load changes)")
     parser.add_argument("--dry-run", action="store_true", help="check inputs, export, print commands; no server")
     args = parser.parse_args()
     args.clients = [int(c) for c in args.clients.split(",")]
@@ -217,8 +253,12 @@ def main() -> None:
             "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
         }
         results: dict[str, dict] = {}
-        for name in chosen:  # the record is rewritten after each mode: a run stopped part-way keeps what it did
-            results[name] = run_mode(name, modes[name], target, questions, args, logs)
+        if args.interleave:
+            conditions["interleaved"] = True
+            run_interleaved(chosen, modes, target, questions, args, logs,
+                            lambda: write_record(args.out, conditions, results, load_before), results)
+        for name in [] if args.interleave else chosen:  # the record is rewritten after each mode: a run stopped
+            results[name] = run_mode(name, modes[name], target, questions, args, logs)  # part-way keeps what it did
             write_record(args.out, conditions, results, load_before)
     for name, result in results.items():
         for level in result.get("levels", []):
