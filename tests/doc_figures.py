@@ -958,3 +958,19 @@ def backoff_accounting() -> list[str]:
     off = re.search(r"tau 1\.01 in (\d+) of (\d+) categories", table)
     return [f"off for good in {off.group(1)} of {off.group(2)}\n  categories (latent {before} -> {after})"
             .replace("\n  ", " ")]
+
+
+@figures("docs/benchmarks.md", "Suffix memory on repeated tasks")
+def suffix_memory() -> list[str]:
+    runs = {"repeated": "suffix_memory_s1/repeated", "specbench": "suffix_memory_s1/specbench"}
+    out = [f"one thread, on a {machine(runs['repeated'])} that"]
+    for run in runs.values():
+        config = summary(run)["config"]
+        out.append(f"{config['n_questions']} questions, {config['max_new_tokens']} new tokens")
+    for kind, run in runs.items():
+        o = overall(run)
+        ratio = o["oneiro-suffix"]["tokens_per_s"] / o["oneiro-tree"]["tokens_per_s"]
+        taus = f"{o['oneiro-suffix']['mean_accepted_tokens']:.2f} against {o['oneiro-tree']['mean_accepted_tokens']:.2f}"
+        where = "on the repeated tasks" if kind == "repeated" else "on Spec-Bench"
+        out.append(f"{x(ratio)}{' the tree without it' if kind == 'repeated' else ''} {where} (tau {taus})")
+    return out
