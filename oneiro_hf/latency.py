@@ -28,7 +28,7 @@ def profile_verification_latency(
 ) -> dict:
     """Median seconds of one cached target forward over k new tokens, after `context_len` cached ones.
 
-    Returns {"t1_s": seconds for k=1, "ratios": {k: t(k)/t(1)}, "device": ..., "dtype": ..., "kernels": ...}. The
+    Returns {"t1_s": seconds for k=1, "ratios": {k: t(k)/t(1)}, "device", "dtype", "kernels", "exact"}. The
     ks are interleaved over the repeats, so a noisy machine biases them alike. Measured on the kernels a drafter's
     generate call runs (`cpu_kernels`; prepacked linears unless `prepacked` is False, for a drafter whose
     `prepack_cpu_weights` is off), with "kernels" naming them and, with prepacked linears on a CPU,
@@ -41,6 +41,7 @@ def profile_verification_latency(
     with cpu_kernels(model, prepacked, max_memory) as kernels:
         profile = _profile(model, ks, context_len, repeats)
     profile["kernels"] = str(kernels)
+    profile["exact"] = kernels.exact  # each row of a pass has a one-token step's bits (cpu_kernels)
     if max_memory is not None:
         profile["prepack_max_memory"] = max_memory
     if prepacked and applies(model):  # the rows from which each weight shape ran prepacked (None: never)

@@ -16,6 +16,7 @@ from oneiro_hf import DraftStats, OneiroDrafter, bench
 from oneiro_hf import loading as bench_loading
 from oneiro_hf.bench import cli as bench_cli
 from oneiro_hf.bench import runner
+from oneiro_hf.bench.profile import cpu_model
 from oneiro_hf.bench.report import (
     acceptance_by_position,
     report_markdown,
@@ -151,7 +152,7 @@ def test_full_run_schema_report_and_plots(env, tmp_path, capsys):
     config = summary["config"]
     assert config["drafter_weights_sha256"] == hashlib.sha256((env / "drafter" / "model.safetensors").read_bytes()).hexdigest()
     assert config["extra_drafters_weights_sha256"] == {}
-    assert config["cpu"] == runner.cpu_model() and config["cpu"] and config["cpu_count"] == os.cpu_count()
+    assert config["cpu"] == cpu_model() and config["cpu"] and config["cpu_count"] == os.cpu_count()
     assert config["threads"] >= 1 and config["dtype"] == "float32"
     assert f"| drafter_weights_sha256 | {config['drafter_weights_sha256']} |" in report
     assert f"| cpu | {config['cpu']} |" in report

@@ -3,6 +3,7 @@ profile recorded on a lent GPU (`--pin-profile h200`, `breakdown --latency-profi
 
 from __future__ import annotations
 
+import platform
 from pathlib import Path
 
 # t(k)/t(1) measured on one H200 for a SmolLM2-135M-shaped target in bf16 with 512 cached tokens (docs/gpu.md,
@@ -73,7 +74,7 @@ def measure_profile(target: str, target_label: str, out: Path, device: str, dtyp
     if batch_sizes:
         profile.update(profile_batch_latency(model, batch_sizes, ks, context_len, repeats))
         stock.update(profile_batch_latency(model, batch_sizes, ks, context_len, repeats, stock=True))
-    profile.update(target=target_label, threads=torch.get_num_threads(), stock=stock,
+    profile.update(target=target_label, threads=torch.get_num_threads(), stock=stock, cpu=cpu_model(),
                    kernel_speedup_t1=stock["t1_s"] / profile["t1_s"])
     profile.update(weights_bytes=parameter_bytes(model), rss_after_load_bytes=loaded_rss, load_peak_rss_bytes=load_peak,
                    peak_rss_bytes=peak_rss_bytes(), peak_rss_from="after loading" if after_load else "process start")
@@ -82,6 +83,16 @@ def measure_profile(target: str, target_label: str, out: Path, device: str, dtyp
                        drafter_step_ratio=step["drafter_step_ratio"])
     save_profile(profile, out)
     return profile
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux, else `platform.processor()`); "" when unknown."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor()
 
 
 def resident_bytes(field: str = "VmRSS") -> int | None:

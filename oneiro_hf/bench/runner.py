@@ -12,7 +12,6 @@ import copy
 import hashlib
 import json
 import os
-import platform
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from ..cpu_kernels import STOCK, cpu_kernels
 from .answers import BenchInputError, read_answers, resume_conflicts, write_answers
 from .methods import MethodSpec
 from .plan import Plan
+from .profile import cpu_model
 from .report import make_plots, report_markdown, summarize
 
 WARMUP_TOKENS = 8
@@ -446,16 +446,6 @@ def weights_sha256(drafter: str | None) -> str | None:
             for block in iter(lambda: stream.read(1 << 20), b""):
                 digest.update(block)
     return digest.hexdigest()
-
-
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo on Linux, else `platform.processor()`); "" when unknown."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def run(args, plan: Plan) -> tuple[dict, bool]:
