@@ -121,3 +121,41 @@ def test_bfloat16_targets_run_exact_by_default_and_the_label_says_so() -> None:
         assert str(kernels) == "exact attention"
     with cpu_kernels(make_model("qwen2")) as kernels:  # float32: grouped attention unless asked
         assert not kernels.exact_attention and kernels.grouped_attention
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_bfloat16_drafting_gives_same_kernel_greedy_for_chains_trees_and_batches(arch: str) -> None:
+    """Tiny bfloat16 targets (random weights: near-ties everywhere) with a drafter that always drafts: the chain, the
+    tree and a left-padded batch return greedy's tokens on the same kernels, and each batch row its prompt's own."""
+    from tiny import FLAT_PROFILE
+
+    from oneiro_hf import OneiroDrafter
+
+    model = make_model(arch, dtype=torch.bfloat16, strength="prefix")
+    drafter = OneiroDrafter.from_target(model)
+    drafter.use_latency_profile(FLAT_PROFILE, learn=False)
+    prompts = [random_prompt(n, seed=n) for n in (14, 9, 11)]
+    singles, drafted = [], 0
+    for ids in prompts:
+        with cpu_kernels(model) as kernels:
+            ref = model.generate(ids, max_new_tokens=20, do_sample=False)
+        assert kernels.exact
+        singles.append(ref[0, ids.shape[1]:])
+        for tree in (False, True):
+            out = model.generate(ids, max_new_tokens=20, do_sample=False, assistant_model=drafter, oneiro_tree=tree,
+                                 oneiro_mode="latent")
+            assert torch.equal(out, ref), f"{arch} {'tree' if tree else 'chain'}"
+            drafted += drafter.last_stats.drafted_tokens
+    width = max(p.shape[1] for p in prompts)
+    ids = torch.stack([torch.cat([torch.zeros(width - p.shape[1], dtype=torch.long), p[0]]) for p in prompts])
+    mask = torch.stack([torch.cat([torch.zeros(width - p.shape[1], dtype=torch.long), torch.ones(p.shape[1],
+                                   dtype=torch.long)]) for p in prompts])
+    with cpu_kernels(model):
+        batch_ref = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=20, do_sample=False)
+    for tree in (False, True):
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=20, do_sample=False,
+                             assistant_model=drafter, oneiro_tree=tree, oneiro_mode="latent")
+        assert torch.equal(out, batch_ref), f"{arch} batch {'tree' if tree else 'chain'}"
+    for row, single in enumerate(singles):
+        assert torch.equal(batch_ref[row, width:], single), f"{arch}: batch row {row} differs from its prompt alone"
+    assert drafted > 0
