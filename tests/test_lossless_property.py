@@ -306,7 +306,9 @@ def test_strict_greedy_with_drafter_equals_plain_greedy(arch: str, zoo: Zoo) -> 
     assert tally["cases_with_accepted_drafts"] >= MIN_ACCEPTED_SHARE * tally["cases"], dict(tally)
     assert tally["cases_with_rejected_drafts"] > 0, dict(tally)
     assert tally["latent_accepted_tokens"] > 0 and tally["lookup_accepted_tokens"] > 0, dict(tally)
-    assert tally["memory_accepted_tokens"] > 0 and tally["memory_rejected_tokens"] > 0, dict(tally)
+    # memory branches were drafted and accepted (rejections are the walk's, whatever the source; on all-sliding
+    # targets a warm memory can be right every time)
+    assert tally["memory_accepted_tokens"] > 0, dict(tally)
     assert tally["stopped_by_eos"] > 0, dict(tally)
     assert tally["exact_context_with_accepted_drafts"] > 0, dict(tally)  # exact-context drafters drafted, and right
     if any(spec.receptive_field is not None for spec in SPECS[arch]):
