@@ -104,11 +104,12 @@ def _say_no_16_bit_units(dtype: torch.dtype, layers) -> None:
     extra = sum(layer.weight.numel() * 4 for layer in layers) / 1e9
     units = "avx512_bf16 / AMX" if dtype == torch.bfloat16 else "avx512_fp16 / AMX-FP16"
     warnings.warn(
-        f"this CPU has no {str(dtype)[6:]} matrix units ({units}), where torch's {str(dtype)[6:]} kernels "
-        f"run several times slower than float32: oneiro-hf runs the target's linear layers on float32 copies of "
-        f"their weights ({extra:.2f} GB more memory; outputs rounded to {str(dtype)[6:]} as its own kernels round "
-        "them). Fix: to keep memory down instead, pass oneiro_prepack_cpu_weights=False (cpu_kernels(prepack=False)) "
-        "or cap the copies with oneiro_prepack_max_memory; a CPU with those units runs the weights as they are.",
+        f"this CPU has no {str(dtype)[6:]} matrix units ({units}): torch's {str(dtype)[6:]} linears here cost more "
+        "the more rows a pass has, so a verification pass of several tokens costs several one-token steps. oneiro-hf "
+        f"runs the target's linear layers on float32 copies of their weights ({extra:.2f} GB more memory; outputs "
+        f"rounded to {str(dtype)[6:]} as its own kernels round them). Fix: to keep memory down instead, pass "
+        "oneiro_prepack_cpu_weights=False (cpu_kernels(prepack=False)) or cap the copies with "
+        "oneiro_prepack_max_memory; a CPU with those units runs the weights as they are.",
         RuntimeWarning, stacklevel=3)
 
 

@@ -974,3 +974,32 @@ def suffix_memory() -> list[str]:
         where = "on the repeated tasks" if kind == "repeated" else "on Spec-Bench"
         out.append(f"{x(ratio)}{' the tree without it' if kind == 'repeated' else ''} {where} (tau {taus})")
     return out
+
+
+@figures("docs/benchmarks.md", "bfloat16 (SmolLM2-135M-Instruct)")
+def bfloat16_smollm2() -> list[str]:
+    run = "bf16_smollm2"
+    config, o = summary(run)["config"], overall(run)
+    same = {m: config["n_questions"] if m not in summary(run)["lossless_violations"] else None
+            for m in ("oneiro-hybrid", "oneiro-tree")}
+    assert config["dtype"] == "bfloat16" and all(same.values())
+    stock_lookup = o["hf-lookup"]["identical_to_stock_greedy"]
+    bf16 = record(f"docs/benchmarks/{run}/profile_bfloat16.json")
+    fp32 = record(f"docs/benchmarks/{run}/profile_float32.json")
+    return [
+        f"on a {machine(run)} without bfloat16 units, one thread, {config['n_questions']} Spec-Bench questions x "
+        f"{config['max_new_tokens']} new",
+        (f"the chain hybrid ran {x(o['oneiro-hybrid'][SAME])} and the tree {x(o['oneiro-tree'][SAME])} bfloat16 greedy "
+         "on the same kernels"),
+        (f"({x(o['oneiro-hybrid']['speedup_vs_greedy'])} and {x(o['oneiro-tree']['speedup_vs_greedy'])} stock "
+         f"bfloat16 greedy; tau {o['oneiro-hybrid']['mean_accepted_tokens']:.2f} and "
+         f"{o['oneiro-tree']['mean_accepted_tokens']:.2f})"),
+        f"for {same['oneiro-hybrid']} of {config['n_questions']} questions",
+        (f"transformers' prompt lookup ran {x(o['hf-lookup']['speedup_vs_greedy'])} stock greedy and matched it on "
+         f"{stock_lookup[0]} of {stock_lookup[1]}"),
+        f"Same-kernel greedy itself ran {x(o['oneiro-greedy']['speedup_vs_greedy'])} stock bfloat16 greedy.",
+        (f"(one thread, {bf16['context_len']} cached tokens): bfloat16 on the exact kernels t(1) = "
+         f"{bf16['t1_s'] * 1000:.1f} ms and t(2..8)/t(1) = {ratios(bf16)}"),
+        (f"stock bfloat16 t(1) = {bf16['stock']['t1_s'] * 1000:.1f} ms and t(8) = "
+         f"{bf16['stock']['ratios']['8']:.2f} t(1); float32 on its default kernels t(1) = {fp32['t1_s'] * 1000:.1f} ms"),
+    ]
