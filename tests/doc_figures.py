@@ -987,10 +987,10 @@ def bfloat16_smollm2() -> list[str]:
     bf16 = record(f"docs/benchmarks/{run}/profile_bfloat16.json")
     fp32 = record(f"docs/benchmarks/{run}/profile_float32.json")
     return [
-        f"on a {machine(run)} without bfloat16 units, one thread, {config['n_questions']} Spec-Bench questions x "
-        f"{config['max_new_tokens']} new",
-        (f"the chain hybrid ran {x(o['oneiro-hybrid'][SAME])} and the tree {x(o['oneiro-tree'][SAME])} bfloat16 greedy "
-         "on the same kernels"),
+        (f"on a {machine(run)} without bfloat16 units, one thread, {config['n_questions']} Spec-Bench questions x "
+         f"{config['max_new_tokens']} new"),
+        (f"the chain hybrid ran {x(o['oneiro-hybrid'][SAME])} and the tree {x(o['oneiro-tree'][SAME])} "
+         "bfloat16 greedy on the same kernels"),
         (f"({x(o['oneiro-hybrid']['speedup_vs_greedy'])} and {x(o['oneiro-tree']['speedup_vs_greedy'])} stock "
          f"bfloat16 greedy; tau {o['oneiro-hybrid']['mean_accepted_tokens']:.2f} and "
          f"{o['oneiro-tree']['mean_accepted_tokens']:.2f})"),
