@@ -34,8 +34,8 @@ def test_a_chain_round_counts_the_drafters_tokens_and_the_lookup_extension_apart
     stats.record_round(draft, [1, 2, 3])
     assert (stats.steps, stats.accept_lengths, stats.draft_lengths) == (1, [4], [4])
     assert (stats.drafted_tokens, stats.accepted_tokens, stats.drafter_calls) == (4, 3, 2)
-    assert stats.drafted_by_source == {"latent": 2, "lookup": 2}
-    assert stats.accepted_by_source == {"latent": 2, "lookup": 1}
+    assert stats.drafted_by_source == {"latent": 2, "lookup": 2, "memory": 0}
+    assert stats.accepted_by_source == {"latent": 2, "lookup": 1, "memory": 0}
     assert (stats.latent_steps, stats.lookup_steps, stats.extended_steps, stats.empty_steps) == (1, 0, 1, 0)
     assert stats.rounds == [DraftRound(10, [5, 6], 2, "latent")]
     assert stats.tree_nodes == [] and stats.tree_branch_ranks == []
@@ -60,8 +60,8 @@ def test_a_tree_round_counts_nodes_sources_and_the_accepted_branch_rank():
     stats.record_round(Draft(tree, calls=2, seconds=0.1, lead_token=8), [latent, copied])
     assert (stats.steps, stats.accept_lengths, stats.tree_nodes, stats.tree_drafter_calls) == (1, [3], [4], [2])
     assert stats.tree_branch_ranks == [1], "the latent node is its parent's second likeliest child"
-    assert stats.drafted_by_source == {"latent": 1, "lookup": 3}
-    assert stats.accepted_by_source == {"latent": 1, "lookup": 1}
+    assert stats.drafted_by_source == {"latent": 1, "lookup": 3, "memory": 0}
+    assert stats.accepted_by_source == {"latent": 1, "lookup": 1, "memory": 0}
     assert (stats.latent_steps, stats.lookup_steps, stats.extended_steps) == (1, 1, 1)
     assert stats.draft_lengths == [] and stats.drafter_calls == 2
     stats.record_round(Draft(TokenTree.with_root(5)), [])
