@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from same_kernels import assert_identical_on_same_kernels
 
 from oneiro_hf import OneiroDrafter, cpu_kernels
 from oneiro_hf.chat import encode_prompt
@@ -41,28 +42,21 @@ def test_bfloat16_chain_tree_and_batch_give_greedys_tokens_on_the_same_kernels()
     assert next(model.parameters()).dtype == torch.bfloat16
     drafter = OneiroDrafter.from_pretrained(default_drafter_dir(NAME), target=model)
     assert next(drafter.parameters()).dtype == torch.bfloat16
-    singles = []
-    for prompt in PROMPTS:
-        ids = _ids(tokenizer, prompt)
-        with cpu_kernels(model) as kernels:
-            ref = model.generate(ids, max_new_tokens=32, do_sample=False)
-        assert kernels.exact, kernels
-        singles.append(ref[0, ids.shape[1]:])
-        for tree in (False, True):
-            out = model.generate(ids, max_new_tokens=32, do_sample=False, assistant_model=drafter, oneiro_tree=tree)
-            assert torch.equal(out, ref), f"bfloat16 {'tree' if tree else 'chain'} differs from greedy on {prompt!r}"
-    rows = [encode_prompt(tokenizer, prompt) for prompt in PROMPTS]
-    width = max(len(r) for r in rows)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
-    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-    with cpu_kernels(model):
-        ref = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=32, do_sample=False)
-    out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=32, do_sample=False,
-                         assistant_model=drafter)
-    assert torch.equal(out, ref), "the bfloat16 batch differs from batched greedy on the same kernels"
-    for row, single in enumerate(singles):
-        assert torch.equal(ref[row, width:width + len(single)], single), f"batch row {row} differs from its prompt"
+    prompts = [encode_prompt(tokenizer, prompt) for prompt in PROMPTS]
+    assert_identical_on_same_kernels(model, drafter, prompts, pad, 32)
+
+
+def test_gemma_bfloat16_chain_tree_and_batch_give_greedys_tokens_on_the_same_kernels():
+    """Gemma-3-270M (sliding-window layers, a 262k vocabulary) in bfloat16 with its shipped drafter: the same."""
+    from oneiro_hf.loading import default_drafter_dir
+
+    torch.set_num_threads(2)
+    model, tokenizer = load_reference_model("gemma-3-270m", dtype=torch.bfloat16)
+    drafter = OneiroDrafter.from_pretrained(default_drafter_dir("gemma-3-270m"), target=model)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    prompts = [encode_prompt(tokenizer, prompt) for prompt in PROMPTS]
+    assert_identical_on_same_kernels(model, drafter, prompts, pad, 48)
 
 
 @pytest.fixture(scope="module")
