@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import warnings
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,8 +84,13 @@ def _build(source: bytes, target: Path) -> None:
         src = Path(tmp) / SOURCE
         src.write_bytes(source)
         built = Path(tmp) / target.name
-        result = subprocess.run([compiler, *COMPILE_FLAGS, str(src), "-o", str(built), "-lm"], check=False,
-                                capture_output=True, text=True)
+        try:
+            result = subprocess.run([compiler, *COMPILE_FLAGS, str(src), "-o", str(built), "-lm"], check=False,
+                                    capture_output=True, text=True)
+        except OSError as error:
+            raise ExactAttentionUnavailable(
+                f"the C compiler {compiler} could not run ({error}). Fix: install a C compiler with OpenMP support "
+                "(gcc) or set $CC to one.") from error
         if result.returncode != 0:
             raise ExactAttentionUnavailable(
                 f"compiling oneiro-hf's exact attention kernel with {compiler} failed:\n{result.stderr[-2000:]}\n"
@@ -195,8 +201,25 @@ def applies(model: torch.nn.Module) -> bool:
     float16 whose attention is sdpa or eager (or already the exact one), and the kernel builds here."""
     param = next(model.parameters(), None)
     implementation = getattr(model.config, "_attn_implementation", None)
-    return (param is not None and param.device.type == "cpu" and param.dtype in DTYPES
-            and implementation in (*REPLACED, ATTENTION_NAME) and available())
+    if not (param is not None and param.device.type == "cpu" and param.dtype in DTYPES
+            and implementation in (*REPLACED, ATTENTION_NAME)):
+        return False
+    if not available():
+        _say_unavailable()
+        return False
+    return True
+
+
+_said_unavailable = False
+
+
+def _say_unavailable() -> None:
+    """Once per process: the kernel did not build, so passes run torch's attention (and can round unlike steps)."""
+    global _said_unavailable
+    if not _said_unavailable:
+        _said_unavailable = True
+        warnings.warn(f"oneiro-hf runs torch's attention instead of its exact kernel: {unavailable_reason()}",
+                      RuntimeWarning, stacklevel=4)
 
 
 @contextmanager

@@ -159,3 +159,21 @@ def test_bfloat16_drafting_gives_same_kernel_greedy_for_chains_trees_and_batches
     for row, single in enumerate(singles):
         assert torch.equal(batch_ref[row, width:], single), f"{arch}: batch row {row} differs from its prompt alone"
     assert drafted > 0
+
+
+def test_without_a_compiler_torchs_attention_runs_and_says_why_once(monkeypatch) -> None:
+    monkeypatch.setattr(exact_attention, "_library", None)
+    monkeypatch.setattr(exact_attention, "_failure", None)
+    monkeypatch.setattr(exact_attention, "_said_unavailable", False)
+    monkeypatch.setattr(exact_attention, "_cpu_flags", lambda: "flags: a machine whose kernel is not cached")
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.setattr(exact_attention.shutil, "which", lambda name: None)
+    model = make_model("llama", dtype=torch.bfloat16)
+    with pytest.warns(RuntimeWarning, match="instead of its exact kernel: no C compiler.*Fix"), \
+            cpu_kernels(model, prepack=False) as kernels:
+        assert not kernels.exact_attention and not kernels.exact and kernels.grouped_attention
+    assert not exact_attention.available() and "Fix" in exact_attention.unavailable_reason()
+    monkeypatch.setattr(exact_attention, "_failure", None)
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    with pytest.raises(exact_attention.ExactAttentionUnavailable, match="could not run.*Fix"):
+        exact_attention.library()
