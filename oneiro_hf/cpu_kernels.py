@@ -25,7 +25,14 @@ import torch
 
 from .exact_attention import exact_attention
 from .grouped_attention import ATTENTION_NAME, grouped_attention
-from .prepacked_linear import every_row, packed_dtype, prepacked_layers, prepacked_linears, release_packed
+from .prepacked_linear import (
+    copy_bytes,
+    every_row,
+    packed_dtype,
+    prepacked_layers,
+    prepacked_linears,
+    release_packed,
+)
 
 STOCK = "stock"
 
@@ -101,15 +108,16 @@ def _say_no_16_bit_units(dtype: torch.dtype, layers) -> None:
     if dtype in _said:
         return
     _said.add(dtype)
-    extra = sum(layer.weight.numel() * 4 for layer in layers) / 1e9
+    extra = sum(copy_bytes(layer) for layer in layers) / 1e9
+    name = str(dtype).removeprefix("torch.")
     units = "avx512_bf16 / AMX" if dtype == torch.bfloat16 else "avx512_fp16 / AMX-FP16"
     warnings.warn(
-        f"this CPU has no {str(dtype)[6:]} matrix units ({units}): torch's {str(dtype)[6:]} linears here cost more "
-        "the more rows a pass has, so a verification pass of several tokens costs several one-token steps. oneiro-hf "
-        f"runs the target's linear layers on float32 copies of their weights ({extra:.2f} GB more memory; outputs "
-        f"rounded to {str(dtype)[6:]} as its own kernels round them). Fix: to keep memory down instead, pass "
-        "oneiro_prepack_cpu_weights=False (cpu_kernels(prepack=False)) or cap the copies with "
-        "oneiro_prepack_max_memory; a CPU with those units runs the weights as they are.",
+        f"this CPU has no {name} matrix units ({units}): torch's {name} linears here cost more the more rows a pass "
+        "has, so a verification pass of several tokens costs several one-token steps. oneiro-hf runs the target's "
+        f"linear layers on float32 copies of their weights ({extra:.2f} GB more memory; outputs rounded to {name} "
+        "as its own kernels round them). Fix: to keep memory down instead, pass oneiro_prepack_cpu_weights=False "
+        "(cpu_kernels(prepack=False)) or cap the copies with oneiro_prepack_max_memory; a CPU with those units runs "
+        "the weights as they are.",
         RuntimeWarning, stacklevel=3)
 
 

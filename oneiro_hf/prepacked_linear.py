@@ -31,8 +31,8 @@ ROW_GRID = (1, 2, 3, 4, 6, 8, 16)  # row counts timed per weight shape (verifica
 MIN_GAIN = 0.05  # summed over the row counts it would take, the prepacked call must save this much (ties: F.linear)
 PACKED_FROM = (torch.float32, torch.bfloat16, torch.float16)  # parameter dtypes whose linears can run prepacked
 NEVER = math.inf  # the threshold of a shape on which the prepacked call never gained
-# per (out_features, in_features, has bias, torch threads, weight dtype): rows from which that shape runs prepacked, and the
-# seconds the prepacked call saves per call summed over the timed row counts from there on
+# per (out_features, in_features, has bias, torch threads, weight dtype): rows from which that shape runs prepacked,
+# and the seconds the prepacked call saves per call summed over the timed row counts from there on
 _min_rows: dict[tuple[int, int, bool, int, torch.dtype], tuple[float, float]] = {}
 # per linear layer: (the weight it was made from: data pointer, version), the reordered weight
 _packed: weakref.WeakKeyDictionary[torch.nn.Linear, tuple[tuple[int, int], torch.Tensor]] = weakref.WeakKeyDictionary()
