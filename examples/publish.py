@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from oneiro_hf import DrafterTargetMismatch, OneiroDrafter
-from oneiro_hf.hub import ModelCardError, prepare_upload, publish_drafter
+from oneiro_hf.storage.hub import ModelCardError, prepare_upload, publish_drafter
 
 TINY_BASE = "your-org/tiny-base"
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--token-rank needs --layer-rank (the rank of the copied layers' differences)")
     storage = None
     if args.layer_rank is not None:
-        from oneiro_hf.target_relative import RelativeStorage
+        from oneiro_hf.storage.target_relative import RelativeStorage
 
         storage = RelativeStorage(layer_rank=args.layer_rank, token_rank=args.token_rank)
     card = {

@@ -69,7 +69,7 @@ class OneiroDrafterConfig(PretrainedConfig):
         self.target_config = target_config
         self.base_model_name_or_path = base_model_name_or_path
         self.base_model_revision = base_model_revision
-        # a sample of the base weights (oneiro_hf.identity): what binding compares, instead of names or paths
+        # a sample of the base weights (oneiro_hf.storage.identity): what binding compares, instead of names or paths
         self.base_model_fingerprint = base_model_fingerprint
         self.target_architecture = target_architecture
         self.hidden_size = hidden_size
@@ -89,7 +89,7 @@ class OneiroDrafterConfig(PretrainedConfig):
         self.verified_context = verified_context
         self.draft_vocab_size = draft_vocab_size
         # None: model.safetensors holds the weights whole; a dict: stored relative to the target
-        # (oneiro_hf.target_relative.RelativeStorage, checkpoint format 2)
+        # (oneiro_hf.storage.target_relative.RelativeStorage, checkpoint format 2)
         self.weights_storage = weights_storage
         # the drafting settings' defaults: every DraftingSettings field, under its config name (settings.py)
         for name, default in config_defaults().items():

@@ -29,7 +29,7 @@ def load_target(
     local directory / Hub id. tokenizer_required=False: a bare model directory gives tokenizer None."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .reference_models import REFERENCE_MODELS, load_reference_model, materialize_parameters
+    from .storage.reference_models import REFERENCE_MODELS, load_reference_model, materialize_parameters
 
     torch_dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
     if target.strip().lower() in REFERENCE_MODELS and not Path(target).exists():

@@ -10,14 +10,11 @@ are never part of the drafter's checkpoint.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib
 import inspect
 import os
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -27,23 +24,22 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AutoConfig, PreTrainedModel
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
-from .assistant_guard import acquire_guard, release_guard
 from .compat import cache_keyword, check_transformers_version, hidden_states_selection
-from .configuration_oneiro import DrafterNotBound, OneiroDrafterConfig, not_bound_message
+from .configuration_oneiro import OneiroDrafterConfig
+from .drafting.kv_cache import DrafterKVCache
 from .drafting.memory import MemoryOwner
-from .drafting.policy import DraftPolicyState
-from .identity import (
+from .generation.binding import (
+    DrafterBusy,  # noqa: F401 - a public name, re-exported
+    TargetBinding,
+)
+from .generation.session import SessionOwner
+from .storage.identity import (
     canonical_model_id,
     compute_fingerprint,
     fingerprinted_tensors,
-    warn_unfingerprinted,
     weights_quantization,
     weights_source,
 )
-from .kv_cache import DrafterKVCache
-from .session import DraftingSession
-from .settings import DraftingSettings
-from .stats import DraftStats
 from .targets import (  # noqa: F401 - SUPPORTED_MODEL_TYPES and the errors are re-exported (public names)
     SUPPORTED_MODEL_TYPES,
     DrafterTargetMismatch,
@@ -75,10 +71,6 @@ def resolve_input_layers(input_layers: tuple[int, ...] | list[int] | None, num_l
     return None if resolved == [num_layers] else resolved
 
 
-class DrafterBusy(RuntimeError):
-    """The drafter is in use by another generate call (another thread, or an enclosing call in this one)."""
-
-
 def _decoder_layer_class(text_config) -> type[nn.Module]:
     """The target's own decoder-layer class, found through its Auto mapping (no modeling copies)."""
     model_cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(text_config)]
@@ -99,24 +91,11 @@ def _init_like_target(layer: nn.Module, target: PreTrainedModel) -> None:
         target._init_weights(module)
 
 
-@dataclass
-class BoundTarget:
-    """Handles on the target's shared modules, held outside nn.Module registration (never saved)."""
-
-    model: PreTrainedModel
-    embed_tokens: nn.Module
-    norm: nn.Module
-    rotary_emb: nn.Module
-    rotary_takes_layer_type: bool
-    readout_weight: torch.Tensor  # (draft_vocab, hidden): rows of the target's LM head
-    logit_softcap: float | None
-
-
-class OneiroDrafter(MemoryOwner, PreTrainedModel):
+class OneiroDrafter(TargetBinding, SessionOwner, MemoryOwner, PreTrainedModel):
     """Latent drafter made of copies of target decoder layers [start, end) plus a small input fusion."""
 
     config_class = OneiroDrafterConfig
-    is_oneiro_drafter = True  # how the generate hook (integration.py) recognises a drafter
+    is_oneiro_drafter = True  # how the generate hook (generation/hook.py) recognises a drafter
     base_model_prefix = "oneiro"
     main_input_name = "input_ids"
     _supports_sdpa = True
@@ -143,17 +122,8 @@ class OneiroDrafter(MemoryOwner, PreTrainedModel):
         vocab = config.draft_vocab_size or config.vocab_size
         self.register_buffer("draft_vocab_ids", torch.arange(vocab, dtype=torch.long), persistent=True)
         self.post_init()
-        object.__setattr__(self, "_bound", None)
-        # the statistics of the last generate call (a DraftingSession's stats, set when the session is made)
-        object.__setattr__(self, "last_stats", DraftStats())
-        object.__setattr__(self, "_policy_state", None)  # see policy_state
-        # on-policy training: record every drafting round of the next calls in last_stats.rounds
-        object.__setattr__(self, "record_draft_rounds", False)
-        # One generate call (or re-bind) at a time: the drafter's per-call settings, statistics and binding are
-        # not shareable. _lock_owner is the thread holding the lock, so that thread may re-bind inside its call.
-        object.__setattr__(self, "_generate_lock", threading.Lock())
-        object.__setattr__(self, "_lock_owner", None)
-        object.__setattr__(self, "_session", None)  # the DraftingSession of the running generate call
+        self.init_binding()
+        self.init_sessions()
 
     @staticmethod
     def build_target_config(config: OneiroDrafterConfig):
@@ -278,13 +248,13 @@ class OneiroDrafter(MemoryOwner, PreTrainedModel):
                 "OneiroDrafter.from_pretrained needs the target it drafts for. Fix: "
                 "OneiroDrafter.from_pretrained(path_or_repo_id, target=model)."
             )
-        from .checkpoint import HUB_KWARGS, CorruptCheckpoint, resolve_checkpoint
+        from .storage.checkpoint import HUB_KWARGS, CorruptCheckpoint, resolve_checkpoint
 
         hub_kwargs = {key: kwargs.pop(key) for key in HUB_KWARGS if key in kwargs}
         kwargs.pop("_commit_hash", None)  # AutoModel's; the resolved snapshot below is what gets loaded
         resolved = resolve_checkpoint(pretrained_model_name_or_path, **hub_kwargs)
         if resolved.weights_storage() is not None:  # only the differences from the target are stored
-            from .target_relative import load_target_relative
+            from .storage.target_relative import load_target_relative
 
             if args or kwargs:
                 raise TypeError(
@@ -333,9 +303,9 @@ class OneiroDrafter(MemoryOwner, PreTrainedModel):
         """Publish config.json, model.safetensors (drafter weights and draft vocabulary) and a generated card.
 
         Card arguments (license, base_model, bench_summary, training_info, hardware, ...) as for
-        oneiro_hf.hub.publish_drafter, which does the work; returns the commit's CommitInfo.
+        oneiro_hf.storage.hub.publish_drafter, which does the work; returns the commit's CommitInfo.
         """
-        from .hub import publish_drafter
+        from .storage.hub import publish_drafter
 
         return publish_drafter(
             self,
@@ -355,53 +325,6 @@ class OneiroDrafter(MemoryOwner, PreTrainedModel):
     def _target_layers(cls, model: PreTrainedModel) -> nn.ModuleList:
         return base_model(model).layers
 
-    def check_target(self, model: PreTrainedModel, allow_base_model_mismatch: bool = False) -> None:
-        """Raise DrafterTargetMismatch naming every field in which `model` differs from the recorded target.
-
-        A target of an unsupported architecture raises UnsupportedTarget instead: no drafter fits it.
-        """
-        check_supported(text_config(model))
-        differences = target_differences(self.config, model, allow_base_model_mismatch=allow_base_model_mismatch)
-        if not differences and not allow_base_model_mismatch and not self.config.base_model_fingerprint:
-            warn_unfingerprinted(self.name_or_path or None)
-        if differences:
-            raise DrafterTargetMismatch(differences, drafter_name=self.name_or_path or None, target=model)
-
-    @contextlib.contextmanager
-    def exclusive_use(self, action: str = "generate"):
-        """Hold this drafter for one generate call or re-bind; raise DrafterBusy if it is already held.
-
-        Never waits: a concurrent caller gets a clear error instead of output from an interleaved call. A
-        re-bind inside the holding thread's own call (following a moved target) is allowed; a nested generate
-        is not (it would replace the running call's settings and statistics).
-        """
-        me = threading.get_ident()
-        fix = "Fix: use one drafter per thread and per target; drafter.copy_for(model) makes one cheaply."
-        if self._lock_owner == me:
-            if action == "generate":
-                raise DrafterBusy(
-                    "generate was called with this drafter from inside one of its own generate calls (from a "
-                    f"streamer, stopping criterion or logits processor?). {fix}"
-                )
-            yield
-            return
-        if not self._generate_lock.acquire(blocking=False):
-            if action == "generate":
-                raise DrafterBusy(
-                    "This drafter is already generating in another thread (a drafter serves one generate call at "
-                    f"a time). {fix}"
-                )
-            raise DrafterBusy(
-                f"Cannot {action} this drafter while it is generating in another thread: the running call would "
-                f"go on with another target's embedding and LM head. {fix}"
-            )
-        object.__setattr__(self, "_lock_owner", me)
-        try:
-            yield
-        finally:
-            object.__setattr__(self, "_lock_owner", None)
-            self._generate_lock.release()
-
     def copy_for(self, target: PreTrainedModel | None = None, allow_base_model_mismatch: bool = False) -> OneiroDrafter:
         """An independent drafter (own weights, settings and learned policy) bound to `target` (default: this one's).
 
@@ -414,112 +337,6 @@ class OneiroDrafter(MemoryOwner, PreTrainedModel):
         if self.policy_state is not None:
             twin.policy_state = copy.deepcopy(self.policy_state)
         return twin
-
-    def bind(self, model: PreTrainedModel, allow_base_model_mismatch: bool = False) -> OneiroDrafter:
-        """Share the target's embedding, final norm, rotary embedding and LM head; follow its device and dtype.
-
-        Refused (DrafterBusy) while another thread is generating with this drafter.
-        """
-        with self.exclusive_use("bind"):
-            return self._bind(model, allow_base_model_mismatch)
-
-    def _bind(self, model: PreTrainedModel, allow_base_model_mismatch: bool) -> OneiroDrafter:
-        from .integration import install_generate_hook
-
-        self.check_target(model, allow_base_model_mismatch=allow_base_model_mismatch)
-        base = base_model(model)
-        target_layers = base.layers
-        start, _ = self.config.interval
-        for i, layer in enumerate(self.layers):
-            if type(layer) is not type(target_layers[start + i]):
-                raise DrafterTargetMismatch(
-                    f"drafter layer {i} is {type(layer).__name__} but target layer {start + i} is "
-                    f"{type(target_layers[start + i]).__name__}. Fix: use a drafter made for this target, or "
-                    "build one with OneiroDrafter.from_target(model)."
-                )
-        ref = next(target_layers[start].parameters())
-        self.to(device=ref.device, dtype=ref.dtype)
-        self.draft_vocab_ids = self.draft_vocab_ids.to(device=ref.device)
-        lm_head = model.get_output_embeddings()
-        if int(self.draft_vocab_ids.max()) >= lm_head.weight.shape[0]:
-            raise DrafterTargetMismatch(
-                f"draft_vocab_ids: the drafter reads out token {int(self.draft_vocab_ids.max())}, but the target's "
-                f"LM head has {lm_head.weight.shape[0]} rows. Fix: use a drafter made for this target's vocabulary."
-            )
-        readout = lm_head.weight.detach()
-        identity = self.draft_vocab_ids.numel() == readout.shape[0] and bool(
-            (self.draft_vocab_ids == torch.arange(readout.shape[0], device=self.draft_vocab_ids.device)).all()
-        )
-        if not identity:
-            readout = readout.index_select(0, self.draft_vocab_ids.to(readout.device))
-        rotary = base.rotary_emb
-        takes_layer_type = "layer_type" in inspect.signature(rotary.forward).parameters
-        softcap = getattr(text_config(model), "final_logit_softcapping", None)
-        acquire_guard(self)  # transformers' assistant check is guarded while any drafter is bound (idempotent)
-        object.__setattr__(
-            self,
-            "_bound",
-            BoundTarget(model, model.get_input_embeddings(), base.norm, rotary, takes_layer_type, readout, softcap),
-        )
-        self.eval()
-        install_generate_hook(model, self)
-        return self
-
-    def unbind(self) -> None:
-        """Release the target: restore its own `generate` and `_get_candidate_generator` and forget its modules.
-
-        The hook leaves the target instance once no drafter is bound to it (others bound to the same target
-        keep it); the instance then holds exactly the attributes it had before binding. All or nothing: if
-        something replaced the target's `generate` after binding, RuntimeError names it and nothing changes.
-        A drafter that is not bound is left as it is. Refused (DrafterBusy) while a generate call runs with this
-        drafter; `bind` binds it again.
-        """
-        if self._lock_owner == threading.get_ident():
-            raise DrafterBusy(
-                "unbind was called from inside one of this drafter's own generate calls (from a streamer, stopping "
-                "criterion or logits processor?): the running call would lose its target. Fix: unbind after "
-                "generate returns."
-            )
-        with self.exclusive_use("unbind"):
-            from .integration import remove_generate_hook
-
-            if self._bound is not None:
-                remove_generate_hook(self._bound.model, self)
-                object.__setattr__(self, "_bound", None)
-                release_guard(self)  # after the last bound drafter, transformers' own assistant check is back
-
-    @property
-    def generation_config(self):
-        # Reached only when a target WITHOUT our hook treats the drafter as a plain assistant model.
-        raise DrafterNotBound(not_bound_message(self.config.base_model_name_or_path))
-
-    @property
-    def target(self) -> PreTrainedModel | None:
-        return self._bound.model if self._bound is not None else None
-
-    def follow_target(self) -> None:
-        """Re-bind if the target was moved or cast since binding (the drafter follows its device and dtype)."""
-        bound = self.require_bound()
-        start = self.config.interval[0]
-        ref = next(base_model(bound.model).layers[start].parameters())
-        mine = next(self.parameters())
-        if (mine.device, mine.dtype) != (ref.device, ref.dtype) or bound.readout_weight.device != ref.device or (
-            bound.readout_weight.dtype != ref.dtype
-        ):
-            self.bind(bound.model, allow_base_model_mismatch=True)
-
-    def require_bound(self) -> BoundTarget:
-        if self._bound is None:
-            raise RuntimeError(
-                "This drafter is not bound to a target. Fix: drafter.bind(model), or load it with "
-                "OneiroDrafter.from_pretrained(path, target=model)."
-            )
-        return self._bound
-
-    def refresh_readout(self) -> None:
-        """Re-gather the readout rows after the draft vocabulary or the target's head changed."""
-        bound = self.require_bound()
-        self.bind(bound.model, allow_base_model_mismatch=True)
 
     # ------------------------------------------------------------------ computation
     def _layer_types(self) -> list[str | None]:
@@ -726,75 +543,3 @@ class OneiroDrafter(MemoryOwner, PreTrainedModel):
             position_ids = position_ids.expand(input_ids.shape[0], -1)
         next_states = self.transition(states, input_ids, position_ids)
         return next_states, self.readout_logits(next_states)
-
-    def reset_drafting_policy(self) -> None:
-        """Forget the learned latencies and acceptance calibration (e.g. after moving to other hardware)."""
-        self.policy_state = None
-
-    def use_latency_profile(self, profile: dict, learn: bool = True) -> None:
-        """Seed the cost-aware draft length with a measured t(k) profile (see oneiro_hf.latency), and the price of a
-        drafter call with its `drafter_step_ratio` where the profile measured this drafter's (`oneiro-bench profile
-        --drafter`), and t(k, B) per batch size B from its optional `"batch"` field (`oneiro-bench profile
-        --batch-sizes`; `DraftPolicyState.load_profile`).
-
-        `learn=False` decides on the profile alone from now on: no measured time enters a decision (a drafter call
-        costs `drafter_step_ratio` x t(1), 0.1 x t(1) where the profile has none), so the same prompts draft the
-        same way on every run, however loaded the machine (`DraftPolicyState.pin_profile`); acceptance is still
-        learned. `reset_drafting_policy()` goes back to learning."""
-        state = self._ensure_policy_state()
-        seed = state.load_profile if learn else state.pin_profile
-        seed(profile["ratios"], profile["t1_s"], profile.get("drafter_step_ratio"), batch=profile.get("batch"))
-
-    @property
-    def policy_state(self) -> DraftPolicyState | None:
-        """What drafting has learned so far (latencies t(k), acceptance calibration), carried from call to call;
-        None before the first call. Assign one (e.g. a copy kept elsewhere) to draft with it from the next call."""
-        return self._policy_state
-
-    @policy_state.setter
-    def policy_state(self, state: DraftPolicyState | None) -> None:
-        if state is not None and not isinstance(state, DraftPolicyState):
-            raise TypeError(f"policy_state must be a DraftPolicyState or None, got {type(state).__name__}. "
-                            "Fix: assign a value read from drafter.policy_state.")
-        object.__setattr__(self, "_policy_state", state)
-
-    def _ensure_policy_state(self) -> DraftPolicyState:
-        if self._policy_state is None:
-            object.__setattr__(self, "_policy_state", DraftPolicyState())
-        return self._policy_state
-
-    # ------------------------------------------------------------------ sessions
-    def new_session(self, settings: DraftingSettings | None = None) -> DraftingSession:
-        """The state of one generate call: `settings` (default: this drafter's config defaults), the drafter's
-        policy and fresh statistics, which become `last_stats`."""
-        settings = settings if settings is not None else DraftingSettings.for_call(self.config)
-        stats = DraftStats(verification=settings.verification,
-                           rounds=[] if self.record_draft_rounds else None)
-        object.__setattr__(self, "last_stats", stats)
-        return DraftingSession(settings, self._ensure_policy_state(), stats, self.memory_for(settings))
-
-    @contextlib.contextmanager
-    def drafting_session(self, settings: DraftingSettings):
-        """A session for the generate call running inside this block, found there as `current_session`."""
-        session = self.new_session(settings)
-        object.__setattr__(self, "_session", session)
-        try:
-            yield session
-        finally:
-            object.__setattr__(self, "_session", None)
-
-    @property
-    def current_session(self) -> DraftingSession | None:
-        """The DraftingSession of the generate call running now, or None."""
-        return self._session
-
-    def session_for_call(self) -> DraftingSession:
-        """The session whatever drafts for a generate call works in: the call's own (`current_session`), or a
-        fresh one with this drafter's defaults when generate was reached past the hook (no session was opened)."""
-        return self._session or self.new_session()
-
-    # ------------------------------------------------------------------ settings
-    def drafting_settings(self, **overrides: Any) -> dict[str, Any]:
-        """The drafting settings for one generate call: config defaults, then per-call overrides (validated;
-        `DraftingSettings` in oneiro_hf/settings.py holds the names and defaults)."""
-        return DraftingSettings.for_call(self.config, **overrides).as_dict()

@@ -6,9 +6,9 @@ setting; the rest is derived from it, so adding a setting is one new field:
 * the drafter's config takes it as a keyword argument, stores it (saved in config.json; a config written before
   the setting existed loads with its default) and reads it back as the call's default
   (`OneiroDrafterConfig`, `DraftingSettings.from_config`), under `config_name` (`draft_mode` for `mode`);
-* a generate call overrides it with `oneiro_<name>=` (integration.py strips the prefix, `for_call` validates);
+* a generate call overrides it with `oneiro_<name>=` (generation/hook.py strips the prefix, `for_call` validates);
 * `validate()` runs its `check`, whose message names the problem and the fix;
-* the tree loop reads it through `TreeSettings`, a view over these fields (oneiro_hf/tree/loop.py);
+* the tree loop reads it through `TreeSettings`, a view over these fields (oneiro_hf/generation/loop/custom_generate.py);
 * docs/api.md and README.md show the table `settings_table()` renders from the declarations (tests/test_docs.py).
 """
 
@@ -21,7 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .verification import VERIFICATION_CRITERIA
+# how a drafted token is judged (oneiro_hf.generation.verification applies them): strict is lossless
+VERIFICATION_CRITERIA = ("strict", "topk", "threshold")
 
 DRAFT_MODES = ("latent", "lookup", "hybrid")
 KWARG_PREFIX = "oneiro_"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from .identity import compare_fingerprint, fingerprinted_tensors
+from .storage.identity import compare_fingerprint, fingerprinted_tensors
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -51,7 +51,7 @@ class DrafterTargetMismatch(ValueError):
     """The drafter was made for a different target than the one it is being bound to.
 
     `differences` lists each differing field with the drafter's and the target's value, so callers (and the
-    model card check in oneiro_hf.cards) can report them without parsing the message.
+    model card check in oneiro_hf.storage.cards) can report them without parsing the message.
     """
 
     def __init__(

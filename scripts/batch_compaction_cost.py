@@ -21,7 +21,7 @@ import torch
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.tree.cache import compact_rows, realign_rows
+from oneiro_hf.generation.loop.target_cache import compact_rows, realign_rows
 
 
 def _median(fn, repeats: int) -> float:
@@ -105,7 +105,7 @@ def main() -> None:
 
     t_realign = _median(realign, args.repeats)
     drafter = OneiroDrafter.from_target(model)
-    from oneiro_hf.kv_cache import DrafterKVCache
+    from oneiro_hf.drafting.kv_cache import DrafterKVCache
 
     dcache = DrafterKVCache()
     states = torch.randn(1, context, config.hidden_size)

@@ -41,9 +41,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.candidate_generator import OneiroCandidateGenerator
+from oneiro_hf.drafting.kv_cache import DrafterKVCache
 from oneiro_hf.drafting.lookup import NgramIndex
-from oneiro_hf.kv_cache import DrafterKVCache
+from oneiro_hf.generation.candidate_generator import OneiroCandidateGenerator
 
 TINY = "tiny-llama"
 TEXTS = [

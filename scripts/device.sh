@@ -127,7 +127,7 @@ from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, Llam
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.latency import profile_drafter_step, profile_verification_latency
+from oneiro_hf.drafting.latency import profile_drafter_step, profile_verification_latency
 
 out = Path(sys.argv[1])
 dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -263,7 +263,7 @@ target_ready() {  # reference name, GGUF name in the stream: decompress, check a
   local name=$1 gguf=$WORK/$2.gguf
   [ -n "${SKIP_CONVERT:-}" ] && return 0
   [ -f "$gguf" ] || "${X[@]}" xz -d -T0 -c "$WORK/$2.gguf.xz" > "$gguf" || return 1
-  "${X[@]}" $PY -m oneiro_hf.reference_models fetch "$name" --gguf "$gguf" 2>&1 | grep -v "it/s"
+  "${X[@]}" $PY -m oneiro_hf.storage.reference_models fetch "$name" --gguf "$gguf" 2>&1 | grep -v "it/s"
 }
 
 train() {  # data, name, then the target's flags and those that differ from the recipe

@@ -12,8 +12,8 @@ import json
 import torch
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.latency import profile_drafter_step
-from oneiro_hf.reference_models import load_reference_model
+from oneiro_hf.drafting.latency import profile_drafter_step
+from oneiro_hf.storage.reference_models import load_reference_model
 
 # (name, interval counted from the end, draft vocabulary size, multi-layer input)
 VARIANTS = (("last2-vocab16k", 2, 16384, False), ("last2-vocab16k-multilayer", 2, 16384, True),

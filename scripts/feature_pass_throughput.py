@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from oneiro_hf.reference_models import load_reference_model
+from oneiro_hf.storage.reference_models import load_reference_model
 from oneiro_hf.training.features import batches_by_tokens, make_sequence, target_features
 from oneiro_hf.training.records import load_records
 

@@ -60,7 +60,7 @@ if [ "$PHASE" = prepare ]; then
   grep -qx "/.devcarry/" .gitignore
   tmp=$(mktemp -d)
   mkdir -p "$tmp/s/w"
-  $PY -m oneiro_hf.reference_models gguf qwen2.5-coder-1.5b-instruct --out "$tmp/s/qwen15.gguf"  # sha256 checked
+  $PY -m oneiro_hf.storage.reference_models gguf qwen2.5-coder-1.5b-instruct --out "$tmp/s/qwen15.gguf"  # sha256 checked
   $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d "$tmp/s/w" transformers==5.24.0 gguf==0.19.0
   records_jsonl | gzip > "$tmp/s/committed.jsonl.gz"
@@ -82,7 +82,7 @@ if [ -z "${DRY_RUN:-}" ]; then
     || { stamp "the carried pieces do not unpack (are all of them in $PARTS?)"; exit 1; }
   $PY -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" "$WORK"/w/*.whl || exit 1
   export PYTHONPATH=$WORK/site:$PWD
-  $PY -m oneiro_hf.reference_models fetch qwen2.5-coder-1.5b-instruct --gguf "$WORK/qwen15.gguf" 2>&1 \
+  $PY -m oneiro_hf.storage.reference_models fetch qwen2.5-coder-1.5b-instruct --gguf "$WORK/qwen15.gguf" 2>&1 \
     | grep -v "it/s" || exit 1
   gzip -dc "$WORK/committed.jsonl.gz" > "$WORK/answers.jsonl"
 else  # the committed records and the unanswered prompts of the mix, made here as prepare makes them

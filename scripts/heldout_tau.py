@@ -22,7 +22,7 @@ import time
 import torch
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.training import features as feat
+from oneiro_hf.training import feature_store as store
 from oneiro_hf.training import pipeline
 from oneiro_hf.training.campaign import recipe_split
 from oneiro_hf.training.cli import parse_args
@@ -63,10 +63,10 @@ def main() -> None:
         "--report_to", "none", "--feature_batch_tokens", "2048"])
     target, tokenizer = pipeline.load_target(model_args)
     data = pipeline.prepare_data(model_args, data_args, args, target, tokenizer, pipeline.Timer())
-    cache = feat.FeatureCache(own.feature_cache_dir, target, args.max_seq_len,
+    cache = store.FeatureCache(own.feature_cache_dir, target, args.max_seq_len,
                               compute_dtype=getattr(torch, own.feature_dtype))
     cache.build(data.eval, batch_tokens=2048, with_resid=False)
-    held_out = feat.CachedFeatureDataset(cache, data.eval)
+    held_out = store.CachedFeatureDataset(cache, data.eval)
     results = {}
     for spec in own.drafters:
         name, path = spec.split("=", 1)

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from oneiro_hf.identity import QUANTIZATIONS, compare_fingerprint, fingerprinted_tensors, lattice_step
 from oneiro_hf.loading import default_drafter_dir
-from oneiro_hf.reference_models import get_spec, load_reference_model
+from oneiro_hf.storage.identity import QUANTIZATIONS, compare_fingerprint, fingerprinted_tensors, lattice_step
+from oneiro_hf.storage.reference_models import get_spec, load_reference_model
 from oneiro_hf.targets import base_model
 
 TARGETS = ("smollm2-135m-instruct", "gemma-3-270m", "qwen2.5-coder-1.5b-instruct")

@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.kv_cache import DrafterKVCache
+from oneiro_hf.drafting.kv_cache import DrafterKVCache
 from oneiro_hf.loading import default_drafter_dir
 from oneiro_hf.modeling_oneiro import TRANSITION_CHUNK
-from oneiro_hf.reference_models import load_reference_model
+from oneiro_hf.storage.reference_models import load_reference_model
 
 
 def peak_rss_mb() -> float:

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers import AutoTokenizer
 
-    from oneiro_hf.reference_models import resolve_target
+    from oneiro_hf.storage.reference_models import resolve_target
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_target(args.target))
     code = "Here is a Python module. Explain what it does, then list its public functions with one line each." \

@@ -21,9 +21,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from oneiro_hf import cpu_kernels
-from oneiro_hf.drafter_context import DrafterContext
+from oneiro_hf.drafting.context import DrafterContext
+from oneiro_hf.kernels.prepacked_linear import prepacked_linears
 from oneiro_hf.loading import load_target_and_drafter
-from oneiro_hf.prepacked_linear import prepacked_linears
 
 
 def main() -> None:

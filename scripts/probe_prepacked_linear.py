@@ -11,7 +11,7 @@ reorder a weight once (`torch.ops.mkldnn._reorder_linear_weight`) and then run a
   least `--min-rows` rows, the two interleaved per repeat;
 * how far the prepacked pass's logits are from the stock pass's, and whether their argmax agrees.
 
-Session 11 started `oneiro_hf/prepacked_linear.py` from this measurement; since session 12 the prepacked arm runs the
+Session 11 started `oneiro_hf/kernels/prepacked_linear.py` from this measurement; since session 12 the prepacked arm runs the
 library's own layer call and, unless `--min-rows` fixes one, its per-shape thresholds measured on this machine.
 
     python scripts/probe_prepacked_linear.py --out docs/benchmarks/prepacked_linear_probe/probe.json
@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from oneiro_hf.prepacked_linear import measured_min_rows, packed_weight, prepacked_forward, thresholds
-from oneiro_hf.reference_models import load_reference_model
+from oneiro_hf.kernels.prepacked_linear import measured_min_rows, packed_weight, prepacked_forward, thresholds
+from oneiro_hf.storage.reference_models import load_reference_model
 
 
 def _time(fn, repeats: int) -> float:

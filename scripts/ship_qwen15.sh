@@ -22,9 +22,9 @@ import sys
 import torch
 
 from oneiro_hf import OneiroDrafter, OneiroDrafterConfig
-from oneiro_hf.cards import write_model_card
+from oneiro_hf.storage.cards import write_model_card
 from oneiro_hf.loading import load_target
-from oneiro_hf.target_relative import RelativeStorage, save_target_relative
+from oneiro_hf.storage.target_relative import RelativeStorage, save_target_relative
 
 src, dst, summary, hardware = sys.argv[1:]
 target, _ = load_target("qwen2.5-coder-1.5b-instruct", "float32", device="cpu")

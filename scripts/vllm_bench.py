@@ -118,8 +118,8 @@ def main() -> None:
     from oneiro_hf import __version__
     from oneiro_hf.bench.answers import load_questions
     from oneiro_hf.chat import encode_prompt
-    from oneiro_hf.reference_models import fetch_reference_model
     from oneiro_hf.serving.vllm_export import export_for_vllm
+    from oneiro_hf.storage.reference_models import fetch_reference_model
 
     load_before = os.getloadavg()[0]
     target_dir = str(fetch_reference_model(args.target))

@@ -220,8 +220,8 @@ def main() -> None:
 
     from oneiro_hf import __version__
     from oneiro_hf.bench.answers import load_questions
-    from oneiro_hf.reference_models import fetch_reference_model
     from oneiro_hf.serving.vllm_export import export_for_vllm
+    from oneiro_hf.storage.reference_models import fetch_reference_model
 
     target = str(fetch_reference_model(args.target)) if "/" not in args.target else args.target
     questions = [q["turns"][0] for q in load_questions(args.questions, per_category=args.per_category)]

@@ -22,7 +22,7 @@ from tiny import (  # noqa: F401 - also importable from conftest for test files 
     tiny_config,
 )
 
-from oneiro_hf.prepacked_linear import NEVER, decided_min_rows
+from oneiro_hf.kernels.prepacked_linear import NEVER, decided_min_rows
 
 make_config = tiny_config  # the name test files written before tests/tiny.py use
 

@@ -19,7 +19,7 @@ from oneiro_hf import (
     UnsupportedGenerateCall,
     UnsupportedTarget,
 )
-from oneiro_hf.checkpoint import CorruptCheckpoint
+from oneiro_hf.storage.checkpoint import CorruptCheckpoint
 
 # ------------------------------------------------------------------------------- drafter vs target
 
@@ -358,7 +358,7 @@ def test_weights_missing_a_tensor(saved_llama, tmp_path):
 
 @pytest.fixture
 def relative_llama(tmp_path):
-    from oneiro_hf.target_relative import RelativeStorage, save_target_relative
+    from oneiro_hf.storage.target_relative import RelativeStorage, save_target_relative
 
     model = make_model("llama", name="org/base-a")
     drafter = OneiroDrafter.from_target(model)

@@ -38,7 +38,7 @@ from oneiro_hf import OneiroDrafter, UnsupportedGenerateCall, UnsupportedTransfo
 from oneiro_hf.compat import check_tree_supported
 from oneiro_hf.drafting.cost import choose_width
 from oneiro_hf.drafting.policy import DraftPolicyState
-from oneiro_hf.tree.cache import compact_rows, drop_leading_columns, realign_rows
+from oneiro_hf.generation.loop.target_cache import compact_rows, drop_leading_columns, realign_rows
 
 ARCH_EXAMPLES = {"llama": 100, "gemma3": 100, "qwen2": 80}
 PAD = 0

@@ -298,8 +298,8 @@ def no_loading(monkeypatch):
     import transformers
 
     monkeypatch.setattr("oneiro_hf.loading.load_target_and_drafter", _must_not_load)
-    monkeypatch.setattr("oneiro_hf.reference_models.load_reference_model", _must_not_load)
-    monkeypatch.setattr("oneiro_hf.reference_models.fetch_reference_model", _must_not_load)
+    monkeypatch.setattr("oneiro_hf.storage.reference_models.load_reference_model", _must_not_load)
+    monkeypatch.setattr("oneiro_hf.storage.reference_models.fetch_reference_model", _must_not_load)
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", _must_not_load)
 
 
@@ -752,7 +752,7 @@ def test_a_disturbed_profile_is_named_in_the_report_and_a_sound_one_is_not():
     one-token pass 1.85x slower than stock while a run's same-kernel greedy was the faster): each is reported
     with the fix; a plausible profile gets no warning."""
     from oneiro_hf.bench.report import profile_lines
-    from oneiro_hf.latency import profile_doubts
+    from oneiro_hf.drafting.latency import profile_doubts
 
     stock = {"t1_s": 0.308, "ratios": {"1": 1.0, "2": 1.03}, "kernels": "stock"}
     sound = {"t1_s": 0.268, "ratios": {"1": 1.0, "2": 1.05}, "kernels": "oneiro", "stock": stock}

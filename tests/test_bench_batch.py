@@ -23,7 +23,7 @@ from oneiro_hf.bench.throughput import (
     throughput_lines,
     trim_row,
 )
-from oneiro_hf.latency import load_profile
+from oneiro_hf.drafting.latency import load_profile
 
 
 @pytest.fixture(scope="module")

@@ -6,12 +6,15 @@ import dataclasses
 import datetime
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from oneiro_hf.training import campaign
 from oneiro_hf.training.campaign import CampaignArguments, CampaignError, parse_deadline
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_deadlines_in_each_form() -> None:
@@ -86,7 +89,7 @@ def test_an_unusable_batch_size_names_the_fix(tmp_path: Path) -> None:
 def smollm2():
     import torch
 
-    from oneiro_hf.reference_models import load_reference_model
+    from oneiro_hf.storage.reference_models import load_reference_model
 
     torch.set_num_threads(1)
     return load_reference_model("smollm2-135m-instruct")
@@ -119,7 +122,8 @@ def test_a_campaign_grows_the_data_trains_at_milestones_commits_and_resumes(tmp_
     argv = ["--target", "smollm2-135m-instruct", "--dataset", "data/ds", "--until", "+24h", "--recipe", "recipe.json",
             "--sources", "synthetic", "--num_prompts", "12", "--max_new_tokens", "8", "--batch_size", "3",
             "--dtype", "float32", "--device", "cpu", "--threads", "1", "--milestone_tokens", "20",
-            "--goal_tokens", "40", "--checkpoint_out", "data/drafter", "--commit"]
+            "--goal_tokens", "40", "--checkpoint_out", "data/drafter",
+            "--on_milestone", f"{sys.executable} {ROOT / 'scripts' / 'campaign_commit.py'}"]
     assert campaign.main(argv) == 0
     records = load_records("data/ds")
     tokens = sum(len(r["output_ids"]) for r in records)
@@ -142,7 +146,8 @@ def test_a_campaign_grows_the_data_trains_at_milestones_commits_and_resumes(tmp_
     assert campaign.main(argv) == 0 and Path("runs/campaign/answers.jsonl").read_text() == answered
     # a fresh machine (no work dir) with a higher goal goes on from the committed dataset without repeating a prompt
     before = {r["id"] for r in records}
-    fresh = [a for a in argv if a not in ("--recipe", "recipe.json", "--commit")]
+    fresh = argv[: argv.index("--on_milestone")]
+    fresh = [a for a in fresh if a not in ("--recipe", "recipe.json")]
     goal = tokens + 16  # every record counts without a recipe: the held-out ones are not left to answer again
     fresh[fresh.index("--goal_tokens") + 1] = str(goal)
     assert campaign.main([*fresh, "--work_dir", "runs/other"]) == 0
@@ -157,6 +162,7 @@ def test_a_campaign_captures_features_the_training_then_finds_cached(tmp_path, m
     with --feature_dtype bfloat16 on that cache computes none of them again, and finds them close to its own."""
     import torch
 
+    from oneiro_hf.training import feature_store as store
     from oneiro_hf.training import features as feat
     from oneiro_hf.training.records import load_records
 
@@ -168,10 +174,10 @@ def test_a_campaign_captures_features_the_training_then_finds_cached(tmp_path, m
     assert campaign.main(argv) == 0
     records = load_records("data/ds")
     target = smollm2[0]  # float32, as oneiro-train loads it
-    cache = feat.FeatureCache("features", target, 96, compute_dtype=torch.bfloat16)
+    cache = store.FeatureCache("features", target, 96, compute_dtype=torch.bfloat16)
     usable = [r for r in records if feat.make_sequence(r, 96) is not None]
     assert usable and cache.build(records, progress=False)["computed"] == 0
-    fresh = feat.FeatureCache("pass", target, 96, compute_dtype=torch.bfloat16)
+    fresh = store.FeatureCache("pass", target, 96, compute_dtype=torch.bfloat16)
     fresh.build(records, progress=False)
     for rec in usable:
         a, b = cache.get(cache.lookup(rec)), fresh.get(fresh.lookup(rec))
@@ -315,7 +321,7 @@ def test_a_paused_milestone_moves_to_another_machine_in_the_committed_checkpoint
 
 def test_a_training_killed_midway_keeps_its_last_checkpoint(tmp_path: Path, monkeypatch) -> None:
     """The kernel kills a training that runs out of memory before it can pause: its last checkpoint is kept as the
-    paused one all the same (and committed with --commit), and the error says how it ended and where the work is."""
+    paused one all the same (and handed to --on_milestone), and the error says how it ended and where the work is."""
     recipe = tmp_path / "r.json"
     recipe.write_text(json.dumps({"max_steps": 4000}))
     kept = tmp_path / "drafters" / "campaign"
@@ -348,3 +354,27 @@ def test_a_training_killed_midway_keeps_its_last_checkpoint(tmp_path: Path, monk
     bare = dataclasses.replace(args, checkpoint_out=None)
     with pytest.raises(CampaignError, match=r"failed \(exit status 3; see above\)\. Its log"):
         campaign.train_milestone(bare, tmp_path / "third", 1000, until=1234.0)
+
+
+def test_on_milestone_runs_the_command_on_the_paths_and_a_failure_stops_with_the_reason(tmp_path, monkeypatch) -> None:
+    """The library runs no git itself: --on_milestone's command gets the message and the paths; the deprecated
+    --commit is the repository's commit script, refused with the fix outside a checkout."""
+    monkeypatch.chdir(tmp_path)
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "config", "user.email", "t@example.invalid")
+    _git(tmp_path, "config", "user.name", "t")
+    Path("data").mkdir()
+    Path("data/a.txt").write_text("answers")
+    script = f"{sys.executable} {ROOT / 'scripts' / 'campaign_commit.py'}"
+    args = CampaignArguments(target="t", dataset="data", until="+1h", on_milestone=script)
+    campaign.on_milestone(args, ["data"], "Campaign data: 7 training tokens of t")
+    assert _git(tmp_path, "log", "--format=%s").strip() == "Campaign data: 7 training tokens of t"
+    campaign.on_milestone(args, ["data"], "nothing changed")  # nothing to commit is fine
+    assert _git(tmp_path, "log", "--format=%s").count("\n") == 1
+    failing = dataclasses.replace(args, on_milestone=f"{sys.executable} -c 'import sys; sys.exit(5)'")
+    with pytest.raises(CampaignError, match=r"failed \(exit 5\).*Fix: run it by hand"):
+        campaign.on_milestone(failing, ["data"], "m")
+    with pytest.raises(CampaignError, match="has none. Fix: run from the checkout, or pass --on_milestone"):
+        campaign.milestone_command(dataclasses.replace(args, on_milestone=None, commit=True))
+    with pytest.raises(CampaignError, match="both name what runs"):
+        campaign.milestone_command(dataclasses.replace(args, commit=True))

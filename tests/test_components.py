@@ -13,12 +13,12 @@ import torch
 from tiny import ARCHS, WINDOW, greedy, make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.drafter_context import DrafterContext
+from oneiro_hf.drafting.context import DrafterContext
 from oneiro_hf.drafting.cost import choose_path
+from oneiro_hf.drafting.kv_cache import DrafterKVCache
 from oneiro_hf.drafting.lookup import NgramIndex
 from oneiro_hf.drafting.policy import FIRST_CLIP, LOOKUP_POSITIONS, PROFIT_EMA, Backoff, DraftPolicyState
 from oneiro_hf.drafting.tree import TokenTree
-from oneiro_hf.kv_cache import DrafterKVCache
 
 # ------------------------------------------------------------------------------------------ KV cache
 

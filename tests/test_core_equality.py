@@ -15,7 +15,7 @@ from transformers import GenerationConfig
 from transformers.generation.streamers import BaseStreamer
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.candidate_generator import OneiroCandidateGenerator
+from oneiro_hf.generation.candidate_generator import OneiroCandidateGenerator
 
 MODES = ("latent", "lookup", "hybrid")
 

@@ -12,8 +12,9 @@ import torch
 from tiny import ARCHS, greedy, make_model, random_prompt
 
 import oneiro_hf
-from oneiro_hf import cpu_kernels, exact_attention, grouped_attention, prepacked_linear
-from oneiro_hf.grouped_attention import ATTENTION_NAME
+from oneiro_hf import cpu_kernels
+from oneiro_hf.kernels import exact_attention, grouped_attention, prepacked_linear
+from oneiro_hf.kernels.grouped_attention import ATTENTION_NAME
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
 
@@ -115,7 +116,7 @@ def test_a_bfloat16_target_runs_exact_with_every_linear_from_one_row() -> None:
     """Exact attention, and every linear on one kernel at every row count (its packed dtype: float32 copies where the
     CPU has no bfloat16 units, said once with the fix)."""
     model = make_model("llama", dtype=torch.bfloat16)
-    cpu_kernels_module = importlib.import_module("oneiro_hf.cpu_kernels")
+    cpu_kernels_module = importlib.import_module("oneiro_hf.kernels.cpu")
     cpu_kernels_module._said.discard(torch.bfloat16)
     copies = prepacked_linear.packed_dtype(torch.bfloat16) != torch.bfloat16
     with warnings.catch_warnings(record=True) as caught:

@@ -113,12 +113,12 @@ NOT_MEASURED = [
     ("README.md", "Two commands", "on the oldest supported transformers (5.18.0)", "a version"),
     ("README.md", "Two commands", ("SmolLM2-135M-Instruct (0.5 GB cached), Qwen2.5-Coder-0.5B-Instruct (about 2.0 GB: "
      "494M parameters) and Gemma-3-270M (about 1.1 GB: 268M parameters)"),
-     "sizes of the reference models' caches, fixed by their pinned wheels (oneiro_hf/reference_models.py)"),
+     "sizes of the reference models' caches, fixed by their pinned wheels (oneiro_hf/storage/reference_models.py)"),
     ("README.md", "Supported", "transformers 5.18 or newer (tested: 5.18.0 by", "versions"),
     ("README.md", "Supported", "5.24 and 5.25; a newer", "versions"),
     ("README.md", "Supported", "docs/design.md says why 5.18", "a version"),
     ("README.md", "Reference targets (no Hub needed)", "(Qwen2.5-Coder-1.5B-Instruct: 1.1 GB of wheels,",
-     "the size of the pinned wheels (oneiro_hf/reference_models.py)"),
+     "the size of the pinned wheels (oneiro_hf/storage/reference_models.py)"),
     ("docs/benchmarks.md", "Current figures", "(the 8 MT-bench categories", "how the lanes split the questions"),
     ("docs/benchmarks.md", "Current figures", "it drafts 10 tokens whatever", ("hf-lookup's setting "
      "(oneiro_hf/bench/methods.py, HF_LOOKUP_TOKENS)")),
@@ -154,7 +154,7 @@ NOT_MEASURED = [
     ("docs/benchmarks.md", "What the numbers mean", "greedy's is 1.00", "a definition"),
     ("docs/benchmarks.md", "What the numbers mean", "(at a 200-token context unless", "the command's default"),
     ("docs/benchmarks.md", "What the numbers mean", "(t(2) under 0.8 t(1), or oneiro-hf's one-token pass over 1.5x the stock one's",
-     "the thresholds of oneiro_hf.latency.profile_doubts"),
+     "the thresholds of oneiro_hf.drafting.latency.profile_doubts"),
     ("docs/benchmarks.md", "What the numbers mean", "must reach 100%;", "the rule the tool enforces"),
     ("docs/benchmarks.md", "What the numbers mean", "exits with status 3 otherwise", "the tool's exit status"),
     ("docs/benchmarks.md", "How to repeat it", "about 100 minutes for all 13 questions", "how long to expect, not a figure"),

@@ -15,11 +15,13 @@ from tiny import make_model
 from transformers import TrainingArguments
 
 import oneiro_hf
-from oneiro_hf import DraftStats, OneiroDrafter, OneiroDrafterConfig, prepacked_linear, target_relative
-from oneiro_hf.latency import load_profile, profile_verification_latency, save_profile
+from oneiro_hf import DraftStats, OneiroDrafter, OneiroDrafterConfig
+from oneiro_hf.drafting.latency import load_profile, profile_verification_latency, save_profile
+from oneiro_hf.kernels import prepacked_linear
 from oneiro_hf.loading import default_drafter_dir, load_target_and_drafter
 from oneiro_hf.serving import vllm_export
 from oneiro_hf.settings import settings_table
+from oneiro_hf.storage import target_relative
 from oneiro_hf.training.cli import DataArguments, ModelArguments
 from oneiro_hf.training.trainer import OneiroTrainingArguments
 
@@ -146,9 +148,9 @@ def test_documented_signatures_match_the_code(api, name):
 
 def test_every_error_class_is_documented(api):
     from oneiro_hf.bench import BenchInputError
-    from oneiro_hf.checkpoint import CorruptCheckpoint
-    from oneiro_hf.generate_inputs import UnsupportedGenerateCall
-    from oneiro_hf.target_relative import RebuiltOnOtherWeights, RelativeDrafterOnOtherBase
+    from oneiro_hf.generation.inputs import UnsupportedGenerateCall
+    from oneiro_hf.storage.checkpoint import CorruptCheckpoint
+    from oneiro_hf.storage.target_relative import RebuiltOnOtherWeights, RelativeDrafterOnOtherBase
     from oneiro_hf.training.campaign import CampaignError
     from oneiro_hf.training.trainer import CheckpointMismatch, OutputDirHasDrafter
 

@@ -9,10 +9,10 @@ import torch
 from tiny import make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.drafter_context import DrafterContext
+from oneiro_hf.drafting.context import DrafterContext
 from oneiro_hf.drafting.draft import Draft, cut_at_eos
+from oneiro_hf.drafting.stats import DraftRound, DraftStats
 from oneiro_hf.drafting.tree import TokenTree
-from oneiro_hf.stats import DraftRound, DraftStats
 
 PACKAGE = Path(__file__).resolve().parent.parent / "oneiro_hf"
 
@@ -98,7 +98,10 @@ def test_drafting_code_counts_statistics_only_through_draft_stats():
     """Chain and tree count a round through `DraftStats.record_round` (and time through `DraftStats.time`): the
     drafting code adds to no statistic itself."""
     offenders = []
-    for path in [PACKAGE / "candidate_generator.py", *(PACKAGE / "tree").glob("*.py")]:
+    paths = [PACKAGE / "generation" / "candidate_generator.py", *(PACKAGE / "generation" / "loop").glob("*.py"),
+             *(PACKAGE / "drafting").glob("*.py")]
+    assert len(paths) > 10
+    for path in paths:
         text = path.read_text(encoding="utf-8")
         offenders += [f"{path.name}: {m.group(0)}" for m in re.finditer(r"\bstats\.\w+\s*[+-]=|stats\.\w+\.append", text)]
     assert not offenders, offenders

@@ -1,5 +1,5 @@
 """The drafter's bounded context (`context_window`): the first catch-up feeds only the latest verified positions,
-at their absolute positions, in chain and tree decoding alike (oneiro_hf.drafter_context)."""
+at their absolute positions, in chain and tree decoding alike (oneiro_hf.drafting.context)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import torch
 from tiny import greedy, make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.drafter_context import DrafterContext
-from oneiro_hf.drafting.build import LatentTreeDrafter
+from oneiro_hf.drafting.build import LatentBranches
+from oneiro_hf.drafting.context import DrafterContext
+from oneiro_hf.drafting.kv_cache import DrafterKVCache
 from oneiro_hf.drafting.policy import DraftPolicyState
 from oneiro_hf.drafting.tree import TokenTree
-from oneiro_hf.kv_cache import DrafterKVCache
 from oneiro_hf.settings import DraftingSettings
 
 PROMPT = 40
@@ -142,7 +142,7 @@ def test_a_windowed_tree_equals_the_tree_over_the_windowed_suffix(arch):
     seq, states = _first_step(model, drafter, ids)
     trees = []
     for window, observed, input_ids in ((W, states, seq), (None, states[:, PROMPT - W :], seq[:, PROMPT - W :])):
-        builder = LatentTreeDrafter(drafter, window=window)
+        builder = LatentBranches(drafter, window=window)
         builder.context.observe(observed)
         tree = TokenTree.with_root(int(seq[0, -1]))
         builder.expand(tree, input_ids, max_depth=4, topk=2, beam=2, min_value=0.0, policy=DraftPolicyState(),

@@ -1,4 +1,4 @@
-"""`oneiro_hf.exact_attention`: every query row of a pass has, bit for bit, the value a one-token call over the same
+"""`oneiro_hf.kernels.exact_attention`: every query row of a pass has, bit for bit, the value a one-token call over the same
 visible keys gives it (chains, token trees, padded batches with holes; float32, bfloat16, float16), close to sdpa's
 attention; and every supported architecture's k-token pass gives each row the logits of k one-token steps inside
 `cpu_kernels(exact=True)`."""
@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny import ARCHS, make_model, random_prompt
 
-from oneiro_hf import cpu_kernels, exact_attention
-from oneiro_hf.exact_attention import ATTENTION_NAME, exact_attention_forward
+from oneiro_hf import cpu_kernels
+from oneiro_hf.kernels import exact_attention
+from oneiro_hf.kernels.exact_attention import ATTENTION_NAME, exact_attention_forward
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}

@@ -19,8 +19,9 @@ from transformers import DynamicCache, LlamaForCausalLM
 from oneiro_hf import OneiroDrafter, modeling_oneiro
 from oneiro_hf.compat import cache_keyword
 from oneiro_hf.configuration_oneiro import OneiroDrafterConfig
-from oneiro_hf.drafter_context import DrafterContext
-from oneiro_hf.hub import build_model_card
+from oneiro_hf.drafting.context import DrafterContext
+from oneiro_hf.storage.hub import build_model_card
+from oneiro_hf.training import feature_store as store
 from oneiro_hf.training import features as feat
 from oneiro_hf.training.cli import main as cli_main
 
@@ -122,20 +123,20 @@ def tiny_target():
 def test_feature_cache_stores_the_copied_layers_inputs(tiny_target, tmp_path) -> None:
     records = sample_records(tiny_target)[:6]
     layers = (2, 3)
-    cache = feat.FeatureCache(tmp_path / "c", tiny_target, 64, context_layers=layers)
+    cache = store.FeatureCache(tmp_path / "c", tiny_target, 64, context_layers=layers)
     cache.build(records, progress=False)
     assert json.loads((tmp_path / "c" / "meta.json").read_text())["context_layers"] == list(layers)
-    item = feat.CachedFeatureDataset(cache, records)[0]
+    item = store.CachedFeatureDataset(cache, records)[0]
     with torch.no_grad():
         hidden = tiny_target(item["input_ids"][None], output_hidden_states=True).hidden_states
     expected = torch.stack([hidden[i][0] for i in layers], dim=1)  # (T, c, D), then unit RMS per position
     expected = expected / expected.pow(2).mean(-1, keepdim=True).sqrt()
     assert item["context"].dtype == torch.float16 and item["context"].shape == expected.shape
     torch.testing.assert_close(item["context"].float(), expected, rtol=2e-3, atol=2e-3)
-    batch = feat.collate([item, feat.CachedFeatureDataset(cache, records)[1]])
+    batch = feat.collate([item, store.CachedFeatureDataset(cache, records)[1]])
     assert batch["context"].shape[:2] == batch["input_ids"].shape
-    with pytest.raises(feat.FeatureCacheMismatch, match=r"context_layers=\[2, 3\], float32\).*Fix: pass another"):
-        feat.FeatureCache(tmp_path / "c", tiny_target, 64)  # an own-context run on an exact-context cache
+    with pytest.raises(store.FeatureCacheMismatch, match=r"context_layers=\[2, 3\], float32\).*Fix: pass another"):
+        store.FeatureCache(tmp_path / "c", tiny_target, 64)  # an own-context run on an exact-context cache
 
 
 def test_cli_trains_an_exact_context_drafter_end_to_end(tiny_target, tmp_path, capsys) -> None:

@@ -8,9 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from oneiro_hf import extras, reference_models
+from oneiro_hf import extras
 from oneiro_hf.bench.answers import BenchInputError
 from oneiro_hf.bench.plan import plan_run
+from oneiro_hf.storage import reference_models
 
 
 def _hide(monkeypatch, *names: str) -> None:

@@ -1,4 +1,4 @@
-"""Grouped-query attention for verification passes (oneiro_hf/grouped_attention.py): the same attention as
+"""Grouped-query attention for verification passes (oneiro_hf/kernels/grouped_attention.py): the same attention as
 transformers' sdpa without copying keys and values per query head, used only while a drafter's generate runs."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from transformers.integrations import sdpa_attention
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.grouped_attention import ATTENTION_NAME, grouped_attention, grouped_sdpa_attention
+from oneiro_hf.kernels.grouped_attention import ATTENTION_NAME, grouped_attention, grouped_sdpa_attention
 
 
 def test_grouped_attention_equals_sdpa_and_copies_no_cache(monkeypatch) -> None:

@@ -26,9 +26,15 @@ from safetensors import safe_open
 from tiny import make_model
 
 from oneiro_hf import DrafterTargetMismatch, OneiroDrafter
-from oneiro_hf.checkpoint import CorruptCheckpoint, DrafterNotFound, IncompatibleCheckpoint
 from oneiro_hf.configuration_oneiro import FORMAT_VERSION
-from oneiro_hf.hub import ModelCardError, build_model_card, prepare_upload, publish_drafter, write_model_card
+from oneiro_hf.storage.checkpoint import CorruptCheckpoint, DrafterNotFound, IncompatibleCheckpoint
+from oneiro_hf.storage.hub import (
+    ModelCardError,
+    build_model_card,
+    prepare_upload,
+    publish_drafter,
+    write_model_card,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 REPO = "your-org/tiny-drafter"
@@ -527,13 +533,15 @@ def test_card_labels_relaxed_verification_lossy():
 
 def test_card_and_bench_report_classify_methods_alike():
     from oneiro_hf.bench.report import is_relaxed
-    from oneiro_hf.cards import _method_is_lossy
+    from oneiro_hf.storage.cards import ModelCardError, _method_is_lossy
 
     names = ["greedy", "oneiro-hybrid", "oneiro-tree", "oneiro-topk-2", "oneiro-threshold-0.1@refined",
              "oneiro-latent-fixed-3", "hf-lookup"]
-    for name in names:  # the method name alone: the report's classification
-        assert _method_is_lossy(name, {}) is is_relaxed(name), name
-    assert _method_is_lossy("some-new-method", {"relaxed": True})  # a summary's own flag wins
+    for name in names:  # the summary's flag is the report's classification, and the card reads only the flag
+        assert _method_is_lossy(name, {"relaxed": is_relaxed(name)}) is is_relaxed(name), name
+    assert _method_is_lossy("some-new-method", {"relaxed": True})
+    with pytest.raises(ModelCardError, match="no 'relaxed' flag"):
+        _method_is_lossy("oneiro-topk-2", {})
 
 
 def test_card_training_provenance():

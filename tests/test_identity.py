@@ -11,7 +11,8 @@ from tiny import make_model
 from transformers import AutoModelForCausalLM
 
 from oneiro_hf import DrafterTargetMismatch, OneiroDrafter
-from oneiro_hf.identity import (
+from oneiro_hf.loading import default_drafter_dir
+from oneiro_hf.storage.identity import (
     RELATIVE_TOLERANCE,
     SAMPLES_PER_TENSOR,
     canonical_model_id,
@@ -20,8 +21,7 @@ from oneiro_hf.identity import (
     fingerprinted_tensors,
     sample_indices,
 )
-from oneiro_hf.loading import default_drafter_dir
-from oneiro_hf.reference_models import MARKER_FILE, get_spec, load_reference_model
+from oneiro_hf.storage.reference_models import MARKER_FILE, get_spec, load_reference_model
 
 
 @pytest.fixture

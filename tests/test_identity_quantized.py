@@ -12,7 +12,8 @@ from tiny import make_model
 from transformers import AutoModelForCausalLM
 
 from oneiro_hf import DrafterTargetMismatch, OneiroDrafter
-from oneiro_hf.identity import (
+from oneiro_hf.loading import default_drafter_dir
+from oneiro_hf.storage.identity import (
     QUANT_BLOCK,
     QUANTIZATIONS,
     REQUANTIZABLE,
@@ -22,8 +23,7 @@ from oneiro_hf.identity import (
     lattice_step,
     quantize_dequantize,
 )
-from oneiro_hf.loading import default_drafter_dir
-from oneiro_hf.reference_models import (
+from oneiro_hf.storage.reference_models import (
     _assemble_gguf,
     _download_wheels,
     check_quantization_table,

@@ -13,7 +13,7 @@ from same_kernels import assert_identical_on_same_kernels
 
 from oneiro_hf import OneiroDrafter, cpu_kernels
 from oneiro_hf.chat import encode_prompt
-from oneiro_hf.reference_models import load_reference_model
+from oneiro_hf.storage.reference_models import load_reference_model
 
 # every linear prepacked from one row on (tests/conftest.py): kernels decided, not timed
 pytestmark = [pytest.mark.large_model, pytest.mark.real_model, pytest.mark.slow,

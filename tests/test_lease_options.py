@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from oneiro_hf import reference_models
+from oneiro_hf.storage import reference_models
 from oneiro_hf.training import pipeline
 
 

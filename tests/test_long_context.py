@@ -15,10 +15,10 @@ import pytest
 import torch
 from tiny import greedy, make_model, random_prompt
 
-import oneiro_hf.drafter_context as context_module
+import oneiro_hf.drafting.context as context_module
 import oneiro_hf.modeling_oneiro as modeling
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.kv_cache import DrafterKVCache
+from oneiro_hf.drafting.kv_cache import DrafterKVCache
 
 LIMIT = 192
 MODES = ("lookup", "latent", "hybrid")
@@ -144,7 +144,7 @@ def test_cache_grows_by_doubling_up_to_its_limit_then_refuses():
 @pytest.mark.real_model
 def test_smollm2_two_thousand_token_prompt_identical_to_greedy():
     from oneiro_hf.loading import default_drafter_dir
-    from oneiro_hf.reference_models import load_reference_model
+    from oneiro_hf.storage.reference_models import load_reference_model
 
     torch.set_num_threads(1)
     model, tokenizer = load_reference_model("smollm2-135m-instruct")

@@ -15,7 +15,7 @@ from tiny import make_model
 from transformers import LlamaForCausalLM
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.target_relative import RelativeStorage
+from oneiro_hf.storage.target_relative import RelativeStorage
 from oneiro_hf.training.cli import main as cli_main
 from oneiro_hf.training.low_rank import is_parametrised, merge, parametrise, rebuilt_originals
 from oneiro_hf.training.trainer import CheckpointMismatch, OneiroTrainer
@@ -116,7 +116,7 @@ def test_parametrised_run_resumes_exactly_and_refuses_other_ranks(target, record
 
 def test_cli_saves_the_trained_differences_relative_to_the_target(target, records, tmp_path, monkeypatch) -> None:
     published = []
-    monkeypatch.setattr("oneiro_hf.hub.publish_drafter", lambda drafter, repo_id, **kw: published.append(kw) or "ok")
+    monkeypatch.setattr("oneiro_hf.storage.hub.publish_drafter", lambda drafter, repo_id, **kw: published.append(kw) or "ok")
     root = saved_target_and_data(target, records, tmp_path)
     out = tmp_path / "drafter"
     argv = _argv(root, out, "--relative_layer_rank", "2", "--relative_token_rank", "3", "--save_dtype", "float32",

@@ -16,10 +16,10 @@ import torch
 from tiny import greedy, make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.candidate_generator import OneiroCandidateGenerator
+from oneiro_hf.drafting.kv_cache import DrafterKVCache
 from oneiro_hf.drafting.lookup import NgramIndex
 from oneiro_hf.drafting.policy import LOOKUP_POSITIONS
-from oneiro_hf.kv_cache import DrafterKVCache
+from oneiro_hf.generation.candidate_generator import OneiroCandidateGenerator
 
 MAX_DRAFT = 6
 MAX_NGRAM = 4

@@ -12,8 +12,9 @@ from tiny import make_model, tiny_config
 from transformers import LlamaForCausalLM
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.kv_cache import DrafterKVCache
+from oneiro_hf.drafting.kv_cache import DrafterKVCache
 from oneiro_hf.targets import base_model
+from oneiro_hf.training import feature_store as store
 from oneiro_hf.training import features as feat
 from oneiro_hf.training.cli import main as cli_main
 from oneiro_hf.training.ridge import fit_fuse_ridge
@@ -90,20 +91,20 @@ def test_rollout_matches_sequential_multilayer_drafting(target) -> None:
 
 
 def test_feature_cache_stores_inputs_and_refuses_the_other_format(target, records, tmp_path) -> None:
-    cache = feat.FeatureCache(tmp_path / "c", target, 64, resid_layer=2, input_layers=LAYERS)
+    cache = store.FeatureCache(tmp_path / "c", target, 64, resid_layer=2, input_layers=LAYERS)
     cache.build(records[:6], progress=False)
     meta = json.loads((tmp_path / "c" / "meta.json").read_text())
     assert meta["format"] == 2 and meta["input_layers"] == LAYERS
-    item = feat.CachedFeatureDataset(cache, records[:6])[0]
+    item = store.CachedFeatureDataset(cache, records[:6])[0]
     fresh = feat.target_features(target, item["input_ids"][None], input_layers=LAYERS)["inputs"][0]
     assert item["inputs"].dtype == torch.float16
     torch.testing.assert_close(item["inputs"].float(), fresh, rtol=2e-3, atol=2e-3)
-    with pytest.raises(feat.FeatureCacheMismatch,
+    with pytest.raises(store.FeatureCacheMismatch,
                        match=r"input_layers=\[1, 2, 4\], context_layers=None, float32\).*Fix: pass another"):
-        feat.FeatureCache(tmp_path / "c", target, 64)  # a single-layer run on a multi-layer cache
-    feat.FeatureCache(tmp_path / "d", target, 64)
-    with pytest.raises(feat.FeatureCacheMismatch, match="format 1"):
-        feat.FeatureCache(tmp_path / "d", target, 64, input_layers=LAYERS)
+        store.FeatureCache(tmp_path / "c", target, 64)  # a single-layer run on a multi-layer cache
+    store.FeatureCache(tmp_path / "d", target, 64)
+    with pytest.raises(store.FeatureCacheMismatch, match="format 1"):
+        store.FeatureCache(tmp_path / "d", target, 64, input_layers=LAYERS)
 
 
 def test_ridge_fits_the_wider_fusion(target, records) -> None:

@@ -11,7 +11,7 @@ from tiny import greedy, make_model, random_prompt
 from transformers import TrainerCallback
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.drafting.engine import SequenceDrafter
+from oneiro_hf.drafting.engine import SequenceEngine
 from oneiro_hf.modeling_oneiro import DrafterTargetMismatch
 from oneiro_hf.training.cli import main as cli_main
 from oneiro_hf.training.onpolicy import (
@@ -66,7 +66,7 @@ def test_collection_records_the_hand_made_error_positions(monkeypatch):
     truth = greedy(model, prompt, 16)[0].tolist()  # the target's own greedy answer
     wrong = {p + 3, p + 4, p + 10}  # positions where the drafter proposes a wrong token
     cursor = {"pos": 0}
-    original = SequenceDrafter.draft
+    original = SequenceEngine.draft
 
     def tracked(self, input_ids, *args, **kwargs):
         cursor["pos"] = input_ids.shape[1]  # the first drafted token lands here
@@ -80,7 +80,7 @@ def test_collection_records_the_hand_made_error_positions(monkeypatch):
         logits[:, token] = 30.0
         return logits
 
-    monkeypatch.setattr(SequenceDrafter, "draft", tracked)
+    monkeypatch.setattr(SequenceEngine, "draft", tracked)
     monkeypatch.setattr(drafter, "readout_logits", scripted_readout)
     sequences, metrics = collect(model, drafter, [{"id": "a", "input_ids": prompt[0].tolist()}], 16, 4)
     (seq,) = sequences

@@ -52,7 +52,7 @@ def test_model_cards_folder_holds_the_template_and_a_card_per_shipped_drafter():
         text = card.read_text()
         assert text.startswith("---\nbase_model: ") and f"drafters/{name}" not in text  # rendered, not a copy
     # the package reads the template through oneiro_hf/model_cards (a link to the top-level folder)
-    from oneiro_hf.hub import DEFAULT_TEMPLATE
+    from oneiro_hf.storage.hub import DEFAULT_TEMPLATE
 
     assert DEFAULT_TEMPLATE.resolve() == TEMPLATE.resolve()
 
@@ -109,7 +109,7 @@ def test_wheel_carries_the_template_and_publishes_a_dry_run_from_it(tmp_path):
     card = (out / "README.md").read_text()
     assert "# OneiroDraft drafter for your-org/tiny-base" in card and "license: mit" in card
     where = subprocess.run(
-        [sys.executable, "-c", "import oneiro_hf.hub as h; print(h.DEFAULT_TEMPLATE)"],
+        [sys.executable, "-c", "import oneiro_hf.storage.hub as h; print(h.DEFAULT_TEMPLATE)"],
         check=True, capture_output=True, text=True, env=env, cwd=tmp_path,
     ).stdout.strip()
     assert Path(where).is_relative_to(site)

@@ -1,4 +1,4 @@
-"""Prepacked linear layers for CPU verification passes (oneiro_hf/prepacked_linear.py): the same layer outputs up to
+"""Prepacked linear layers for CPU verification passes (oneiro_hf/kernels/prepacked_linear.py): the same layer outputs up to
 float32 rounding, used only for multi-row inputs while a drafter's generate runs, and put back afterwards."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ import pytest
 import torch
 from tiny import ARCHS, greedy, make_model, random_prompt
 
-from oneiro_hf import OneiroDrafter, prepacked_linear
-from oneiro_hf.prepacked_linear import (
+from oneiro_hf import OneiroDrafter
+from oneiro_hf.kernels import prepacked_linear
+from oneiro_hf.kernels.prepacked_linear import (
     NEVER,
     ROW_GRID,
     applies,
@@ -157,7 +158,7 @@ def test_the_drafters_copied_layers_run_prepacked_in_generate_and_release(arch: 
 
 def test_the_profiled_drafter_call_runs_on_the_drafters_prepacked_weights_as_generate_does(monkeypatch) -> None:
     """`profile_drafter_step` prices the call generate makes: the drafter's own linears prepacked, not stock."""
-    from oneiro_hf.latency import profile_drafter_step
+    from oneiro_hf.drafting.latency import profile_drafter_step
 
     model = make_model("llama")
     drafter = OneiroDrafter.from_target(model)

@@ -218,7 +218,7 @@ def test_self_distillation_matches_unbatched_greedy_and_resumes(tmp_path: Path) 
     import torch
 
     from oneiro_hf.chat import stop_token_ids
-    from oneiro_hf.reference_models import load_reference_model
+    from oneiro_hf.storage.reference_models import load_reference_model
     from oneiro_hf.training.selfdistill import generate_batch, generate_self_distillation_data
 
     torch.set_num_threads(1)

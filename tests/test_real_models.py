@@ -13,7 +13,7 @@ from tiny import FLAT_PROFILE
 
 from oneiro_hf import OneiroDrafter, cpu_kernels
 from oneiro_hf.loading import default_drafter_dir
-from oneiro_hf.reference_models import load_reference_model
+from oneiro_hf.storage.reference_models import load_reference_model
 
 pytestmark = [pytest.mark.real_model, pytest.mark.usefixtures("prepacked_from_one_row")]
 

@@ -12,7 +12,7 @@ from tiny import make_model, random_prompt
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from oneiro_hf import OneiroDrafter, OneiroDrafterConfig
-from oneiro_hf.session import DraftingSession
+from oneiro_hf.generation.session import DraftingSession
 from oneiro_hf.settings import DraftingSettings
 
 PACKAGE = Path(__file__).resolve().parent.parent / "oneiro_hf"
@@ -76,8 +76,10 @@ def test_drafting_settings_defaults_live_in_one_place():
 
 def test_nothing_outside_the_drafter_writes_its_private_attributes():
     offenders = []
+    # the drafter's own code: the model, and the parts mixed into it (binding, sessions)
+    own = {PACKAGE / "modeling_oneiro.py", PACKAGE / "generation" / "binding.py", PACKAGE / "generation" / "session.py"}
     for path in PACKAGE.rglob("*.py"):
-        if path.name == "modeling_oneiro.py":
+        if path in own:
             continue
         text = path.read_text(encoding="utf-8")
         for pattern in (r"object\.__setattr__\((?!self\b)", r"\._policy_state\b", r"_oneiro_pending_settings",

@@ -17,8 +17,8 @@ import torch
 from tiny import greedy, make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter, OneiroDrafterConfig
+from oneiro_hf.generation.loop.custom_generate import TreeSettings
 from oneiro_hf.settings import DEFAULTS, DraftingSettings, config_name, settings_table
-from oneiro_hf.tree.loop import TreeSettings
 
 FIELDS = [f.name for f in dataclasses.fields(DraftingSettings)]
 # str settings have no generic "other value"; the rest are derived from the type of the default

@@ -10,6 +10,7 @@ import torch
 from test_training import _cli_argv, build, make_args, records, target, tiny_dir  # noqa: F401 (fixtures)
 from transformers import TrainerCallback
 
+from oneiro_hf.training import feature_store as store
 from oneiro_hf.training import features as feat
 from oneiro_hf.training.cli import main as cli_main
 from oneiro_hf.training.kept_features import StreamedFeatureKeeper
@@ -17,7 +18,7 @@ from oneiro_hf.training.trainer import EpochSeededLengthSampler, OneiroTrainer
 
 
 def _cache(tmp_path, target, records, name="cache"):  # noqa: F811
-    cache = feat.FeatureCache(tmp_path / name, target, 64)
+    cache = store.FeatureCache(tmp_path / name, target, 64)
     cache.build(records, progress=False)
     return cache
 
@@ -25,14 +26,14 @@ def _cache(tmp_path, target, records, name="cache"):  # noqa: F811
 def test_a_mixed_batch_gets_the_features_a_full_pass_gives(target, records, tmp_path):  # noqa: F811
     full = _cache(tmp_path, target, records[:6], "full")
     part = _cache(tmp_path, target, [records[1], records[4]], "part")
-    streamed = feat.CachedFeatureDataset(part, records[:6], stream=True)
+    streamed = store.CachedFeatureDataset(part, records[:6], stream=True)
     assert streamed.streamed == 4 and len(streamed.entries) == 2
     batch = feat.collate([streamed[i] for i in range(6)])
     assert batch["has_features"].tolist() == [False, True, False, False, True, False]
     assert feat.lacks_features(batch)
     done = feat.complete_features(batch, target)
     assert "has_features" not in done and not feat.lacks_features(done)
-    reference = feat.collate([feat.CachedFeatureDataset(full, records[:6])[i] for i in range(6)])
+    reference = feat.collate([store.CachedFeatureDataset(full, records[:6])[i] for i in range(6)])
     assert torch.equal(done["target_argmax"], reference["target_argmax"])  # padding stays ignored
     assert torch.equal(done["input_ids"], reference["input_ids"])
     real = done["attention_mask"].bool()  # padding positions are never read (loss_mask)
@@ -46,16 +47,16 @@ def test_a_mixed_batch_gets_the_features_a_full_pass_gives(target, records, tmp_
 
 
 def test_a_streamed_dataset_is_the_same_whatever_the_cache_holds(target, records, tmp_path):  # noqa: F811
-    empty = feat.FeatureCache(tmp_path / "empty", target, 64)
+    empty = store.FeatureCache(tmp_path / "empty", target, 64)
     some = _cache(tmp_path, target, records[::3], "some")
-    a = feat.CachedFeatureDataset(empty, records, stream=True)
-    b = feat.CachedFeatureDataset(some, records, stream=True)
+    a = store.CachedFeatureDataset(empty, records, stream=True)
+    b = store.CachedFeatureDataset(some, records, stream=True)
     assert len(a) == len(b) == len(records) and a.streamed == len(records) and b.streamed < len(records)
     assert a.lengths() == b.lengths() and a.response_tokens() == b.response_tokens()
     for i in (0, 1, 5, len(records) - 1):  # record order, so a resumed epoch skips the same records anywhere
         assert torch.equal(a[i]["input_ids"], b[i]["input_ids"]) and a[i]["prompt_len"] == b[i]["prompt_len"]
     with pytest.raises(RuntimeError, match="not in the feature cache.*stream=True"):
-        feat.CachedFeatureDataset(some, records)
+        store.CachedFeatureDataset(some, records)
 
 
 def test_cli_streams_what_the_cache_lacks_and_adds_only_the_held_out(tiny_dir, tmp_path, capsys):  # noqa: F811
@@ -129,7 +130,7 @@ def _keys(cache_dir) -> set[str]:
 def test_kept_streamed_features_are_what_a_full_pass_caches(target, records, tmp_path):  # noqa: F811
     full = _cache(tmp_path, target, records[:6], "full")
     part = _cache(tmp_path, target, [records[1], records[4]], "part")
-    streamed = feat.CachedFeatureDataset(part, records[:6], stream=True)
+    streamed = store.CachedFeatureDataset(part, records[:6], stream=True)
     batch = feat.collate([streamed[i] for i in range(6)])
     keeper = StreamedFeatureKeeper(part, max_bytes=2**30)
     keeper.offer(batch, feat.complete_features(batch, target))
@@ -137,9 +138,9 @@ def test_kept_streamed_features_are_what_a_full_pass_caches(target, records, tmp
     assert keeper.flush() == keeper.kept_tokens == keeper.buffered_tokens + keeper.kept_tokens > 0
     assert _keys(part.dir) == _keys(full.dir) and len(_keys(part.dir)) == 6
     # the dataset made before reads them now (a later epoch), as does a new one and a new process's cache
-    again = feat.FeatureCache(part.dir, target, 64)
-    assert feat.CachedFeatureDataset(again, records[:6], stream=True).streamed == 0
-    reference = feat.CachedFeatureDataset(full, records[:6])
+    again = store.FeatureCache(part.dir, target, 64)
+    assert store.CachedFeatureDataset(again, records[:6], stream=True).streamed == 0
+    reference = store.CachedFeatureDataset(full, records[:6])
     for i in (0, 3, 5):
         item = streamed[i]
         assert "states" in item and torch.equal(item["target_argmax"], reference[i]["target_argmax"])
@@ -150,8 +151,8 @@ def test_kept_streamed_features_are_what_a_full_pass_caches(target, records, tmp
 
 
 def test_keeping_stops_at_the_size_bound(target, records, tmp_path, caplog):  # noqa: F811
-    cache = feat.FeatureCache(tmp_path / "c", target, 64)
-    batch = feat.collate([feat.CachedFeatureDataset(cache, records[:4], stream=True)[i] for i in range(4)])
+    cache = store.FeatureCache(tmp_path / "c", target, 64)
+    batch = feat.collate([store.CachedFeatureDataset(cache, records[:4], stream=True)[i] for i in range(4)])
     done = feat.complete_features(batch, target)
     keeper = StreamedFeatureKeeper(cache, max_bytes=keeper_bytes(cache, batch) - 1)
     keeper.offer(batch, done)

@@ -1,4 +1,4 @@
-"""Target-relative checkpoints (oneiro_hf.target_relative): only the differences from the target are stored,
+"""Target-relative checkpoints (oneiro_hf.storage.target_relative): only the differences from the target are stored,
 the drafter is rebuilt from the bound target, and a target it was not made from is refused before rebuilding."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from safetensors import safe_open
 from tiny import make_model, random_prompt
 
 from oneiro_hf import DrafterTargetMismatch, OneiroDrafter
-from oneiro_hf.checkpoint import CorruptCheckpoint
 from oneiro_hf.configuration_oneiro import FORMAT_VERSION
-from oneiro_hf.target_relative import (
+from oneiro_hf.storage.checkpoint import CorruptCheckpoint
+from oneiro_hf.storage.target_relative import (
     RebuiltOnOtherWeights,
     RelativeDrafterOnOtherBase,
     RelativeStorage,
@@ -190,7 +190,7 @@ def test_storage_ranks_are_checked(bad):
 
 
 def test_publish_folder_stores_differences_and_says_so(tmp_path):
-    from oneiro_hf.hub import prepare_upload
+    from oneiro_hf.storage.hub import prepare_upload
 
     model, drafter = _trained_like(delta_rank=2)
     storage = RelativeStorage(layer_rank=2, token_rank=2)

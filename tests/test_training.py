@@ -15,7 +15,8 @@ from tiny import MODEL_CLASSES, tiny_config
 from transformers import LlamaForCausalLM, TrainerCallback
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.kv_cache import DrafterKVCache
+from oneiro_hf.drafting.kv_cache import DrafterKVCache
+from oneiro_hf.training import feature_store as store
 from oneiro_hf.training import features as feat
 from oneiro_hf.training.cli import main as cli_main
 from oneiro_hf.training.records import DataFileError, load_records
@@ -121,10 +122,10 @@ def build(target, records, args, ridge: bool = True, cache_dir: Path | None = No
     drafter = OneiroDrafter.from_target(target, interval=args.parsed_interval(), draft_vocab_ids=vocab)
     train, held = feat.split_records(records, 0.15)
     if cache_dir is not None:
-        cache = feat.FeatureCache(cache_dir, target, args.max_seq_len, resid_layer=2)
+        cache = store.FeatureCache(cache_dir, target, args.max_seq_len, resid_layer=2)
         cache.build(train)
         cache.build(held, with_resid=False)
-        train_ds, eval_ds = feat.CachedFeatureDataset(cache, train), feat.CachedFeatureDataset(cache, held)
+        train_ds, eval_ds = store.CachedFeatureDataset(cache, train), store.CachedFeatureDataset(cache, held)
     else:
         train_ds, eval_ds = (
             feat.SequenceDataset(train, args.max_seq_len),
@@ -144,7 +145,7 @@ def _open_caches_in_step(target, root: str, count: int, barrier, failures) -> No
     for i in range(count):
         barrier.wait()  # both processes open the same new directory at the same moment
         try:
-            feat.FeatureCache(os.path.join(root, f"cache{i}"), target, 64)
+            store.FeatureCache(os.path.join(root, f"cache{i}"), target, 64)
         except Exception as err:  # noqa: BLE001 - any failure is what this test counts
             failures.put(repr(err))
 
@@ -187,14 +188,14 @@ def test_bfloat16_feature_cache_computes_in_bfloat16_and_never_mixes_with_float3
     assert clear.any()
     assert torch.equal(lowered["target_argmax"][0][clear], exact["target_argmax"][0][clear])
 
-    cache = feat.FeatureCache(tmp_path / "bf16", target, 64, compute_dtype=torch.bfloat16)
+    cache = store.FeatureCache(tmp_path / "bf16", target, 64, compute_dtype=torch.bfloat16)
     cache.build(records[:4], progress=False)
     assert json.loads((tmp_path / "bf16" / "meta.json").read_text())["compute_dtype"] == "bfloat16"
     stored = cache.get(cache.index[feat.sequence_key(*seq)])["states"].float()
     assert torch.allclose(stored, lowered["states"][0], atol=2e-2, rtol=1e-2)  # the bfloat16 pass, as float16
-    with pytest.raises(feat.FeatureCacheMismatch, match="compute dtype"):
-        feat.FeatureCache(tmp_path / "bf16", target, 64)  # a float32 run never reads bfloat16 features
-    feat.FeatureCache(tmp_path / "f32", target, 64)
+    with pytest.raises(store.FeatureCacheMismatch, match="compute dtype"):
+        store.FeatureCache(tmp_path / "bf16", target, 64)  # a float32 run never reads bfloat16 features
+    store.FeatureCache(tmp_path / "f32", target, 64)
     assert "compute_dtype" not in json.loads((tmp_path / "f32" / "meta.json").read_text())  # as before the option
 
 
@@ -215,12 +216,12 @@ def test_features_captured_while_answering_match_the_feature_pass(tmp_path, arch
     assert any(not stopped for _, stopped, _ in results)
     assert [s.shape[0] for _, _, s in results] == [len(p) + len(r) for p, (r, _, _) in zip(prompts, results)]
 
-    captured = feat.FeatureCache(tmp_path / "captured", target, max_len)
+    captured = store.FeatureCache(tmp_path / "captured", target, max_len)
     written = captured.add(captured_features(target, prompts, results, max_len))
     assert written == sum(min(max_len, len(p) + len(r)) for p, (r, _, _) in zip(prompts, results))
     assert captured.add(captured_features(target, prompts, results, max_len)) == 0  # already there
     records = [{"input_ids": p, "output_ids": r} for p, (r, _, _) in zip(prompts, results)]
-    passed = feat.FeatureCache(tmp_path / "pass", target, max_len)
+    passed = store.FeatureCache(tmp_path / "pass", target, max_len)
     passed.build(records, progress=False)
     for rec in records:
         a, b = captured.get(captured.lookup(rec)), passed.get(passed.lookup(rec))
@@ -685,7 +686,7 @@ def test_cli_push_to_hub_publishes_once_at_the_end(tiny_dir, tmp_path, monkeypat
         calls.append((drafter, repo_id, kwargs))
         return type("Info", (), {"oid": "abc123"})()
 
-    monkeypatch.setattr("oneiro_hf.hub.publish_drafter", fake_publish)
+    monkeypatch.setattr("oneiro_hf.storage.hub.publish_drafter", fake_publish)
     out = tmp_path / "drafter"
     argv = _tiny_cli_argv(tiny_dir, out, "--push_to_hub", "true", "--hub_model_id", "me/tiny-drafter",
                           "--license", "apache-2.0", "--target_hub_id", "org/tiny-target")
@@ -703,7 +704,7 @@ def test_cli_push_to_hub_failure_keeps_the_drafter_and_says_how_to_retry(tiny_di
     def failing_publish(*args, **kwargs):
         raise ConnectionError("no network")
 
-    monkeypatch.setattr("oneiro_hf.hub.publish_drafter", failing_publish)
+    monkeypatch.setattr("oneiro_hf.storage.hub.publish_drafter", failing_publish)
     out = tmp_path / "drafter"
     argv = _tiny_cli_argv(tiny_dir, out, "--push_to_hub", "true", "--hub_model_id", "me/tiny-drafter",
                           "--license", "mit", "--target_hub_id", "org/tiny-target")

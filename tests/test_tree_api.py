@@ -10,7 +10,7 @@ from transformers.generation.logits_process import LogitsProcessor, LogitsProces
 from transformers.generation.streamers import BaseStreamer
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.tree.cache import UnsupportedTreeCache
+from oneiro_hf.generation.loop.target_cache import UnsupportedTreeCache
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from oneiro_hf.bench.breakdown import ratio_at
 from oneiro_hf.bench.profile import H200_RATIOS
 from oneiro_hf.drafting.build import (
     LOOKUP_RANK_DECAY,
-    LatentTreeDrafter,
+    LatentBranches,
     add_lookup_after_latent,
     add_lookup_branches,
 )
@@ -24,18 +24,23 @@ from oneiro_hf.drafting.cost import (
     latent_levels_below_root,
 )
 from oneiro_hf.drafting.draft import Draft, Verdict
-from oneiro_hf.drafting.engine import SequenceDrafter
+from oneiro_hf.drafting.engine import SequenceEngine
 from oneiro_hf.drafting.engine import calibrate as _calibrate
+from oneiro_hf.drafting.kv_cache import DrafterKVCache
 from oneiro_hf.drafting.lookup import NgramIndex
 from oneiro_hf.drafting.policy import PROFIT_EMA, DraftPolicyState
 from oneiro_hf.drafting.settings import TreeSettings
+from oneiro_hf.drafting.stats import DraftStats
 from oneiro_hf.drafting.tree import TokenTree
-from oneiro_hf.kv_cache import DrafterKVCache
+from oneiro_hf.generation.loop.judge import greedy_walk, sampling_walk
+from oneiro_hf.generation.loop.target_cache import (
+    UnsupportedTreeCache,
+    compact_rows,
+    prepare_cache,
+    trim_sliding_layers,
+)
+from oneiro_hf.generation.loop.tree_mask import target_masks, tree_allowed
 from oneiro_hf.settings import DraftingSettings
-from oneiro_hf.stats import DraftStats
-from oneiro_hf.tree.attention import target_masks, tree_allowed
-from oneiro_hf.tree.cache import UnsupportedTreeCache, compact_rows, prepare_cache, trim_sliding_layers
-from oneiro_hf.tree.verify import greedy_walk, sampling_walk
 
 
 def _sample_tree() -> tuple[TokenTree, dict[str, int]]:
@@ -337,7 +342,7 @@ def test_the_drafter_guesses_below_lookup_nodes_from_their_own_path(arch) -> Non
         out = model(ids, output_hidden_states=drafter.hidden_states_request)
     seq = torch.cat([ids, out.logits[:, -1].argmax(-1, keepdim=True)], dim=1)
     states = drafter.input_states(out.hidden_states)
-    builder = LatentTreeDrafter(drafter)
+    builder = LatentBranches(drafter)
     builder.context.observe(states)
     tree = TokenTree.with_root(int(seq[0, -1]))
     branch = tree.add_path(0, [7, 9, 11], [0.9, 0.85, 0.8], "lookup", ngram=3)  # likelier than any latent node
@@ -455,7 +460,7 @@ def test_the_back_off_learns_only_from_passes_where_the_drafter_drafted_alone() 
     drafter = OneiroDrafter.from_target(model)
     settings = TreeSettings.from_drafting_settings(DraftingSettings.from_config(drafter.config))
     policy = DraftPolicyState()
-    drafting = SequenceDrafter(drafter, settings, policy, DraftStats(), set(), max_length=32)
+    drafting = SequenceEngine(drafter, settings, policy, DraftStats(), set(), max_length=32)
     policy.pin_profile({1: 1.0, 2: 1.2, 3: 1.3, 4: 1.4}, 1.0, 0.1)
 
     def run(tree: TokenTree, alone: bool) -> None:

@@ -1,7 +1,7 @@
 """`drafter.unbind()` gives the target back as it was before binding, all or nothing, and can be undone by `bind`.
 
 Binding sets `generate`, `_get_candidate_generator` and `_oneiro_hooked` on the target instance
-(oneiro_hf/integration.py). Unbinding removes them once no drafter is bound to that target any more, restoring
+(oneiro_hf/generation/hook.py). Unbinding removes them once no drafter is bound to that target any more, restoring
 what the instance held before (normally nothing, so the class's methods answer again). Binding a drafter to
 another target leaves the first one hooked, as it always has: its hook keeps refusing the drafter with a clear
 message; `unbind()` first leaves it clean.

@@ -23,9 +23,9 @@ from tiny import greedy, make_cyclic_model, make_model, random_prompt, repeat_pr
 from transformers.generation.logits_process import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf import verification as verification_module
-from oneiro_hf.candidate_generator import OneiroCandidateGenerator
-from oneiro_hf.verification import RelaxedAcceptanceProcessor, relaxed_accepts
+from oneiro_hf.generation import verification as verification_module
+from oneiro_hf.generation.candidate_generator import OneiroCandidateGenerator
+from oneiro_hf.generation.verification import RelaxedAcceptanceProcessor, relaxed_accepts
 
 MODES = ("latent", "lookup", "hybrid")
 ARCHS3 = ("llama", "qwen2", "gemma3")
@@ -440,7 +440,7 @@ def test_config_default_and_per_call_override(caplog, monkeypatch):
     drafter = OneiroDrafter.from_target(model, verification="threshold", verification_threshold=0.5)
     assert drafter.config.verification == "threshold" and drafter.config.verification_topk == 3
     ids = prompts(model)["pattern"]
-    with caplog.at_level(logging.WARNING, logger="oneiro_hf.verification"):
+    with caplog.at_level(logging.WARNING, logger="oneiro_hf.generation.verification"):
         greedy(model, ids, 8, assistant_model=drafter, oneiro_cost_aware=False)
         assert drafter.last_stats.verification == "threshold"
         greedy(model, ids, 8, assistant_model=drafter, oneiro_cost_aware=False)

@@ -8,8 +8,9 @@ from tiny import greedy, make_model, random_prompt
 from transformers import GPT2Config, GPT2LMHeadModel, PretrainedConfig
 from transformers.generation.utils import GenerationMixin
 
-from oneiro_hf import OneiroDrafter, OneiroDrafterConfig, UnsupportedTarget, assistant_guard
+from oneiro_hf import OneiroDrafter, OneiroDrafterConfig, UnsupportedTarget
 from oneiro_hf.configuration_oneiro import DrafterNotBound
+from oneiro_hf.generation import guard as assistant_guard
 
 
 def test_drafter_of_another_vocabulary_in_an_unhooked_generate_names_the_drafter_not_tokenizers():

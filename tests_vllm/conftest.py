@@ -26,7 +26,7 @@ K = 3
 
 @pytest.fixture(scope="session")
 def target_dir() -> Path:
-    from oneiro_hf.reference_models import fetch_reference_model
+    from oneiro_hf.storage.reference_models import fetch_reference_model
 
     return fetch_reference_model(TARGET_NAME)
 

@@ -30,7 +30,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..latency import profile_on_kernels
+from ..drafting.latency import profile_on_kernels
 from .answers import read_run_answers
 from .profile import H200_RATIOS
 from .report import base_method, kernels_of, same_kernel_baseline
@@ -108,7 +108,7 @@ def time_breakdown(run_dir: str | Path, profile: dict | None = None) -> dict:
         if not path or not Path(path).is_file():
             raise FileNotFoundError(f"the run in {run} names no readable latency profile. Fix: pass "
                                     "--latency-profile (from `oneiro-bench profile` on the same hardware).")
-        from ..latency import load_profile
+        from ..drafting.latency import load_profile
 
         profile = load_profile(path)
     answers = read_run_answers(run, (summary.get("config") or {}).get("methods"))

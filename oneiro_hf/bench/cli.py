@@ -158,7 +158,7 @@ def profile_main(argv: list[str]) -> int:
                                           target.config())
     except BenchInputError as err:
         return _fail(err)
-    from ..latency import profile_doubts
+    from ..drafting.latency import profile_doubts
     from .profile import default_profile_path, measure_profile
     from .report import batch_profile_lines
 
@@ -222,7 +222,7 @@ def h200_assumptions(run: str | Path, profile: dict) -> list[str]:
 
 def breakdown_main(argv: list[str]) -> int:
     args = _breakdown_parser().parse_args(argv)
-    from ..latency import load_profile
+    from ..drafting.latency import load_profile
     from .breakdown import breakdown_markdown, time_breakdown
 
     h200 = args.latency_profile == "h200"

@@ -53,7 +53,7 @@ class ModelRef:
 
 def resolve_model(arg: str, flag: str) -> ModelRef:
     """A reference model name, or an existing local model directory; anything else is an error."""
-    from ..reference_models import REFERENCE_MODELS, reference_model_dir
+    from ..storage.reference_models import REFERENCE_MODELS, reference_model_dir
 
     text = arg.strip()
     path = Path(text).expanduser()
@@ -252,7 +252,7 @@ def plan_run(args) -> Plan:
     if args.latency_profile and args.no_profile:
         raise BenchInputError("--latency-profile and --no-profile contradict each other; pass one.")
     if not args.no_profile:  # drafters seed their cost model with it; the report names it with every figure
-        from ..latency import load_profile
+        from ..drafting.latency import load_profile
 
         path = Path(args.latency_profile) if args.latency_profile else default_profile_path(
             target.label, args.device, args.dtype)

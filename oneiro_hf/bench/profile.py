@@ -31,7 +31,7 @@ H200_PROFILE = {"t1_s": 0.02004, "ratios": H200_RATIOS, "drafter_step_ratio": H2
 
 def default_profile_path(target_label: str, device: str, dtype: str) -> Path:
     """Where `oneiro-bench profile` saves, and a run looks for, the target's t(k) profile."""
-    from ..reference_models import default_cache_dir
+    from ..storage.reference_models import default_cache_dir
 
     return default_cache_dir() / "latency" / f"{target_label}-{device.split(':')[0]}-{dtype}.json"
 
@@ -55,8 +55,8 @@ def measure_profile(target: str, target_label: str, out: Path, device: str, dtyp
     import torch
 
     from .. import loading
-    from ..latency import profile_batch_latency, profile_verification_latency, save_profile
-    from ..prepacked_linear import parameter_bytes
+    from ..drafting.latency import profile_batch_latency, profile_verification_latency, save_profile
+    from ..kernels.prepacked_linear import parameter_bytes
 
     model, _, _ = loading.load_target_and_drafter(target, None, dtype, needs_drafter=False,
                                                   device=device)
@@ -64,7 +64,7 @@ def measure_profile(target: str, target_label: str, out: Path, device: str, dtyp
     after_load = reset_peak_rss()
     step = None
     if drafter is not None:
-        from ..latency import profile_drafter_step
+        from ..drafting.latency import profile_drafter_step
 
         step = profile_drafter_step(loading.load_drafter(model, drafter), context_len)
         step["drafter"] = drafter_desc or drafter

@@ -533,7 +533,7 @@ def profile_lines(profile: dict | None) -> list[str]:
     if profile.get("kernel_speedup_t1"):
         lines.append(f"- one decoding step on oneiro-hf's kernels: {profile['kernel_speedup_t1']:.2f}x faster than "
                      "on stock kernels (stock t(1) / oneiro t(1))")
-    from ..latency import profile_doubts
+    from ..drafting.latency import profile_doubts
 
     lines += [f"- **the profile is suspect**: {doubt}" for doubt in profile_doubts(profile)]
     return lines + [""] + batch_profile_lines(profile)

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..candidate_generator import OneiroCandidateGenerator
 from ..chat import encode_prompt
-from ..cpu_kernels import STOCK, cpu_kernels
+from ..generation.candidate_generator import OneiroCandidateGenerator
+from ..kernels.cpu import STOCK, cpu_kernels
 from .answers import BenchInputError, read_answers, resume_conflicts, write_answers
 from .methods import MethodSpec
 from .plan import Plan

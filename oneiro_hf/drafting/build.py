@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import torch
 
-from ..drafter_context import DrafterContext
+from .context import DrafterContext
 from .cost import drafting_pays, latent_levels_below
 from .draft import cut_at_eos
 from .lookup import NgramIndex
@@ -58,7 +58,7 @@ class Expansion(NamedTuple):
     lead_token: int  # the drafter's likeliest token below the root (`DraftPolicyState.latent_lead` learns from it)
 
 
-class LatentTreeDrafter:
+class LatentBranches:
     """The drafter's side of one tree generate call: its teacher-forced context (`DrafterContext`: the cache,
     kept in step with the accepted sequence, bounded by `window` on the first catch-up) and the tree expansion.
     """

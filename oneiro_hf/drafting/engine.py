@@ -1,9 +1,9 @@
-"""`SequenceDrafter`: what drafts trees and chains for one sequence of a generate call, and learns from their verdicts.
+"""`SequenceEngine`: what drafts trees and chains for one sequence of a generate call, and learns from their verdicts.
 
-One per sequence: the batched loop (`batch.py`, which runs a single tree prompt as a batch of one) holds one per
-row, the chain's candidate generator (`candidate_generator.py`) one for its prompt. It owns the
-sequence's `NgramIndex`, the drafter's teacher-forced context (`LatentTreeDrafter`, absent in lookup mode) and the
-statistics its rounds go to; the learned policy (`DraftPolicyState`) is the drafter's, shared by every sequence.
+One per sequence: the batched loop (`generation/loop/decode.py`, which runs a single tree prompt as a batch of one)
+holds one per row, the chain's candidate generator (`generation/candidate_generator.py`) one for its prompt. It owns
+the sequence's `NgramIndex`, its draft sources (`sources.py`: lookup, the drafter's `LatentSource` with its
+teacher-forced context, absent in lookup mode, the suffix memory) and the statistics its rounds go to; the learned policy (`DraftPolicyState`) is the drafter's, shared by every sequence.
 The target pass is not its business: `draft` returns a tree, `learn` takes the verdict.
 
 Every price goes through `verify_time`, the seconds of this sequence's share of a pass verifying k tokens: t(k) for
@@ -12,21 +12,17 @@ a single sequence, t(k, B) / B for a row of a B-row batch (`DraftPolicyState.bat
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
-from ..stats import DraftStats
-from .build import LatentTreeDrafter, add_lookup_after_latent, add_lookup_branches, add_memory_branches
-from .cost import choose_nodes, choose_path, drafting_pays, latent_levels_below_root
+from .cost import choose_nodes, choose_path
 from .draft import Draft, Verdict
 from .lookup import NgramIndex
-from .memory import MAX_CONTEXT, Counts, SuffixMemory
+from .memory import SuffixMemory
 from .policy import DraftPolicyState
 from .settings import TreeSettings
+from .sources import DraftRound, DraftSource, LatentSource, LookupSource, MemorySource, VerifyTime
+from .stats import DraftStats
 from .tree import TokenTree
-
-VerifyTime = Callable[[int], float]
 
 
 def calibrate(tree: TokenTree, verdict: Verdict, kept: int, policy: DraftPolicyState) -> None:
@@ -44,123 +40,66 @@ def calibrate(tree: TokenTree, verdict: Verdict, kept: int, policy: DraftPolicyS
             rate.add(child in path)
 
 
-class SequenceDrafter:
-    """Tree drafting for one sequence: its n-gram index, the drafter's context for it, its statistics."""
+class SequenceEngine:
+    """Tree drafting for one sequence: its tokens (n-gram indexed), its draft sources, its statistics."""
 
     def __init__(self, drafter, settings: TreeSettings, policy: DraftPolicyState, stats: DraftStats,
                  eos_ids: set[int], max_length: int, memory: SuffixMemory | None = None) -> None:
         self.settings, self.policy, self.stats, self.eos_ids = settings, policy, stats, eos_ids
-        # the drafter's suffix memory (None: off), this sequence's document in it (opened at the first draft) and
-        # what the document counted: drafts leave it out, since what the sequence wrote is prompt lookup's
-        self.memory, self.document, self.written = memory, None, 0
-        self.own: Counts = {}
         self.max_length = max_length
-        # the drafter holds the accepted positions plus `beam` speculative nodes per level, and a draft's levels fit
-        # in what is left of max_length: beyond it only the beam's other nodes (none for a chain)
-        capacity = max_length + (settings.beam - 1) * settings.max_depth
-        self.latent = LatentTreeDrafter(drafter, capacity, settings.context_window) if settings.mode != "lookup" else None
         self.index = NgramIndex(settings.filler_min_ngram, settings.lookup_max_ngram,
                                 keep_occurrences=settings.lookup_branches)
+        self.sources: list[DraftSource] = []  # asked in this order each round (`sources.py` says why)
+        lookup = settings.mode in ("lookup", "hybrid")
+        if lookup:
+            self.sources.append(LookupSource(settings, policy, eos_ids, min_ngram=settings.lookup_min_ngram))
+        self.latent: LatentSource | None = None
+        if settings.mode != "lookup":
+            # the drafter holds the accepted positions plus `beam` speculative nodes per level, and a draft's levels
+            # fit in what is left of max_length: beyond it only the beam's other nodes (none for a chain)
+            capacity = max_length + (settings.beam - 1) * settings.max_depth
+            self.latent = LatentSource(drafter, settings, policy, eos_ids, capacity)
+            self.sources.append(self.latent)
+        if lookup and settings.filler_min_ngram < settings.lookup_min_ngram:
+            self.sources.append(LookupSource(settings, policy, eos_ids, min_ngram=settings.filler_min_ngram,
+                                             max_ngram=settings.lookup_min_ngram - 1))
+        if memory is not None:
+            self.sources.append(MemorySource(memory, settings, policy, eos_ids))
 
     def observe(self, hidden_states: tuple, keep: slice | list[int]) -> None:
         """The accepted positions `keep` of a target pass's `hidden_states` for this sequence (entries (1, n, H))."""
-        if self.latent is not None:
-            self.latent.observe(hidden_states, keep)
+        for source in self.sources:
+            source.observe(hidden_states, keep)
 
     def draft(self, input_ids: torch.LongTensor, verify_time: VerifyTime, columns: int | None = None) -> Draft:
-        """A tree below the last token of input_ids (1, T) (the sequence, no padding): lookup and latent branches,
+        """A tree below the last token of input_ids (1, T) (the sequence, no padding): every source's branches,
         cut to the size the cost model pays for. columns: the sequence's length as `max_length` counts it (with a
         batch's left padding; default T)."""
-        settings, policy = self.settings, self.policy
+        settings = self.settings
         with self.stats.time("draft") as timer:
             self.index.extend(input_ids[0, len(self.index.tokens):].tolist())
-            self._remember(input_ids)
             used = input_ids.shape[1] if columns is None else columns
             depth = min(settings.max_depth, self.max_length - used - 1)
             tree = TokenTree.with_root(int(input_ids[0, -1]))
-            copies: list[tuple[list[int], int]] = []  # earlier occurrences' continuations, longest match first
-            if depth > 0 and settings.mode in ("lookup", "hybrid"):
-                copies = self.index.continuations(depth, settings.lookup_branches)
-            add_lookup_branches(tree, copies, min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
-            alone = len(tree) == 1
-            calls, lead = self._draft_latent(tree, input_ids, depth, verify_time)
-            # shorter matches only fill nodes left over: added before the drafter's turn, their nodes would raise what
-            # verifying the tree without the drafter promises and talk the drafter out of calls that pay
-            add_lookup_branches(tree, copies, min_ngram=settings.filler_min_ngram,
-                                max_ngram=settings.lookup_min_ngram - 1, policy=policy, eos_ids=self.eos_ids)
-            # memory branches too come after the drafter's turn: they never talk it out of a call, and the drafter's
-            # back-off keeps learning from the passes it would have learned from without them
-            if depth > 0 and self.memory is not None:
-                add_memory_branches(tree, self.memory, self.index.tokens[-MAX_CONTEXT:], max_depth=depth,
-                                    max_nodes=settings.max_nodes, min_value=settings.min_value, policy=policy,
-                                    eos_ids=self.eos_ids, exclude=self.own)
+            draft_round = DraftRound(input_ids, depth, verify_time, self.index)
+            for source in self.sources:
+                source.propose(tree, draft_round)
             choose = choose_path if settings.chain else choose_nodes
             tree = tree.keep(choose(tree, verify_time if settings.cost_aware else None, settings.max_nodes))
-        return Draft(tree, calls, timer.seconds, lead, alone and calls > 0, settings.chain, input_ids.shape[1])
-
-    def _remember(self, input_ids: torch.LongTensor) -> None:
-        """Write the sequence's tokens the memory does not hold yet: at the first draft the prompt (and the first
-        new token) opens this sequence's document; later ones are normally written by `learn` already."""
-        if self.memory is None:
-            return
-        if self.document is None:
-            prompt = input_ids[0].tolist()
-            self.document = self.memory.open(prompt[:-1], learn_prompt=self.settings.memory_prompts, own=self.own)
-            self.written = len(prompt) - 1
-        new = input_ids[0, self.written:].tolist()
-        if new:
-            self.memory.extend(self.document, new, self.own)
-            self.written += len(new)
-
-    def _draft_latent(self, tree: TokenTree, input_ids: torch.LongTensor, depth: int,
-                      verify_time: VerifyTime) -> tuple[int, int | None]:
-        """Grow the drafter's branches (and, hybrid, lookup after them) in `tree` when it pays; returns the drafter
-        calls made and the drafter's likeliest first token (None when it was not called)."""
-        settings, policy = self.settings, self.policy
-        if depth <= 0 or self.latent is None:
-            return 0, None
-        if not policy.backoff.admit(settings.cost_aware, lambda: self._latent_pays(tree, depth, verify_time)):
-            return 0, None
-        calls, lead = self.latent.expand(
-            tree, input_ids, max_depth=depth, topk=settings.topk, beam=settings.beam, min_value=settings.min_value,
-            policy=policy, eos_ids=self.eos_ids, max_nodes=settings.max_nodes, cost_aware=settings.cost_aware,
-            verify_time=verify_time,
-        )
-        if settings.mode == "hybrid" and settings.lookup_after_latent:
-            add_lookup_after_latent(tree, self.index, max_depth=depth, leaves=settings.beam,
-                                    min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
-        return calls, lead
-
-    def _latent_pays(self, tree: TokenTree, depth: int, verify_time: VerifyTime) -> bool:
-        """Whether a call beside the lookup branches already in `tree` pays (asked by the back-off, `Backoff.admit`,
-        only when the drafter is not losing time overall and no retry is due).
-
-        Where lookup hung no branch it does: the first readout's confidence then decides how far to draft, which
-        an average acceptance cannot see. Beside lookup branches a latent branch must promise more tokens per
-        second than the lookup tree alone, its calls priced (`cost.drafting_pays`; where lookup is confident little
-        is left to gain, so a CPU whose drafter call costs a tenth of a pass skips it).
-        """
-        if len(tree) == 1:
-            return True
-        policy = self.policy
-        levels = latent_levels_below_root(tree, policy.latent_lead.value, depth)
-        values = [node.value for node in tree.nodes[1:]]
-        return drafting_pays(values, levels, verify_time, policy.draft_step_time(), 0, self.settings.max_nodes)
+        return Draft(tree, draft_round.calls, timer.seconds, draft_round.lead_token, draft_round.drafted_alone,
+                     settings.chain, input_ids.shape[1])
 
     def learn(self, draft: Draft, verdict: Verdict, kept: int, verify_time: VerifyTime) -> None:
-        """Calibration, the back-off and statistics from one verified round of `kept` tokens (the pass's time is
-        learned by the loop, which knows what the pass verified).
+        """Calibration, each source's lesson, the back-off and statistics from one verified round of `kept` tokens
+        (the pass's time is learned by the loop, which knows what the pass verified).
 
         The back-off learns only from passes where the drafter drafted alone: beside lookup branches most of a
         pass's gain is lookup's. Calls made there are priced before they are made, or are the periodic retries
-        that keep `latent_lead` measured (`_latent_pays`)."""
+        that keep `latent_lead` measured (`LatentSource._pays`)."""
         tree, policy = draft.tree, self.policy
         calibrate(tree, verdict, kept, policy)
-        if self.document is not None:  # the kept tokens, so that the last ones of a sequence are remembered too
-            self.memory.extend(self.document, verdict.tokens[:kept], self.own)
-            self.written += kept
-        if draft.lead_token is not None:
-            policy.latent_lead.add(verdict.tokens[0] == draft.lead_token)
+        for source in self.sources:
+            source.learn(draft, verdict, kept)
         if draft.drafted_alone and self.settings.cost_aware:
             policy.observe_drafter(kept, len(tree), draft.seconds, draft.calls, verify_time)
         # as in chains: the last token a pass yields counts as the target's own

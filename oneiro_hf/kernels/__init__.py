@@ -1,1 +1,1 @@
-"""C sources of oneiro-hf's CPU kernels, compiled on first use (`oneiro_hf.exact_attention`)."""
+"""C sources of oneiro-hf's CPU kernels, compiled on first use (`oneiro_hf.kernels.exact_attention`)."""

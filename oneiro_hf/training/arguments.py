@@ -250,7 +250,7 @@ class OneiroTrainingArguments(TrainingArguments):
 
     def relative_storage(self):
         """The target-relative parametrisation to train in (a RelativeStorage), or None to train whole."""
-        from ..target_relative import RelativeStorage
+        from ..storage.target_relative import RelativeStorage
 
         if self.relative_layer_rank is None:
             if self.relative_token_rank is not None:

@@ -3,15 +3,16 @@ resumable on any machine from what is committed.
 
     oneiro-train campaign --target qwen2.5-coder-1.5b-instruct \\
         --dataset data/selfdistill/qwen2.5-coder-1.5b-instruct --recipe recipes/qwen2.5-coder-1.5b-instruct.json \\
-        --until 18:20 --goal_tokens 1000000 --milestone_tokens 200000 --commit
+        --until 18:20 --goal_tokens 1000000 --milestone_tokens 200000 \\
+        --on_milestone 'python scripts/campaign_commit.py'
 
 A round: answer prompts with the target (batched; the batch size picked by a measured throughput probe) until the
 dataset's training split (the records the recipe does not hold out) reaches its next milestone or the deadline ->
 export the answers into the committed dataset (each prompt re-checked against the evaluation sets) -> at a
 milestone not yet on the learning curve, train a drafter on the whole dataset (``oneiro-train`` with the recipe:
 it trains on that split, so a milestone's drafter is trained on at least its number of answer tokens), add its
-held-out acceptance to the learning curve and keep its checkpoint -> with ``--commit``, commit dataset, curve and
-checkpoint. Stopped anywhere, the same command goes on: the answers JSONL in ``--work_dir`` keeps every finished
+held-out acceptance to the learning curve and keep its checkpoint -> with ``--on_milestone CMD``, run CMD on what changed (the
+repository's ``scripts/campaign_commit.py`` git-commits it; the library itself runs no git). Stopped anywhere, the same command goes on: the answers JSONL in ``--work_dir`` keeps every finished
 batch, a fresh machine skips the ids the dataset holds, and an interrupted training resumes from its last
 checkpoint.
 """
@@ -23,6 +24,7 @@ import datetime
 import json
 import logging
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -98,7 +100,13 @@ class CampaignArguments:
                                         "training's last checkpoint is kept in its paused/ (committed too), so "
                                         "another machine resumes it"}
     )
-    commit: bool = field(default=False, metadata={"help": "git-commit dataset, curve and checkpoint at milestones"})
+    on_milestone: str | None = field(default=None, metadata={
+        "help": "a command run after the dataset grows and after each milestone (its curve point, checkpoint or "
+                "paused training): the message is its first argument, the changed paths the rest; e.g. 'python "
+                "scripts/campaign_commit.py', which git-commits them, so another machine resumes from the commit"})
+    commit: bool = field(default=False, metadata={
+        "help": "deprecated (removed in the next release): the same as --on_milestone 'python "
+                "scripts/campaign_commit.py', run from a checkout of oneiro-hf"})
     probe_only: bool = field(
         default=False, metadata={"help": "measure the batch sizes' answer throughput in --dtype (batch_throughput.json "
                                          "in --work_dir, printed) and exit"}
@@ -207,7 +215,7 @@ def answer_prompts(args: CampaignArguments, work: Path, stop_at_tokens: int, dea
     began = time.perf_counter()
     features = None
     if args.feature_cache_dir:  # the cache belongs to the float32 weights the answering copy is cast from
-        from .features import FeatureCache, target_fingerprint
+        from .feature_store import FeatureCache, target_fingerprint
 
         model, tokenizer = load_target(args.target, torch.float32, device=resolve_device(args.device))
         fingerprint = target_fingerprint(model)
@@ -454,12 +462,34 @@ def keep_checkpoint(point: dict[str, Any], dest: str) -> None:
             shutil.copy(path, target / path.name)
 
 
-def commit(paths: list[str], message: str) -> None:
-    """git add + commit of ``paths`` (only those); nothing to commit is fine."""
-    subprocess.run(["git", "add", "--", *paths], check=True)
-    staged = subprocess.run(["git", "diff", "--cached", "--quiet", "--", *paths], check=False)
-    if staged.returncode:
-        subprocess.run(["git", "commit", "-m", message, "--", *paths], check=True)
+COMMIT_SCRIPT = "scripts/campaign_commit.py"  # what the deprecated --commit runs, in a checkout of oneiro-hf
+
+
+def milestone_command(args: CampaignArguments) -> list[str] | None:
+    """The --on_milestone command as an argument list (None: none); the deprecated --commit names the repository's
+    commit script, refused with the fix where it is not there."""
+    if args.commit and args.on_milestone:
+        raise CampaignError("--commit and --on_milestone both name what runs at a milestone. Fix: pass only "
+                            f"--on_milestone 'python {COMMIT_SCRIPT}'.")
+    if args.commit:
+        if not Path(COMMIT_SCRIPT).is_file():
+            raise CampaignError(f"--commit runs {COMMIT_SCRIPT} of a oneiro-hf checkout, and {Path.cwd()} has none. "
+                                "Fix: run from the checkout, or pass --on_milestone with your own command.")
+        logger.warning("campaign: --commit is deprecated and goes in the next release. Fix: pass --on_milestone "
+                       "'python %s'.", COMMIT_SCRIPT)
+        return [sys.executable, COMMIT_SCRIPT]
+    return shlex.split(args.on_milestone) if args.on_milestone else None
+
+
+def on_milestone(args: CampaignArguments, paths: list[str], message: str) -> None:
+    """Run the --on_milestone command on ``paths`` with ``message``; a failure stops the campaign with its reason."""
+    command = milestone_command(args)
+    if command is None:
+        return
+    done = subprocess.run([*command, message, *paths], check=False)
+    if done.returncode:
+        raise CampaignError(f"--on_milestone {' '.join(command)} failed (exit {done.returncode}) on {paths}. Fix: "
+                            "run it by hand to see why; the campaign's files are written, so the same command resumes.")
 
 
 # ================================================================================================== loop
@@ -487,6 +517,7 @@ def run(args: CampaignArguments) -> int:
     except ValueError as err:
         raise CampaignError(str(err)) from None
     check_capture(args)
+    milestone_command(args)  # a bad --on_milestone or --commit is refused before any answer
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     package = logging.getLogger("oneiro_hf")
@@ -522,8 +553,7 @@ def _rounds(args: CampaignArguments, work: Path, deadline: float) -> int:
             stats = answer_prompts(args, work, milestone, deadline)
             export_answers(args, work, stats["batch_size"])
             tokens = dataset_tokens(args.dataset, split)
-            if args.commit:
-                commit([args.dataset], f"Campaign data: {tokens} training tokens of {Path(args.target).name}")
+            on_milestone(args, [args.dataset], f"Campaign data: {tokens} training tokens of {Path(args.target).name}")
             if tokens < milestone:
                 logger.info("campaign: stopped at %d answer tokens (deadline, or the prompt list ran out)", tokens)
                 return 0
@@ -550,20 +580,19 @@ def _rounds(args: CampaignArguments, work: Path, deadline: float) -> int:
         if args.checkpoint_out:
             keep_checkpoint(point, args.checkpoint_out)
             paths.append(args.checkpoint_out)
-        if args.commit:
-            commit(paths, f"Campaign milestone {milestone}: held-out tau {point['eval_tau']:.3f}")
+        on_milestone(args, paths, f"Campaign milestone {milestone}: held-out tau {point['eval_tau']:.3f}")
         if milestone >= args.goal_tokens:
             return 0
 
 
 def _commit_paused(args: CampaignArguments, milestone: int, why: str) -> None:
-    """With --commit, commit the kept paused checkpoint of ``milestone`` (if one is kept)."""
+    """Hand the kept paused checkpoint of ``milestone`` (if one is kept) to the --on_milestone command."""
     kept = paused_dir(args)
-    if not args.commit or kept is None or not (kept / PAUSED_INFO).is_file():
+    if milestone_command(args) is None or kept is None or not (kept / PAUSED_INFO).is_file():
         return
     info = json.loads((kept / PAUSED_INFO).read_text())
     if info.get("milestone") == milestone:
-        commit([str(kept)], f"Campaign milestone {milestone}: {why} at step {info['global_step']}")
+        on_milestone(args, [str(kept)], f"Campaign milestone {milestone}: {why} at step {info['global_step']}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -378,7 +378,7 @@ def dataset_card(out_dir: str | Path, settings: ExportSettings) -> str:
 def _vocab_size(target: str) -> int:
     from transformers import AutoConfig
 
-    from ..reference_models import resolve_target
+    from ..storage.reference_models import resolve_target
     from ..targets import text_config
 
     config = AutoConfig.from_pretrained(resolve_target(target))

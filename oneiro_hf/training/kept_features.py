@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 
-from .features import FEATURE_EXTRAS, FeatureCache, FeatureCacheNoSpace
+from .feature_store import FeatureCache, FeatureCacheNoSpace
+from .features import FEATURE_EXTRAS
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Training in the target-relative parametrisation: only the differences a target-relative checkpoint stores.
 
-A drafter stored relative to its target (oneiro_hf.target_relative) keeps each copied layer matrix as the
+A drafter stored relative to its target (oneiro_hf.storage.target_relative) keeps each copied layer matrix as the
 target's T plus a rank-r difference, and the fusion's token block as identity plus rank t. Truncating a drafter
 trained whole to those ranks afterwards loses acceptance (held-out tau 1.404 -> 1.345 on the 1.5B drafter).
 Trained in that form from the start, nothing is lost when it is saved, and a two-layer drafter's 47M copied
@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from ..target_relative import RelativeStorage, stored_as
+from ..storage.target_relative import RelativeStorage, stored_as
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ def parametrise(drafter: nn.Module, storage: RelativeStorage, rebase: bool = Fal
 def _rebased(drafter: nn.Module, key: str, module: nn.Linear) -> torch.Tensor | None:
     """Set `module.weight` to the bound target's matrix for `key`; return what it was minus that (None where the
     key copies no target matrix)."""
-    from ..target_relative import _layer_reference
+    from ..storage.target_relative import _layer_reference
 
     reference = _layer_reference(drafter, drafter.target, key)
     if reference is None or reference.shape != module.weight.shape:
@@ -141,7 +141,7 @@ def rebuilt_originals(drafter: nn.Module, target: nn.Module) -> set[str]:
     """State-dict keys of parametrised originals a checkpoint need not store: a FuseDifference's (never read) and
     each LowRankDifference's that is exactly the target matrix it copies (a drafter built from the same target
     holds it again). For a two-layer 1.5B drafter they are 375 MiB of a checkpoint's 397."""
-    from ..target_relative import _layer_reference
+    from ..storage.target_relative import _layer_reference
 
     keys = set()
     for name, module in drafter.named_modules():

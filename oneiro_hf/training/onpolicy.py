@@ -540,6 +540,7 @@ def _stage3_prompts(args, data_args, data: TrainingData, vocab_size: int) -> tup
 
 def _state_statistics(args, target, data: TrainingData, cache) -> tuple[torch.Tensor, torch.Tensor]:
     """The state statistics --init_drafter was trained with (its training state file), else measured anew."""
+    from . import feature_store as store
     from . import features as feat
     from .trainer import TRAINING_STATE_FILE
 
@@ -550,7 +551,7 @@ def _state_statistics(args, target, data: TrainingData, cache) -> tuple[torch.Te
         loaded = load_file(str(stats_file))
         return loaded["state_mean"], loaded["state_std"]
     cached = [r for r in data.train[:256] if cache is not None and cache.lookup(r) is not None]
-    stat_ds = feat.CachedFeatureDataset(cache, cached) if cached else feat.SequenceDataset(data.train[:32],
+    stat_ds = store.CachedFeatureDataset(cache, cached) if cached else feat.SequenceDataset(data.train[:32],
                                                                                             args.max_seq_len)
     return feat.state_statistics(feat.iter_feature_batches(stat_ds, target, args.feature_batch_tokens))
 
@@ -561,7 +562,7 @@ def run_stage3(model_args: Any, data_args: Any, args: OneiroTrainingArguments, t
 
     Returns the refined drafter; TrainingInputError for unusable input."""
     from ..targets import text_config
-    from . import features as feat
+    from . import feature_store as store
     from .trainer import check_checkpoint_compatible
 
     drafter = initial_drafter(args, target)
@@ -571,7 +572,7 @@ def run_stage3(model_args: Any, data_args: Any, args: OneiroTrainingArguments, t
     with timer("features"):
         cache = None
         if args.feature_cache_dir:
-            cache = feat.FeatureCache(args.feature_cache_dir, target, args.max_seq_len,
+            cache = store.FeatureCache(args.feature_cache_dir, target, args.max_seq_len,
                                       input_layers=drafter.config.input_layers,
                                       context_layers=drafter.context_layers,
                                       compute_dtype=getattr(torch, args.feature_dtype))

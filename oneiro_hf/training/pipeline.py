@@ -247,20 +247,21 @@ def initial_drafter(args, target) -> Any:
 # ============================================================================================ features
 def held_out_dataset(records: list[dict], args, cache) -> Any | None:
     """The held-out dataset (cached features if a cache is given), or None when nothing is held out."""
+    from . import feature_store as store
     from . import features as feat
 
     if not records:
         return None
-    ds = feat.CachedFeatureDataset(cache, records) if cache is not None else feat.SequenceDataset(
+    ds = store.CachedFeatureDataset(cache, records) if cache is not None else feat.SequenceDataset(
         records, args.max_seq_len)
     return ds if len(ds) else None
 
 
 def _feature_cache(args, target, resid_layer: int | None, input_layers: list[int] | None = None,
                    context_layers: tuple[int, ...] = ()):
-    from . import features as feat
+    from . import feature_store as store
 
-    return feat.FeatureCache(args.feature_cache_dir, target, args.max_seq_len, resid_layer=resid_layer,
+    return store.FeatureCache(args.feature_cache_dir, target, args.max_seq_len, resid_layer=resid_layer,
                              resid_budget=int(args.ridge_positions * 1.5), input_layers=input_layers,
                              context_layers=context_layers, compute_dtype=args.feature_compute_dtype)
 
@@ -273,6 +274,7 @@ def build_features(args, target, data: TrainingData, interval: tuple[int, int], 
     exact-context drafter's `context_layers` inputs; with --stream_features only the held-out records are added to
     the cache) and the per-dimension state statistics (a resumed checkpoint's own, when it has them)."""
     from ..targets import text_config
+    from . import feature_store as store
     from . import features as feat
     from .trainer import TRAINING_STATE_FILE
 
@@ -286,11 +288,11 @@ def build_features(args, target, data: TrainingData, interval: tuple[int, int], 
                     s1 = "streamed" if args.stream_features else cache.build(
                         data.train, batch_tokens=args.feature_batch_tokens)
                     s2 = cache.build(data.eval, batch_tokens=args.feature_batch_tokens, with_resid=False)
-                except (feat.FeatureCacheMismatch, feat.FeatureCacheNoSpace) as err:
+                except (store.FeatureCacheMismatch, store.FeatureCacheNoSpace) as err:
                     raise TrainingInputError(str(err)) from None
                 if not args.should_save:  # other ranks re-read what the main process wrote
                     cache = _feature_cache(args, target, cache.resid_layer, input_layers, context_layers)
-            train_ds = feat.CachedFeatureDataset(cache, data.train, stream=args.stream_features)
+            train_ds = store.CachedFeatureDataset(cache, data.train, stream=args.stream_features)
             logger.info("feature cache %s: train %s (%d records cached, %d computed per batch), eval %s, %.1f MB",
                         args.feature_cache_dir, s1, len(train_ds.entries), train_ds.streamed, s2,
                         cache.size_bytes() / 2**20)
@@ -309,7 +311,7 @@ def build_features(args, target, data: TrainingData, interval: tuple[int, int], 
             sample = train_ds
             if args.stream_features:  # from the cached records, or no more than 64 records' feature pass
                 cached = [r for r in data.train if cache.lookup(r) is not None]
-                sample = feat.CachedFeatureDataset(cache, cached if len(cached) >= 64 else data.train[:64], stream=True)
+                sample = store.CachedFeatureDataset(cache, cached if len(cached) >= 64 else data.train[:64], stream=True)
             mean, std = feat.state_statistics(feat.iter_feature_batches(
                 sample, target, args.feature_batch_tokens, max_items=2000, compute_dtype=args.feature_compute_dtype))
     return Features(train_ds, eval_ds, cache, mean, std, train_tokens)
@@ -407,7 +409,7 @@ def train_and_evaluate(trainer, resume: str | None, timer: Timer, phase: str, be
 def save_outputs(trainer, args, info: dict[str, Any], evals: list[tuple[str, dict]], timer: Timer) -> Path:
     """Save the drafter; on the main process also its model card (README.md) and training_summary.json
     (`info` plus the evaluations, the date, the package version and the timings), and say how to use it."""
-    from ..cards import build_model_card
+    from ..storage.cards import build_model_card
     from ..version import __version__
 
     out = trainer.save_drafter(args.output_dir, args.save_dtype)

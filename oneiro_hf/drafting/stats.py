@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only
-    from .drafting.draft import Draft
+    from .draft import Draft
 
 
 @dataclass

@@ -1,11 +1,11 @@
 """Publish a drafter on the Hub: its files, a generated model card, and one commit through huggingface_hub.
 
-    from oneiro_hf.hub import publish_drafter
+    from oneiro_hf.storage.hub import publish_drafter
     publish_drafter(drafter, "your-org/your-drafter", base_model="org/target", license="apache-2.0",
                     bench_summary="runs/bench/summary.json", training_info="out/training_summary.json")
 
 `prepare_upload` writes exactly the folder that would be uploaded (for a dry run or a review). The card itself
-is oneiro_hf.cards' (`build_model_card`, `write_model_card`, re-exported here); publishing builds it before
+is oneiro_hf.storage.cards' (`build_model_card`, `write_model_card`, re-exported here); publishing builds it before
 anything is written, so a card that does not fit the drafter stops the upload. `OneiroDrafter.push_to_hub`
 calls `publish_drafter`; this module never imports the modeling code.
 """
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-# the card names are re-exported: oneiro_hf.hub is where users publish from
+# the card names are re-exported: oneiro_hf.storage.hub is where users publish from
 from .cards import (
     CARD_NAME,
     DEFAULT_TEMPLATE,
@@ -72,7 +72,7 @@ def prepare_upload(
     built first, so a card check failure leaves `folder` untouched. `dtype` None writes the weights in the
     dtype training saved them in (the training info's `save_dtype`), not in the dtype they follow in memory
     (a drafter bound to a float32 target holds float32 copies of bfloat16 weights); with no training info, as
-    in memory. `storage` (a oneiro_hf.target_relative.RelativeStorage, among the card arguments) writes only
+    in memory. `storage` (a oneiro_hf.storage.target_relative.RelativeStorage, among the card arguments) writes only
     the weights' differences from the target, and the card says so.
     """
     training_info = card_kwargs.get("training_info")
@@ -89,7 +89,7 @@ def prepare_upload(
     if clash:
         raise FileExistsError(f"{out} is not empty ({', '.join(sorted(clash))}). Fix: pass an empty or new folder.")
     storage = card_kwargs.get("storage")
-    if storage is not None:  # only the differences from the target (oneiro_hf.target_relative)
+    if storage is not None:  # only the differences from the target (oneiro_hf.storage.target_relative)
         from .target_relative import save_target_relative
 
         save_target_relative(drafter, out, storage, dtype=torch_dtype)

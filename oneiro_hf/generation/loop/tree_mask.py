@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from transformers.cache_utils import DynamicSlidingWindowLayer
 
-from ..drafting.tree import window_mask
-from ..grouped_attention import is_sdpa
-from ..targets import text_config
+from ...drafting.tree import window_mask
+from ...kernels.grouped_attention import is_sdpa
+from ...targets import text_config
 
 DICT_MASK_MODEL_TYPES = ("qwen2", "qwen3", "gemma3_text")
 SINGLE_MASK_MODEL_TYPES = ("llama", "mistral")

@@ -18,17 +18,17 @@ import types
 import weakref
 from typing import Any
 
-from .compat import check_transformers_version
-from .cpu_kernels import cpu_kernels
-from .generate_inputs import (
+from ..compat import check_transformers_version
+from ..kernels.cpu import cpu_kernels
+from ..kernels.prepacked_linear import prepacked_linears
+from ..settings import DraftingSettings
+from .inputs import (
     check_no_custom_generate,
     check_not_padding_only,
     check_unmasked_batch,
     left_padding,
     pad_token_id,
 )
-from .prepacked_linear import prepacked_linears
-from .settings import DraftingSettings
 
 _HOOK_MARK = "_oneiro_hooked"
 _HOOKED_METHODS = ("generate", "_get_candidate_generator")
@@ -48,7 +48,7 @@ _hooked_lock = threading.Lock()  # drafters bound to one target may bind or unbi
 
 
 def _is_drafter(obj: Any) -> bool:
-    """A OneiroDrafter, recognised by its class flag (integration never imports the modeling code)."""
+    """A OneiroDrafter, recognised by its class flag (the hook never imports the modeling code)."""
     return getattr(type(obj), "is_oneiro_drafter", False) is True
 
 
@@ -87,18 +87,18 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
     _check_inputs(self, input_ids, kwargs, rows)
     if rows > 1:  # several prompts: the batched loop, with tree or chain settings alike
         _check_batch_call(settings, kwargs, rows)
-        from .compat import check_tree_supported
-        from .drafting.settings import TreeSettings
-        from .tree.batch import batch_generate_function
+        from ..compat import check_tree_supported
+        from ..drafting.settings import TreeSettings
+        from .loop.decode import batch_generate_function
 
         check_tree_supported(batch=True)
         view = TreeSettings.from_drafting_settings(settings) if settings.tree else TreeSettings.for_chain(settings)
         kwargs.pop("assistant_model")  # generate prepares plain batched decoding; the drafter travels in the closure
         kwargs["custom_generate"] = batch_generate_function(drafter, view)
     elif settings.tree:  # the tree owns its decoding loop: generate's public custom_generate runs it
-        from .compat import check_tree_supported
-        from .drafting.settings import TreeSettings
-        from .tree.loop import tree_generate_function
+        from ..compat import check_tree_supported
+        from ..drafting.settings import TreeSettings
+        from .loop.custom_generate import tree_generate_function
 
         check_tree_supported()
 

@@ -1,6 +1,6 @@
 """OneiroCandidateGenerator: plugs OneiroDraft chains into transformers' assisted-decoding loop.
 
-A chain is drafted by the one drafting engine (`drafting.engine.SequenceDrafter`) as a tree of one branch
+A chain is drafted by the one drafting engine (`drafting.engine.SequenceEngine`) as a tree of one branch
 (`TreeSettings.for_chain`); this class only adapts it to the loop. Each call of `get_candidates` **syncs** (the
 accepted positions' states of the last verification pass go to the drafter's context; no extra target forward),
 **drafts** (lookup and latent branches, of which the path that pays best) and **proposes** the path's tokens. The
@@ -9,7 +9,7 @@ the engine the verdict to learn from (calibration, the back-off, statistics).
 
 Sampling needs no draft distribution: the drafted tokens are proposals chosen before the target's draws (point
 masses), so the loop's token-matching acceptance (accept a token when the target's sample equals it, else keep the
-sample) is exact, as the tree's walk is (`tree/verify.py`).
+sample) is exact, as the tree's walk is (`loop/judge.py`).
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from typing import Any
 import torch
 from transformers.generation.candidate_generator import CandidateGenerator
 
-from .drafting.draft import Draft, Verdict, eos_token_ids
-from .drafting.engine import SequenceDrafter
-from .drafting.settings import TreeSettings
+from ..drafting.draft import Draft, Verdict, eos_token_ids
+from ..drafting.engine import SequenceEngine
+from ..drafting.settings import TreeSettings
+from ..settings import DraftingSettings
 from .session import DraftingSession
-from .settings import DraftingSettings
 from .verification import RelaxedAcceptanceProcessor, check_relaxed_supported, warn_lossy_once
 
 
 class OneiroCandidateGenerator(CandidateGenerator):
-    """Drafts chains for one generate call through the call's `SequenceDrafter` (its n-gram index and the
+    """Drafts chains for one generate call through the call's `SequenceEngine` (its n-gram index and the
     drafter's context live there, for that call only)."""
 
     requires_model_outputs = True
@@ -47,7 +47,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
         self.settings = TreeSettings.for_chain(session.settings)
         self.policy = session.policy  # the drafter's, learned across calls
         self.stats = session.stats  # becomes drafter.last_stats
-        self.drafting = SequenceDrafter(drafter, self.settings, self.policy, self.stats,
+        self.drafting = SequenceEngine(drafter, self.settings, self.policy, self.stats,
                                         eos_token_ids(generation_config), generation_config.max_length, session.memory)
         # only the states the drafter reads (-1: the final-normed last one); merged with a user asking for all
         wanted = True if user_wants_hidden_states else drafter.hidden_states_request

@@ -1,6 +1,6 @@
 """Refuses a drafter given to the `generate` of a model it is not bound to, before transformers' own checks.
 
-A bound target's `generate` is our hook (integration.py), which checks the drafter itself. A model that never
+A bound target's `generate` is our hook (hook.py), which checks the drafter itself. A model that never
 had a drafter bound runs transformers' `generate`, whose first look at an assistant is
 `GenerationMixin._validate_generation_mode`: it compares the two models' vocabulary sizes, so a drafter made for
 another vocabulary would get transformers' "different tokenizers" message instead of the real problem (one of
@@ -24,8 +24,8 @@ from typing import Any
 
 from transformers.generation.utils import GenerationMixin
 
-from .configuration_oneiro import DrafterNotBound, not_bound_message
-from .integration import _HOOK_MARK  # the mark install_generate_hook sets on a bound target instance
+from ..configuration_oneiro import DrafterNotBound, not_bound_message
+from .hook import _HOOK_MARK  # the mark install_generate_hook sets on a bound target instance
 
 _GUARD_MARK = "_oneiro_assistant_guard"
 _lock = threading.Lock()

@@ -1,15 +1,16 @@
 """A drafter's model card: rendered from a template, checked against the drafter it describes.
 
-    from oneiro_hf.cards import build_model_card, write_model_card
+    from oneiro_hf.storage.cards import build_model_card, write_model_card
     card = build_model_card(drafter, base_model="org/target", license="apache-2.0",
                             bench_summary="runs/bench/summary.json", training_info="out/training_summary.json")
 
-`build_model_card` is the one drafter card builder, used by Hub publishing (oneiro_hf.hub) and by every
+`build_model_card` is the one drafter card builder, used by Hub publishing (oneiro_hf.storage.hub) and by every
 oneiro-train stage next to the drafter it saves. The card is rendered from
 oneiro_hf/model_cards/drafter_card.md with `ModelCard.from_template`, and building it checks that the card
 describes the target the drafter fits (base model, architecture, sizes, layer count), so a card never
-advertises a drafter for a model it cannot be bound to. Which benchmark columns are lossy is the benchmark
-report's own classification (`oneiro_hf.bench.report.is_relaxed`), so the card and report.md never disagree.
+advertises a drafter for a model it cannot be bound to. The card is rendered from plain data: which benchmark
+columns are lossy is each method's `relaxed` flag in the benchmark summary (written by the report's own
+classification), so the card and report.md never disagree, and this module imports nothing of the benchmark.
 
 The drafter is typed as a `PreTrainedModel`: this module reads its config, weights and bound target, and never
 imports the modeling code (oneiro_hf.modeling_oneiro imports the Hub code, not the other way round).
@@ -25,11 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from .bench.report import format_value, is_relaxed
+from ..configuration_oneiro import FORMAT_VERSION
+from ..targets import DrafterTargetMismatch, TargetDifference, model_identity, target_differences
 from .checkpoint import WEIGHTS_NAME
-from .configuration_oneiro import FORMAT_VERSION
 from .target_relative import RelativeStorage, stored_size
-from .targets import DrafterTargetMismatch, TargetDifference, model_identity, target_differences
 
 if TYPE_CHECKING:
     from huggingface_hub import ModelCard
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 # package data: model_cards/ at the repository's top level, mapped into the package (oneiro_hf/model_cards links
 # to it), so wheels carry the template as oneiro_hf/model_cards/drafter_card.md
-DEFAULT_TEMPLATE = Path(__file__).resolve().parent / "model_cards" / "drafter_card.md"
+DEFAULT_TEMPLATE = Path(__file__).resolve().parent.parent / "model_cards" / "drafter_card.md"
 CARD_NAME = "README.md"
 TRAINING_INFO_NAME = "training_summary.json"
 BASE_TAGS = ("oneiro-hf", "speculative-decoding", "drafter", "oneiro-draft")
@@ -266,8 +266,13 @@ def _check_training_info(info: dict | None, drafter: PreTrainedModel, base: str,
 
 
 def _method_is_lossy(name: str, entry: dict) -> bool:
-    """Relaxed verification, as the benchmark report classifies it: the summary's own flag, else the method name."""
-    return bool(entry.get("relaxed")) or is_relaxed(name)
+    """Relaxed verification, as the benchmark summary records it for the method (its `relaxed` flag)."""
+    if "relaxed" not in entry:
+        raise ModelCardError(
+            f"the benchmark summary's method {name!r} has no 'relaxed' flag, so the card cannot tell whether its "
+            "verification is lossless. Fix: pass a summary.json written by oneiro-bench (every method carries the flag)."
+        )
+    return bool(entry["relaxed"])
 
 
 def _bench_section(summary: dict | None, base_model: str, hardware: str | None, allow_mismatch: bool) -> dict | None:
@@ -365,8 +370,8 @@ def _speculation_rows(methods: dict, shown: list[str], positions: int = 5) -> li
         share = overall.get("draft_time_share")
         rows.append({
             "name": name,
-            "share": format_value(share, ".1%"),
-            "positions": ", ".join(format_value(p, ".0%") for p in by_position[:positions]),
+            "share": "—" if share is None else f"{share:.1%}",
+            "positions": ", ".join("—" if p is None else f"{p:.0%}" for p in by_position[:positions]),
         })
     return rows
 
@@ -410,7 +415,7 @@ def _weights_facts(drafter: PreTrainedModel, dtype: torch.dtype | None) -> tuple
 
 # ================================================================================================ card
 def _weights_row(fingerprint: dict | None) -> str:
-    """The card's line on which base weights the drafter binds to (oneiro_hf.identity)."""
+    """The card's line on which base weights the drafter binds to (oneiro_hf.storage.identity)."""
     if not fingerprint:
         return "not recorded (saved by oneiro-hf 0.1.0: only architecture and sizes are checked)"
     row = (
@@ -450,7 +455,7 @@ def build_model_card(
     bench_summary: an oneiro-bench summary.json (path or dict); training_info: oneiro-train's
     training_summary.json (path or dict; default: the one next to a drafter loaded from its output dir);
     hardware: what the benchmark ran on, e.g. "1x H200" (the summary only records the device type);
-    storage: the card of a target-relative checkpoint (oneiro_hf.target_relative) states its storage and size;
+    storage: the card of a target-relative checkpoint (oneiro_hf.storage.target_relative) states its storage and size;
     repo_id: where users load the drafter from (a Hub id, or oneiro-train's output directory).
     for_hub=False (a card for a local training output): an unknown license is left out of the card and a
     base model that is not a Hub id is named as the drafter records it, instead of refusing the card.
@@ -522,7 +527,7 @@ def build_model_card(
         ("verification", f"{config.verification} ({'lossy' if lossy_default else 'lossless'})"),
     ]
     stage_3 = bool(info) and str(info.get("stage")) == "3"
-    from .version import __version__
+    from ..version import __version__
 
     return ModelCard.from_template(
         data,

@@ -2,9 +2,9 @@
 
 `generate(**batch, assistant_model=drafter)` with two or more left-padded rows comes here, with tree settings or
 chain settings (a chain is a tree of one branch, `TreeSettings.for_chain`); so does one prompt with tree settings,
-as a batch of one (`loop.py`). Per step:
+as a batch of one (`custom_generate.py`). Per step:
 
-    each row drafts its own tree (`SequenceDrafter`: its own n-gram index and drafter context) -> the cost model
+    each row drafts its own tree (`SequenceEngine`: its own n-gram index and drafter context) -> the cost model
     picks one width for the batch from t(k, B) (`cost.choose_width`) -> ONE target pass over every row's flattened
     tree, padded to that width, with a (B, 1, W, keys) mask per layer type (the row's valid cache columns, its
     tree's ancestry, sliding windows by position) and per-row position ids (the row's own token count) -> each
@@ -29,16 +29,15 @@ from typing import Any
 
 import torch
 
-from ..drafting.cost import choose_nodes, choose_width
-from ..drafting.draft import Draft, Verdict, eos_token_ids
-from ..drafting.engine import SequenceDrafter
-from ..drafting.settings import TreeSettings
-from ..drafting.tree import TokenTree
-from ..generate_inputs import left_padding
-from ..stats import DraftStats
-from .attention import target_masks, tree_allowed
-from .cache import compact_rows, drop_leading_columns, realign_rows, trim_sliding_layers
-from .core import (
+from ...drafting.cost import choose_nodes, choose_width
+from ...drafting.draft import Draft, Verdict, eos_token_ids
+from ...drafting.engine import SequenceEngine
+from ...drafting.settings import TreeSettings
+from ...drafting.stats import DraftStats
+from ...drafting.tree import TokenTree
+from ..inputs import left_padding
+from .judge import greedy_walk, sampling_walk
+from .sequence import (
     Row,
     append_verdict,
     check_model_kwargs,
@@ -49,7 +48,8 @@ from .core import (
     row_view,
     start_empty,
 )
-from .verify import greedy_walk, sampling_walk
+from .target_cache import compact_rows, drop_leading_columns, realign_rows, trim_sliding_layers
+from .tree_mask import target_masks, tree_allowed
 
 # full-attention layers' holes are closed (`cache.realign_rows`, one gather of the cache) once the widest exceeds
 # 1/REALIGN_FRACTION of the columns: every pass reads them, masked, until then
@@ -85,7 +85,7 @@ class BatchDecoder:
         self.rows = []
         for index, pad in enumerate(pads):
             stats = self.totals if self.single else DraftStats(verification=self.totals.verification)
-            drafting = SequenceDrafter(drafter, settings, self.policy, stats, eos, generation_config.max_length,
+            drafting = SequenceEngine(drafter, settings, self.policy, stats, eos, generation_config.max_length,
                                        session.memory)
             self.rows.append(Row(input_ids[index : index + 1], pad, drafting, stats))
         if not self.single:

@@ -37,7 +37,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from .reference_models import default_cache_dir
+from ..storage.reference_models import default_cache_dir
 
 logger = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import torch
 
-from ..drafting.draft import Verdict
-from ..drafting.tree import TokenTree
+from ...drafting.draft import Verdict
+from ...drafting.tree import TokenTree
 
 
 def greedy_walk(tree: TokenTree, scores: Callable[[int], torch.Tensor]) -> Verdict:

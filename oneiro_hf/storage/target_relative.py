@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..targets import DrafterTargetMismatch
 from .checkpoint import WEIGHTS_NAME, CorruptCheckpoint
-from .targets import DrafterTargetMismatch
 
 # what a fine-tune changes: the base model's name or weights (other fields are shapes and architecture)
 BASE_FIELDS = ("base_model", "base_weights")

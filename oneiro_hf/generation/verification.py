@@ -17,7 +17,6 @@ from transformers.generation.logits_process import LogitsProcessor
 
 logger = logging.getLogger(__name__)
 
-VERIFICATION_CRITERIA = ("strict", "topk", "threshold")
 RELAXED_CRITERIA = ("topk", "threshold")
 
 _warned_lossy: set[str] = set()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .configuration_oneiro import FORMAT_VERSION, OneiroDrafterConfig
+from ..configuration_oneiro import FORMAT_VERSION, OneiroDrafterConfig
 
 WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
@@ -50,7 +50,7 @@ class ResolvedCheckpoint:
     repo_cache: Path | None = None  # the models--org--name folder of the Hub cache
 
     def weights_storage(self) -> dict[str, Any] | None:
-        """The config's `weights_storage` (None: weights stored whole; see oneiro_hf.target_relative)."""
+        """The config's `weights_storage` (None: weights stored whole; see oneiro_hf.storage.target_relative)."""
         return json.loads((self.directory / CONFIG_NAME).read_text()).get("weights_storage")
 
     def fix(self, file: str | None = None) -> str:
@@ -127,7 +127,7 @@ def _download(
     """Fetch config.json and the weights of `repo_id` into the Hub cache (or find them there when offline)."""
     from huggingface_hub import constants, hf_hub_download
 
-    from .version import __version__
+    from ..version import __version__
 
     offline = bool(local_files_only or constants.is_offline_mode())
     at = f" at revision {revision!r}" if revision else ""
@@ -324,7 +324,7 @@ def check_checkpoint_dir(
         )
     version = checkpoint_format(config, config_path)
     if version > FORMAT_VERSION:
-        from .version import __version__
+        from ..version import __version__
 
         writer = config.get("oneiro_hf_version")
         by = f"a newer oneiro-hf ({writer})" if writer else "a newer oneiro-hf"

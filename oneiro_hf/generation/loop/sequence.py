@@ -1,4 +1,4 @@
-"""The per-sequence bookkeeping of the decoding loop (`batch.py`, which also runs one prompt as a batch of one):
+"""The per-sequence bookkeeping of the decoding loop (`decode.py`, which also runs one prompt as a batch of one):
 the checks of a call, a sequence's `Row` (its tokens, outputs and drafting), the prefill pass, the next token
 after a pass, a verdict's tokens appended until the sequence stops, and the output `generate` returns. The loop
 keeps the passes, the cache layout and when a row stops.
@@ -13,11 +13,11 @@ from typing import Any
 import torch
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-from ..drafting.draft import Verdict
-from ..drafting.engine import SequenceDrafter
-from ..drafting.tree import TokenTree
-from ..stats import DraftStats
-from .cache import prepare_cache, trim_sliding_layers
+from ...drafting.draft import Verdict
+from ...drafting.engine import SequenceEngine
+from ...drafting.stats import DraftStats
+from ...drafting.tree import TokenTree
+from .target_cache import prepare_cache, trim_sliding_layers
 
 # model_kwargs generate prepares for a decoder-only text model; anything else is refused with the fix
 _KNOWN_MODEL_KWARGS = {"attention_mask", "position_ids", "use_cache", "logits_to_keep", "cache", "output_attentions",
@@ -73,7 +73,7 @@ class Row:
 
     ids: torch.LongTensor  # (1, columns): left padding, prompt, tokens so far (what the stopping criteria see)
     pad: int  # leading padding columns of ids
-    drafting: SequenceDrafter
+    drafting: SequenceEngine
     stats: DraftStats
     scores: list[torch.Tensor] = field(default_factory=list)  # (1, V) processed scores per new token
     logits: list[torch.Tensor] = field(default_factory=list)  # (1, V) raw logits per new token
