@@ -30,6 +30,7 @@ MOVED = {
     "tree.cache": "generation.loop.target_cache",
     "tree.verify": "generation.loop.judge",
     "tree.attention": "generation.loop.tree_mask",
+    "drafting.settings": "drafting.view",
     "stats": "drafting.stats",
     "kv_cache": "drafting.kv_cache",
     "drafter_context": "drafting.context",

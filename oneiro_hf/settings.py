@@ -8,7 +8,7 @@ setting; the rest is derived from it, so adding a setting is one new field:
   (`OneiroDrafterConfig`, `DraftingSettings.from_config`), under `config_name` (`draft_mode` for `mode`);
 * a generate call overrides it with `oneiro_<name>=` (generation/hook.py strips the prefix, `for_call` validates);
 * `validate()` runs its `check`, whose message names the problem and the fix;
-* the tree loop reads it through `TreeSettings`, a view over these fields (oneiro_hf/generation/loop/custom_generate.py);
+* the tree loop reads it through `EngineView`, a view over these fields (oneiro_hf/generation/loop/custom_generate.py);
 * docs/api.md and README.md show the table `settings_table()` renders from the declarations (tests/test_docs.py).
 """
 

@@ -17,7 +17,7 @@ import torch
 from tiny import greedy, make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter, OneiroDrafterConfig
-from oneiro_hf.generation.loop.custom_generate import TreeSettings
+from oneiro_hf.generation.loop.custom_generate import EngineView
 from oneiro_hf.settings import DEFAULTS, DraftingSettings, config_name, settings_table
 
 FIELDS = [f.name for f in dataclasses.fields(DraftingSettings)]
@@ -141,22 +141,22 @@ def test_a_bad_value_raises_its_declared_checks_message_with_the_fix(name):
 
 def test_the_tree_view_reads_the_drafting_settings_and_declares_none():
     # besides the settings, only how the draft is verified: one path (a chain) or a tree
-    assert [f.name for f in dataclasses.fields(TreeSettings)] == ["drafting", "chain"]
+    assert [f.name for f in dataclasses.fields(EngineView)] == ["drafting", "chain"]
     settings = DraftingSettings(
         mode="lookup", tree_max_nodes=5, tree_max_depth=4, tree_topk=3, tree_beam=2, tree_lookup_branches=6,
         lookup_min_ngram=3, tree_lookup_min_ngram=2, lookup_max_ngram=5, lookup_after_latent=False,
         min_draft_confidence=0.2, cost_aware=False, context_window=7,
     )
-    view = TreeSettings.from_drafting_settings(settings)
+    view = EngineView.from_drafting_settings(settings)
     assert (view.mode, view.max_nodes, view.max_depth, view.topk, view.beam, view.lookup_branches) == (
         "lookup", 5, 4, 3, 2, 6
     )
     assert (view.lookup_min_ngram, view.filler_min_ngram, view.lookup_max_ngram) == (3, 2, 5)
     assert (view.lookup_after_latent, view.min_value, view.cost_aware, view.context_window) == (False, 0.2, False, 7)
-    assert TreeSettings.from_drafting_settings(DraftingSettings(tree_lookup_min_ngram=3)).filler_min_ngram == 2
-    assert not view.chain and TreeSettings.for_chain(settings).chain
+    assert EngineView.from_drafting_settings(DraftingSettings(tree_lookup_min_ngram=3)).filler_min_ngram == 2
+    assert not view.chain and EngineView.for_chain(settings).chain
     with pytest.raises(ValueError, match="tree_beam must be >= 1"):
-        TreeSettings.from_drafting_settings(DraftingSettings(tree_beam=0))
+        EngineView.from_drafting_settings(DraftingSettings(tree_beam=0))
 
 
 @pytest.mark.parametrize("name", FIELDS)

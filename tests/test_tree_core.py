@@ -29,9 +29,9 @@ from oneiro_hf.drafting.engine import calibrate as _calibrate
 from oneiro_hf.drafting.kv_cache import DrafterKVCache
 from oneiro_hf.drafting.lookup import NgramIndex
 from oneiro_hf.drafting.policy import PROFIT_EMA, DraftPolicyState
-from oneiro_hf.drafting.settings import TreeSettings
 from oneiro_hf.drafting.stats import DraftStats
 from oneiro_hf.drafting.tree import TokenTree
+from oneiro_hf.drafting.view import EngineView
 from oneiro_hf.generation.loop.judge import greedy_walk, sampling_walk
 from oneiro_hf.generation.loop.target_cache import (
     UnsupportedTreeCache,
@@ -458,7 +458,7 @@ def test_the_back_off_learns_only_from_passes_where_the_drafter_drafted_alone() 
     only a pass where the drafter drafted alone tells the back-off what the drafter is worth."""
     model = make_model("llama", layers=2, hidden=32, vocab=64)
     drafter = OneiroDrafter.from_target(model)
-    settings = TreeSettings.from_drafting_settings(DraftingSettings.from_config(drafter.config))
+    settings = EngineView.from_drafting_settings(DraftingSettings.from_config(drafter.config))
     policy = DraftPolicyState()
     drafting = SequenceEngine(drafter, settings, policy, DraftStats(), set(), max_length=32)
     policy.pin_profile({1: 1.0, 2: 1.2, 3: 1.3, 4: 1.4}, 1.0, 0.1)

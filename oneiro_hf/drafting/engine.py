@@ -19,10 +19,10 @@ from .draft import Draft, Verdict
 from .lookup import NgramIndex
 from .memory import SuffixMemory
 from .policy import DraftPolicyState
-from .settings import TreeSettings
 from .sources import DraftRound, DraftSource, LatentSource, LookupSource, MemorySource, VerifyTime
 from .stats import DraftStats
 from .tree import TokenTree
+from .view import EngineView
 
 
 def calibrate(tree: TokenTree, verdict: Verdict, kept: int, policy: DraftPolicyState) -> None:
@@ -43,7 +43,7 @@ def calibrate(tree: TokenTree, verdict: Verdict, kept: int, policy: DraftPolicyS
 class SequenceEngine:
     """Tree drafting for one sequence: its tokens (n-gram indexed), its draft sources, its statistics."""
 
-    def __init__(self, drafter, settings: TreeSettings, policy: DraftPolicyState, stats: DraftStats,
+    def __init__(self, drafter, settings: EngineView, policy: DraftPolicyState, stats: DraftStats,
                  eos_ids: set[int], max_length: int, memory: SuffixMemory | None = None) -> None:
         self.settings, self.policy, self.stats, self.eos_ids = settings, policy, stats, eos_ids
         self.max_length = max_length

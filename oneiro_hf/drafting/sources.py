@@ -28,8 +28,8 @@ from .draft import Draft, Verdict
 from .lookup import NgramIndex
 from .memory import MAX_CONTEXT, Counts, MemoryDocument, SuffixMemory
 from .policy import DraftPolicyState
-from .settings import TreeSettings
 from .tree import TokenTree
+from .view import EngineView
 
 VerifyTime = Callable[[int], float]
 
@@ -70,7 +70,7 @@ class DraftSource(Protocol):
 class LookupSource:
     """Prompt lookup's branches: continuations whose matched n-gram is in `min_ngram..max_ngram`."""
 
-    def __init__(self, settings: TreeSettings, policy: DraftPolicyState, eos_ids: set[int], *, min_ngram: int,
+    def __init__(self, settings: EngineView, policy: DraftPolicyState, eos_ids: set[int], *, min_ngram: int,
                  max_ngram: int | None = None) -> None:
         self.settings, self.policy, self.eos_ids = settings, policy, eos_ids
         self.min_ngram, self.max_ngram = min_ngram, max_ngram
@@ -91,7 +91,7 @@ class LatentSource:
     """The drafter's branches, grown when a call pays (`Backoff.admit`, `cost.drafting_pays`); hybrid mode continues
     its likeliest leaves with lookup from their own path."""
 
-    def __init__(self, drafter, settings: TreeSettings, policy: DraftPolicyState, eos_ids: set[int],
+    def __init__(self, drafter, settings: EngineView, policy: DraftPolicyState, eos_ids: set[int],
                  capacity: int) -> None:
         self.settings, self.policy, self.eos_ids = settings, policy, eos_ids
         self.branches = LatentBranches(drafter, capacity, settings.context_window)
@@ -145,7 +145,7 @@ class MemorySource:
     at the round's start, the kept tokens after each verdict. The sequence's own counts are left out of its drafts,
     since what it wrote is prompt lookup's."""
 
-    def __init__(self, memory: SuffixMemory, settings: TreeSettings, policy: DraftPolicyState,
+    def __init__(self, memory: SuffixMemory, settings: EngineView, policy: DraftPolicyState,
                  eos_ids: set[int]) -> None:
         self.memory, self.settings, self.policy, self.eos_ids = memory, settings, policy, eos_ids
         self.document: MemoryDocument | None = None  # opened at the first round

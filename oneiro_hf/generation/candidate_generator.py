@@ -1,7 +1,7 @@
 """OneiroCandidateGenerator: plugs OneiroDraft chains into transformers' assisted-decoding loop.
 
 A chain is drafted by the one drafting engine (`drafting.engine.SequenceEngine`) as a tree of one branch
-(`TreeSettings.for_chain`); this class only adapts it to the loop. Each call of `get_candidates` **syncs** (the
+(`EngineView.for_chain`); this class only adapts it to the loop. Each call of `get_candidates` **syncs** (the
 accepted positions' states of the last verification pass go to the drafter's context; no extra target forward),
 **drafts** (lookup and latent branches, of which the path that pays best) and **proposes** the path's tokens. The
 loop verifies them in one target pass, where strict acceptance is lossless, and `update_candidate_strategy` hands
@@ -22,7 +22,7 @@ from transformers.generation.candidate_generator import CandidateGenerator
 
 from ..drafting.draft import Draft, Verdict, eos_token_ids
 from ..drafting.engine import SequenceEngine
-from ..drafting.settings import TreeSettings
+from ..drafting.view import EngineView
 from ..settings import DraftingSettings
 from .session import DraftingSession
 from .verification import RelaxedAcceptanceProcessor, check_relaxed_supported, warn_lossy_once
@@ -44,7 +44,7 @@ class OneiroCandidateGenerator(CandidateGenerator):
     ) -> None:
         session = session if session is not None else drafter.session_for_call()
         check_relaxed_supported(session.settings.verification, bool(generation_config.do_sample))
-        self.settings = TreeSettings.for_chain(session.settings)
+        self.settings = EngineView.for_chain(session.settings)
         self.policy = session.policy  # the drafter's, learned across calls
         self.stats = session.stats  # becomes drafter.last_stats
         self.drafting = SequenceEngine(drafter, self.settings, self.policy, self.stats,

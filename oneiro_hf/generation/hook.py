@@ -88,21 +88,21 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
     if rows > 1:  # several prompts: the batched loop, with tree or chain settings alike
         _check_batch_call(settings, kwargs, rows)
         from ..compat import check_tree_supported
-        from ..drafting.settings import TreeSettings
+        from ..drafting.view import EngineView
         from .loop.decode import batch_generate_function
 
         check_tree_supported(batch=True)
-        view = TreeSettings.from_drafting_settings(settings) if settings.tree else TreeSettings.for_chain(settings)
+        view = EngineView.from_drafting_settings(settings) if settings.tree else EngineView.for_chain(settings)
         kwargs.pop("assistant_model")  # generate prepares plain batched decoding; the drafter travels in the closure
         kwargs["custom_generate"] = batch_generate_function(drafter, view)
     elif settings.tree:  # the tree owns its decoding loop: generate's public custom_generate runs it
         from ..compat import check_tree_supported
-        from ..drafting.settings import TreeSettings
+        from ..drafting.view import EngineView
         from .loop.custom_generate import tree_generate_function
 
         check_tree_supported()
 
-        tree_settings = TreeSettings.from_drafting_settings(settings)
+        tree_settings = EngineView.from_drafting_settings(settings)
         kwargs.pop("assistant_model")  # generate prepares plain greedy/sampling; the drafter travels in the closure
         kwargs["custom_generate"] = tree_generate_function(drafter, tree_settings, kwargs.get("streamer"))
     # The call's session lives on the drafter, which this thread holds: on the target (shared by every thread

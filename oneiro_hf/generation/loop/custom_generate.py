@@ -22,11 +22,11 @@ from typing import Any
 
 import torch
 
-from ...drafting.settings import TreeSettings
+from ...drafting.view import EngineView
 from .decode import batch_decode
 
 
-def tree_generate_function(drafter, settings: TreeSettings, streamer=None) -> Callable:
+def tree_generate_function(drafter, settings: EngineView, streamer=None) -> Callable:
     """The `custom_generate` callable for one generate call (the streamer is not forwarded to callables)."""
 
     def oneiro_tree_generate(
@@ -62,7 +62,7 @@ def _check_call(model_kwargs: dict[str, Any], input_ids: torch.LongTensor) -> No
 def tree_decode(
     model,
     drafter,
-    settings: TreeSettings,
+    settings: EngineView,
     input_ids: torch.LongTensor,
     logits_processor,
     stopping_criteria,

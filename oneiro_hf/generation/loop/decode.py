@@ -1,7 +1,7 @@
 """The one decoding loop of tree and batched verification, run as `custom_generate`.
 
 `generate(**batch, assistant_model=drafter)` with two or more left-padded rows comes here, with tree settings or
-chain settings (a chain is a tree of one branch, `TreeSettings.for_chain`); so does one prompt with tree settings,
+chain settings (a chain is a tree of one branch, `EngineView.for_chain`); so does one prompt with tree settings,
 as a batch of one (`custom_generate.py`). Per step:
 
     each row drafts its own tree (`SequenceEngine`: its own n-gram index and drafter context) -> the cost model
@@ -32,9 +32,9 @@ import torch
 from ...drafting.cost import choose_nodes, choose_width
 from ...drafting.draft import Draft, Verdict, eos_token_ids
 from ...drafting.engine import SequenceEngine
-from ...drafting.settings import TreeSettings
 from ...drafting.stats import DraftStats
 from ...drafting.tree import TokenTree
+from ...drafting.view import EngineView
 from ..inputs import left_padding
 from .judge import greedy_walk, sampling_walk
 from .sequence import (
@@ -56,7 +56,7 @@ from .tree_mask import target_masks, tree_allowed
 REALIGN_FRACTION = 8
 
 
-def batch_generate_function(drafter, settings: TreeSettings) -> Callable:
+def batch_generate_function(drafter, settings: EngineView) -> Callable:
     """The `custom_generate` callable of one batched generate call."""
 
     def oneiro_batch_generate(model, input_ids: torch.LongTensor, logits_processor, stopping_criteria,
@@ -72,7 +72,7 @@ class BatchDecoder:
     batch of one: its statistics are the call's (no per-row breakdown), a criterion that fires ends it, and its
     tokens go to the streamer."""
 
-    def __init__(self, model, drafter, settings: TreeSettings, logits_processor, stopping_criteria,
+    def __init__(self, model, drafter, settings: EngineView, logits_processor, stopping_criteria,
                  generation_config, cache, input_ids: torch.LongTensor, pads: list[int], streamer=None) -> None:
         self.model, self.settings, self.cache, self.streamer = model, settings, cache, streamer
         self.single = len(pads) == 1
@@ -289,7 +289,7 @@ def _flatten(trees: list[TokenTree], width: int, device) -> tuple[torch.LongTens
 
 
 @torch.no_grad()
-def batch_decode(model, drafter, settings: TreeSettings, input_ids: torch.LongTensor, logits_processor,
+def batch_decode(model, drafter, settings: EngineView, input_ids: torch.LongTensor, logits_processor,
                  stopping_criteria, generation_config, model_kwargs: dict[str, Any], streamer=None):
     """Generate for a left-padded batch; returns what batched `generate` returns (ids, or a
     GenerateDecoderOnlyOutput). input_ids: (B, C) -> (B, C + the most new tokens of any row)."""

@@ -1,8 +1,8 @@
-"""`TreeSettings`: a tree call's view of its `DraftingSettings`, and the chain seen as a tree of one branch.
+"""`EngineView`: the drafting engine's view of a call's `DraftingSettings`, and the chain seen as a tree of one branch.
 
-The tree loop and the batched loop read the drafting settings through this view. A chain
+The engine (chains, trees and batches alike) reads the drafting settings through this view; it declares none. A chain
 (`oneiro_tree=False`, one prompt or a batch) is drafted by the same code as a tree of one branch
-(`TreeSettings.for_chain`): top-1 below each node, one node expanded per level, one lookup continuation,
+(`EngineView.for_chain`): top-1 below each node, one node expanded per level, one lookup continuation,
 `max_draft_tokens` deep, and of what that grows the one root-to-leaf path that pays best (`cost.choose_path`).
 """
 
@@ -15,7 +15,7 @@ from ..settings import DraftingSettings
 
 
 @dataclass(frozen=True)
-class TreeSettings:
+class EngineView:
     """A call's view of its `DraftingSettings` (config defaults + oneiro_* kwargs), under the names the drafting
     engine reads. It declares no setting: every value is a DraftingSettings field, whose declaration holds its
     default and check (settings.py), or derived from them (`filler_min_ngram`); `chain` says only how the draft is
@@ -25,13 +25,13 @@ class TreeSettings:
     chain: bool = False  # verify one root-to-leaf path (`for_chain`), not a tree
 
     @classmethod
-    def from_drafting_settings(cls, settings: DraftingSettings) -> TreeSettings:
+    def from_drafting_settings(cls, settings: DraftingSettings) -> EngineView:
         """The view of validated settings (`DraftingSettings.validate` refuses tree sizes < 1 and a lossy
         verification with `tree`)."""
         return cls(settings.validate())
 
     @classmethod
-    def for_chain(cls, settings: DraftingSettings) -> TreeSettings:
+    def for_chain(cls, settings: DraftingSettings) -> EngineView:
         """Chain settings (`tree=False`) as a tree of one branch: `max_draft_tokens` deep and wide in nodes, one
         child per node, one lookup continuation; shorter lookup matches than `lookup_min_ngram` are not drafted."""
         depth = int(settings.max_draft_tokens)
