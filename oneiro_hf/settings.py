@@ -290,6 +290,11 @@ class DraftingSettings:
 
 _FIELDS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(DraftingSettings)}
 DEFAULTS = DraftingSettings()
+# The default mode, declared here only. A drafter the library builds (`OneiroDrafter.from_target`) drafts chains,
+# which run on every supported transformers and take every generate argument; a drafter oneiro-train ships records
+# trees in its config, measured faster than chains on all three reference targets (docs/benchmarks/default_mode/);
+# a call overrides either with oneiro_tree.
+TRAINED_DRAFTER_SETTINGS: dict[str, Any] = {"tree": True}
 
 
 def config_name(name: str) -> str:

@@ -178,6 +178,7 @@ def build_drafter(args, target, tokenizer, data: TrainingData, resume: str | Non
     shipped drafters' do (measured faster than chains, docs/benchmarks.md). Returns it and its held-out vocabulary
     coverage; a checkpoint to resume that does not fit fails here, before any work."""
     from .. import OneiroDrafter
+    from ..settings import TRAINED_DRAFTER_SETTINGS
     from ..targets import text_config
     from .trainer import check_checkpoint_compatible, parse_interval
     from .vocab import select_draft_vocab, special_token_ids, vocab_coverage
@@ -206,7 +207,8 @@ def build_drafter(args, target, tokenizer, data: TrainingData, resume: str | Non
                                             draft_vocab_ids=None if full_vocab else vocab_ids,
                                             transition_init=args.transition_init,
                                             input_layers=args.parsed_input_layers(),
-                                            verified_context=args.verified_context, tree=True)
+                                            verified_context=args.verified_context,
+                                            **TRAINED_DRAFTER_SETTINGS)
     except ValueError as err:
         raise TrainingInputError(f"--input_layers {args.input_layers} / --verified_context "
                                  f"{args.verified_context}: {err}") from err
