@@ -1,9 +1,12 @@
-"""`oneiro-export`: write a drafter in a serving engine's format. One subcommand, `vllm`."""
+"""`oneiro-export`: write a drafter in a serving engine's format (`vllm`), and the draft length by batch size its
+cost model prices for the engine (`vllm-schedule`)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from .vllm_export import VllmExportRefused, export_for_vllm
 
@@ -20,15 +23,49 @@ def _vllm_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     return parser
 
 
+def _schedule_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--profile", required=True, help="a latency profile (`oneiro-bench profile --batch-sizes "
+                                                         "1,4,16 --drafter DIR`): t(k, B) and the drafter step's price")
+    parser.add_argument("--acceptance", required=True,
+                        help="the share of drafts whose j-th token the engine accepted, j = 1..k, comma-separated "
+                             "(vLLM's per-position acceptance), e.g. 0.44,0.17,0.06")
+    parser.add_argument("--max-k", type=int, default=3, help="the k vLLM is started with (num_speculative_tokens)")
+    parser.add_argument("--max-batch", type=int, default=256, help="vLLM's --max-num-seqs (default 256)")
+    return parser
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="oneiro-export", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     _vllm_parser(commands.add_parser("vllm", help="a folder vLLM loads as a draft model (method eagle3)"))
+    _schedule_parser(commands.add_parser(
+        "vllm-schedule", help="print num_speculative_tokens_per_batch_size for vLLM's speculative config, priced "
+                              "by the cost model from a latency profile and the measured acceptance"))
     return parser
+
+
+def _schedule_main(args: argparse.Namespace) -> int:
+    from .schedule import ScheduleInputError, k_schedule
+
+    try:
+        profile = json.loads(Path(args.profile).read_text(encoding="utf-8"))
+        acceptance = [float(a) for a in args.acceptance.split(",") if a.strip()]
+        schedule = k_schedule(profile, acceptance, args.max_k, args.max_batch)
+    except (OSError, json.JSONDecodeError) as err:
+        print(f"oneiro-export: cannot read the profile {args.profile} ({err}). Fix: pass a file written by "
+              "oneiro-bench profile.", file=sys.stderr)
+        return 2
+    except (ValueError, ScheduleInputError) as err:
+        print(f"oneiro-export: {err}", file=sys.stderr)
+        return 2
+    print(json.dumps({"num_speculative_tokens": args.max_k, "num_speculative_tokens_per_batch_size": schedule}))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "vllm-schedule":
+        return _schedule_main(args)
     if args.num_speculative_tokens < 1:
         print("oneiro-export: --num-speculative-tokens must be >= 1. Fix: e.g. --num-speculative-tokens 3.",
               file=sys.stderr)
