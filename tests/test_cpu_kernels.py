@@ -27,8 +27,8 @@ def _is_stock(model) -> bool:
     """No layer patched, sdpa attention, no prepacking or grouped-attention block open for the model."""
     return (all("forward" not in vars(m) for m in model.modules())
             and model.config._attn_implementation == "sdpa"
-            and model not in prepacked_linear._users and model not in grouped_attention._users
-            and model not in exact_attention._users)
+            and model not in prepacked_linear._users and not grouped_attention._switch.holds(model)
+            and not exact_attention._switch.holds(model))
 
 
 def _spy_packed_rows(monkeypatch) -> list[int]:

@@ -109,7 +109,7 @@ def test_a_pass_gives_every_row_the_one_token_steps_logits(arch: str, dtype: tor
             assert kernels.prepacked == kernels.linears == kernels.from_one_row
         multi, steps = _pass_and_steps(model, ids, 15)
     assert torch.equal(multi, steps)
-    assert model.config._attn_implementation == "sdpa" and exact_attention._users.get(model) is None
+    assert model.config._attn_implementation == "sdpa" and not exact_attention._switch.holds(model)
 
 
 def test_bfloat16_targets_run_exact_by_default_and_the_label_says_so() -> None:

@@ -27,7 +27,6 @@ import subprocess
 import tempfile
 import threading
 import warnings
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
@@ -38,6 +37,7 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from ..storage.reference_models import default_cache_dir
+from .attention_switch import AttentionSwitch
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +52,7 @@ REPLACED = ("sdpa", "eager", "oneiro_grouped_sdpa")
 _library: ctypes.CDLL | None = None
 _failure: str | None = None
 _load_lock = threading.Lock()
-# per target instance: (blocks now running with ATTENTION_NAME, the implementation to restore)
-_users: weakref.WeakKeyDictionary[torch.nn.Module, tuple[int, str]] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
+_switch = AttentionSwitch(ATTENTION_NAME)
 
 
 class ExactAttentionUnavailable(RuntimeError):
@@ -226,22 +224,5 @@ def _say_unavailable() -> None:
 def exact_attention(model: torch.nn.Module) -> Iterator[bool]:
     """Run `model` on the exact attention kernel inside the block where it `applies`; yields whether it does. Blocks
     may nest and overlap across threads: the last one to end sets the model's own implementation back."""
-    with _lock:
-        entry = _users.get(model)
-        active = entry is not None or applies(model)
-        if active:
-            if entry is None:
-                entry = (0, model.config._attn_implementation)
-                model.set_attn_implementation(ATTENTION_NAME)
-            _users[model] = (entry[0] + 1, entry[1])
-    try:
+    with _switch.held(model, applies) as active:
         yield active
-    finally:
-        if active:
-            with _lock:
-                count, own = _users[model]
-                if count == 1:
-                    del _users[model]
-                    model.set_attn_implementation(own)
-                else:
-                    _users[model] = (count - 1, own)

@@ -12,8 +12,6 @@ key/value head") says why.
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -23,12 +21,11 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from .attention_switch import AttentionSwitch
 from .exact_attention import ATTENTION_NAME as EXACT_ATTENTION_NAME
 
 ATTENTION_NAME = "oneiro_grouped_sdpa"
-# per target instance: generate calls now running with ATTENTION_NAME (weak keys: nothing is set on the model)
-_users: weakref.WeakKeyDictionary[torch.nn.Module, int] = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
+_switch = AttentionSwitch(ATTENTION_NAME)
 
 
 def grouped_sdpa_attention(
@@ -73,19 +70,5 @@ def is_sdpa(implementation: str | None) -> bool:
 def grouped_attention(model) -> Iterator[None]:
     """Run `model` with `grouped_sdpa_attention` inside the block if it uses sdpa; other implementations are left
     alone. Calls may overlap (threads sharing a target): the last one to end sets "sdpa" back."""
-    with _lock:
-        users = _users.get(model, 0)
-        active = users > 0 or model.config._attn_implementation == "sdpa"
-        if active:
-            if users == 0:
-                model.set_attn_implementation(ATTENTION_NAME)
-            _users[model] = users + 1
-    try:
+    with _switch.held(model, lambda m: m.config._attn_implementation == "sdpa"):
         yield
-    finally:
-        if active:
-            with _lock:
-                _users[model] -= 1
-                if _users[model] == 0:
-                    del _users[model]
-                    model.set_attn_implementation("sdpa")
