@@ -145,20 +145,28 @@ static void attend_block(const Call *c, long b, long kv, long first, long count,
         load_row(c->k, b * c->k_sb + kv * c->k_sh + j * c->k_sl, D, c->dtype, keys + j * D);
         load_row(c->v, b * c->v_sb + kv * c->v_sh + j * c->v_sl, D, c->dtype, values + j * D);
     }
-    for (long r = 0; r < rows; r++) {  /* scores (masked keys: -inf, whose exp is 0 and never read), the maximum */
+    for (long r = 0; r < rows; r++) {
         long i = first + r / c->groups, h = kv * c->groups + r % c->groups;
-        float *q = qrows + r * D, *s = scores + r * L, m = -INFINITY;
-        load_row(c->q, b * c->q_sb + h * c->q_sh + i * c->q_sq, D, c->dtype, q);
-        for (long j = 0; j < L; j++) {
-            if (!visible(c->mask, c->m_sb, c->m_sq, b, i, j, L, c->Q)) {
+        load_row(c->q, b * c->q_sb + h * c->q_sh + i * c->q_sq, D, c->dtype, qrows + r * D);
+    }
+    for (long j = 0; j < L; j++) {  /* scores, key after key for every row (the key stays in cache); masked: -inf */
+        const float *key = keys + j * D;
+        for (long r = 0; r < rows; r++) {
+            float *s = scores + r * L;
+            if (!visible(c->mask, c->m_sb, c->m_sq, b, first + r / c->groups, j, L, c->Q)) {
                 s[j] = -INFINITY;
                 continue;
             }
-            float x = dot(q, keys + j * D, D) * c->scale;
+            float x = dot(qrows + r * D, key, D) * c->scale;
             if (c->softcap > 0.0f) x = c->softcap * tanhf(x / c->softcap);
             s[j] = x;
-            if (x > m) m = x;
         }
+    }
+    for (long r = 0; r < rows; r++) {  /* per row: the maximum, exp(score - max), their sum over visible keys */
+        long i = first + r / c->groups;
+        float *s = scores + r * L, m = -INFINITY;
+        for (long j = 0; j < L; j++)
+            if (s[j] > m) m = s[j];
         best[r] = m;
         total[r] = 0.0f;
         for (long d = 0; d < D; d++) acc[r * D + d] = 0.0f;
@@ -183,7 +191,21 @@ static void attend_block(const Call *c, long b, long kv, long first, long count,
     }
 }
 
-#define QUERY_BLOCK 8
+#define QUERY_BLOCK 32
+
+/* Each thread's scratch, kept from call to call and grown when a call needs more: a fresh allocation of this size
+ * per call would be mapped and faulted in page by page, which costs more than a one-token step's arithmetic. */
+static __thread float *thread_scratch = NULL;
+static __thread size_t thread_scratch_floats = 0;
+
+static float *scratch_of(size_t floats) {
+    if (floats > thread_scratch_floats) {
+        free(thread_scratch);
+        thread_scratch = (float *)malloc(sizeof(float) * floats);
+        thread_scratch_floats = thread_scratch != NULL ? floats : 0;
+    }
+    return thread_scratch;
+}
 
 /* query (B, H, Q, D), key/value (B, Hkv, L, D) by strides; out (B, Q, H, D) contiguous. Returns 0, or -1 when H is
  * not a multiple of Hkv or scratch memory cannot be had. */
@@ -195,12 +217,12 @@ int oneiro_exact_attention(const void *q, const void *k, const void *v, const ui
     Call c = {q, k, v, mask, out, B, H, Q, L, D, H / Hkv, q_sb, q_sh, q_sq, k_sb, k_sh, k_sl, v_sb, v_sh, v_sl,
               m_sb, m_sq, scale, softcap, dtype};
     long blocks = (Q + QUERY_BLOCK - 1) / QUERY_BLOCK, tasks = B * Hkv * blocks;
-    long rows = QUERY_BLOCK * c.groups;
+    long rows = (Q < QUERY_BLOCK ? Q : QUERY_BLOCK) * c.groups;
     size_t floats = (size_t)rows * (size_t)(L + 2 * D + 2) + 2 * (size_t)L * (size_t)D;
     int failed = 0;
 #pragma omp parallel num_threads(threads) if (threads > 1 && tasks > 1 && (long)tasks * rows * L * D >= 262144)
     {
-        float *scratch = (float *)malloc(sizeof(float) * floats);
+        float *scratch = scratch_of(floats);
 #pragma omp for schedule(static)
         for (long t = 0; t < tasks; t++) {
             if (scratch == NULL) {
@@ -212,7 +234,6 @@ int oneiro_exact_attention(const void *q, const void *k, const void *v, const ui
             long count = Q - first < QUERY_BLOCK ? Q - first : QUERY_BLOCK;
             attend_block(&c, b, kv, first, count, scratch);
         }
-        free(scratch);
     }
     return failed ? -1 : 0;
 }
