@@ -12,7 +12,7 @@ from .settings import DRAFT_MODES, DraftingSettings, config_defaults, config_nam
 
 # Checkpoint format (docs/hub.md, "Compatibility"): bumped only when a change would make an older oneiro-hf
 # misread a checkpoint. A reader loads every format up to its own and refuses newer ones by name. A writer stamps
-# the lowest format that holds what it writes: 1 for whole weights, 2 for target-relative ones (target_relative.py).
+# the lowest format that holds what it writes: 1 for whole weights, 2 for target-relative ones (storage/target_relative.py).
 FORMAT_VERSION = 2
 WHOLE_WEIGHTS_FORMAT = 1
 

@@ -107,7 +107,7 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
         kwargs["custom_generate"] = tree_generate_function(drafter, tree_settings, kwargs.get("streamer"))
     # The call's session lives on the drafter, which this thread holds: on the target (shared by every thread
     # using it) a concurrent call with another drafter could replace it before our candidate generator reads it.
-    # on a CPU the target runs oneiro-hf's kernels (cpu_kernels.py): for 16-bit targets (or exact_kernels=True) every
+    # on a CPU the target runs oneiro-hf's kernels (kernels/cpu.py): for 16-bit targets (or exact_kernels=True) every
     # row of a verification pass gets a one-token step's bits; its linears, and the drafter's, on weights packed once
     with drafter.drafting_session(settings), cpu_kernels(self, settings.prepack_cpu_weights,
                                                          settings.prepack_max_memory, settings.exact_kernels), \

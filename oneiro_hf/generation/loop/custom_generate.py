@@ -4,11 +4,11 @@
 processors incl. sampling warpers, stopping criteria incl. EOS and `max_length`, the dynamic cache, the
 prompt sent to the streamer) and calls `custom_generate(model, input_ids, logits_processor=...,
 stopping_criteria=..., generation_config=..., **model_kwargs)` instead of its own loop. One prompt is a batch of
-one: after this module's checks it runs the batched loop (batch.py), whose per-step work is
+one: after this module's checks it runs the batched loop (decode.py), whose per-step work is
 
-    draft a tree (build.py) -> keep what pays (cost.py) -> one target pass over the flattened tree with a
-    4-D tree mask and tree position ids (attention.py) -> walk it (verify.py) -> append the tokens one by one
-    until a stopping criterion fires -> compact the cache to the path (cache.py) -> feed the path's states
+    draft a tree (drafting: its sources) -> keep what pays (cost.py) -> one target pass over the flattened tree with a
+    4-D tree mask and tree position ids (tree_mask.py) -> walk it (judge.py) -> append the tokens one by one
+    until a stopping criterion fires -> compact the cache to the path (target_cache.py) -> feed the path's states
     to the drafter and the calibration
 
 Stopping criteria are checked after every appended token, as plain decoding does, so EOS, `max_length`

@@ -8,7 +8,7 @@ as a batch of one (`custom_generate.py`). Per step:
     picks one width for the batch from t(k, B) (`cost.choose_width`) -> ONE target pass over every row's flattened
     tree, padded to that width, with a (B, 1, W, keys) mask per layer type (the row's valid cache columns, its
     tree's ancestry, sliding windows by position) and per-row position ids (the row's own token count) -> each
-    row's walk (`verify.py`, greedy or exact sampling) and tokens appended under the stopping criteria ->
+    row's walk (`judge.py`, greedy or exact sampling) and tokens appended under the stopping criteria ->
     per-row cache compaction (`cache.compact_rows`) -> the drafters and the calibration
 
 Cache layout (docs/design.md, "Batches"): in full-attention layers row b's T_b - 1 fed tokens are contiguous,
@@ -187,7 +187,7 @@ class BatchDecoder:
         return verdicts, [1] * len(verdicts)
 
     def _next_tokens(self, raw: torch.Tensor) -> tuple[list[int], list[torch.Tensor]]:
-        """Each active row's next token from raw logits (B, V) (`core.next_tokens`), appended under the stopping
+        """Each active row's next token from raw logits (B, V) (`sequence.next_tokens`), appended under the stopping
         criteria; the tokens and the (1, V) processed scores."""
         tokens, rows, stops = next_tokens(self.active, raw, self.logits_processor, self.stopping_criteria,
                                           self.generation_config.do_sample)
