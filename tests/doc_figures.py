@@ -976,9 +976,8 @@ def suffix_memory() -> list[str]:
     return out
 
 
-@figures("docs/benchmarks.md", "bfloat16 (SmolLM2-135M-Instruct)")
-def bfloat16_smollm2() -> list[str]:
-    run = "bf16_smollm2"
+def bfloat16_run(run: str) -> list[str]:
+    """The figures of a bfloat16 section: the run's speedups, identities and its two profiles."""
     config, o = summary(run)["config"], overall(run)
     same = {m: config["n_questions"] if m not in summary(run)["lossless_violations"] else None
             for m in ("oneiro-hybrid", "oneiro-tree")}
@@ -997,9 +996,20 @@ def bfloat16_smollm2() -> list[str]:
         f"for {same['oneiro-hybrid']} of {config['n_questions']} questions",
         (f"transformers' prompt lookup ran {x(o['hf-lookup']['speedup_vs_greedy'])} stock greedy and matched it on "
          f"{stock_lookup[0]} of {stock_lookup[1]}"),
-        f"Same-kernel greedy itself ran {x(o['oneiro-greedy']['speedup_vs_greedy'])} stock bfloat16 greedy.",
+        f"Same-kernel greedy itself ran {x(o['oneiro-greedy']['speedup_vs_greedy'])} stock bfloat16 greedy",
         (f"(one thread, {bf16['context_len']} cached tokens): bfloat16 on the exact kernels t(1) = "
          f"{bf16['t1_s'] * 1000:.1f} ms and t(2..8)/t(1) = {ratios(bf16)}"),
         (f"stock bfloat16 t(1) = {bf16['stock']['t1_s'] * 1000:.1f} ms and t(8) = "
          f"{bf16['stock']['ratios']['8']:.2f} t(1); float32 on its default kernels t(1) = {fp32['t1_s'] * 1000:.1f} ms"),
     ]
+
+
+@figures("docs/benchmarks.md", "bfloat16 (SmolLM2-135M-Instruct)")
+def bfloat16_smollm2() -> list[str]:
+    return bfloat16_run("bf16_smollm2")
+
+
+@figures("docs/benchmarks.md", "bfloat16 (Gemma-3-270M)")
+def bfloat16_gemma() -> list[str]:
+    stock = overall("bf16_gemma")["oneiro-greedy"]["identical_to_stock_greedy"]
+    return [*bfloat16_run("bf16_gemma"), f"matched its text on {stock[0]} of {stock[1]}"]
