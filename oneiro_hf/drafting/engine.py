@@ -27,6 +27,11 @@ from .settings import TreeSettings
 from .tree import TokenTree
 
 VerifyTime = Callable[[int], float]
+# suffix-memory nodes at least this likely (calibrated) go in before the drafter's turn and can save its call; less
+# likely ones only fill what is left after it, as they would otherwise talk the drafter out of calls that pay
+MEMORY_EARLY_VALUE = 0.5
+# a tree's suffix-memory branches reach this many times `tree_max_depth` tokens at most
+MEMORY_DEPTH = 2
 
 
 def calibrate(tree: TokenTree, verdict: Verdict, kept: int, policy: DraftPolicyState) -> None:
@@ -82,21 +87,31 @@ class SequenceDrafter:
             if depth > 0 and settings.mode in ("lookup", "hybrid"):
                 copies = self.index.continuations(depth, settings.lookup_branches)
             add_lookup_branches(tree, copies, min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
+            # a tree's memory branches may run deeper than its other branches: a long match that holds is worth it (the
+            # cost model keeps a deep node only where its calibrated value pays for its place in the pass)
+            deep = depth if settings.chain else min(MEMORY_DEPTH * settings.max_depth, self.max_length - used - 1)
+            # confident memory branches go in before the drafter's turn, so that its call is priced beside them (where
+            # the memory already holds the next tokens the call is skipped); the rest come after it, below
+            if depth > 0 and self.memory is not None:
+                self._add_memory(tree, deep, max(settings.min_value, MEMORY_EARLY_VALUE))
             alone = len(tree) == 1
             calls, lead = self._draft_latent(tree, input_ids, depth, verify_time)
             # shorter matches only fill nodes left over: added before the drafter's turn, their nodes would raise what
             # verifying the tree without the drafter promises and talk the drafter out of calls that pay
             add_lookup_branches(tree, copies, min_ngram=settings.filler_min_ngram,
                                 max_ngram=settings.lookup_min_ngram - 1, policy=policy, eos_ids=self.eos_ids)
-            # memory branches too come after the drafter's turn: they never talk it out of a call, and the drafter's
-            # back-off keeps learning from the passes it would have learned from without them
+            # the less confident memory branches too come after the drafter's turn: they never talk it out of a call
             if depth > 0 and self.memory is not None:
-                add_memory_branches(tree, self.memory, self.index.tokens[-MAX_CONTEXT:], max_depth=depth,
-                                    max_nodes=settings.max_nodes, min_value=settings.min_value, policy=policy,
-                                    eos_ids=self.eos_ids, exclude=self.own)
+                self._add_memory(tree, deep, settings.min_value)
             choose = choose_path if settings.chain else choose_nodes
             tree = tree.keep(choose(tree, verify_time if settings.cost_aware else None, settings.max_nodes))
         return Draft(tree, calls, timer.seconds, lead, alone and calls > 0, settings.chain, input_ids.shape[1])
+
+    def _add_memory(self, tree: TokenTree, depth: int, min_value: float) -> None:
+        """The suffix memory's branches worth at least `min_value` (`build.add_memory_branches`)."""
+        add_memory_branches(tree, self.memory, self.index.tokens[-MAX_CONTEXT:], max_depth=depth,
+                            max_nodes=self.settings.max_nodes, min_value=min_value, policy=self.policy,
+                            eos_ids=self.eos_ids, exclude=self.own)
 
     def _remember(self, input_ids: torch.LongTensor) -> None:
         """Write the sequence's tokens the memory does not hold yet: at the first draft the prompt (and the first
