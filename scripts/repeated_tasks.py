@@ -1,21 +1,29 @@
-"""A workload of repeated tasks for oneiro-bench: one extraction task over many short public texts.
+"""Workloads of repeated tasks for oneiro-bench: one task, stated with its exact output format, over many short texts.
 
-Real traffic repeats across requests: the same JSON shape for thousands of documents. Each question gives the
-target one installed Python distribution's metadata (its `METADATA` header: name, version, summary, licence,
-Python requirement, dependencies; public PyPI metadata, offline) and asks for it as one JSON object. The questions differ in their text and share the shape of their answers, which is what the suffix memory
-(`oneiro_suffix_memory`, bench method `oneiro-suffix`) drafts from. Nothing here comes from Spec-Bench.
+Real traffic repeats across requests: an extraction job answering the same JSON shape for thousands of
+documents, unit tests for one function after another. Each workload is one instruction applied to many short public
+texts available offline (nothing here comes from Spec-Bench); the questions differ in their text and share the shape
+of their answers, which is what the suffix memory (`oneiro_suffix_memory`, bench method `oneiro-suffix`) drafts from.
 
-    python scripts/repeated_tasks.py --count 40 --out runs/suffix/questions.jsonl
+* `extraction`: one installed Python distribution's metadata (its `METADATA` header: name, version, summary,
+  licence, Python requirement, dependencies; public PyPI metadata) to extract into one fixed JSON schema, whose keys,
+  order and value formats the instruction states.
+* `tests`: one standard-library function (its signature and its docstring's first line) to write unit tests for,
+  in one fixed unittest layout the instruction states.
+
+    python scripts/repeated_tasks.py --task extraction --count 40 --out runs/suffix/questions.jsonl
     oneiro-bench --target smollm2-135m-instruct --questions runs/suffix/questions.jsonl --per-category 0 \\
-        --max-new-tokens 160 --threads 1 --methods greedy,oneiro-tree,oneiro-suffix --out runs/suffix/smollm2
+        --max-new-tokens 128 --threads 1 --methods greedy,oneiro-tree,oneiro-suffix --out runs/suffix/smollm2
 
-Distributions are taken in name order from the environment running the script (the record keeps the file it
-wrote, so a rerun elsewhere reads the same questions); a distribution without a summary is skipped.
+Texts are taken in a fixed order (distributions by name, functions by module and name) from the environment running
+the script (the record keeps the file it wrote, so a rerun elsewhere reads the same questions).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import inspect
 import json
 import sys
 from importlib import metadata
@@ -25,6 +33,27 @@ FIELDS = (("Name", "Name"), ("Version", "Version"), ("Summary", "Summary"), ("Li
           ("License-Expression", "License"), ("Requires-Python", "Requires-Python"))
 MAX_DEPENDENCIES = 6
 MAX_FIELD_CHARS = 160
+
+EXTRACTION = """Extract the metadata of this Python package into JSON. Answer with one JSON object and nothing else, \
+with exactly these keys in this order:
+- "name": the package name, as written
+- "version": the version, as written
+- "license": the licence, or null if none is given
+- "python": the Python versions it requires, or null
+- "dependencies": a list of the names of the packages it requires, without versions ([] if none)
+
+"""
+
+TESTS = """Write unit tests for the Python function below. Answer with one Python code block and nothing else, in \
+exactly this layout: import unittest, then import the function from its module, then one class \
+Test<FunctionName>(unittest.TestCase) with three test methods, each calling the function and checking the result \
+with self.assertEqual, then the usual `if __name__ == "__main__": unittest.main()`.
+
+"""
+
+# standard-library modules whose public functions are small, documented and testable without side effects
+TEST_MODULES = ("bisect", "colorsys", "fnmatch", "heapq", "html", "keyword", "math", "operator", "os.path", "shlex",
+                "statistics", "string", "textwrap", "urllib.parse")
 
 
 def metadata_text(dist: metadata.Distribution) -> str | None:
@@ -42,33 +71,74 @@ def metadata_text(dist: metadata.Distribution) -> str | None:
     return "\n".join(lines)
 
 
-def question(index: int, text: str) -> dict:
-    # the answer's shape is left to the target: the same instruction gives the same keys every time, which the
-    # prompt does not hold (prompt lookup cannot copy them), while the values come from the prompt
-    prompt = "Describe this Python package as a JSON object. Answer with the JSON only.\n\n" + text
-    return {"question_id": index, "category": "extraction", "turns": [prompt]}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--count", type=int, default=40, help="questions to write (default 40)")
-    parser.add_argument("--out", type=Path, required=True, help="the question file (JSONL, Spec-Bench's format)")
-    args = parser.parse_args(argv)
+def extraction_texts() -> list[str]:
     seen, texts = set(), []
     for dist in sorted(metadata.distributions(), key=lambda d: (d.metadata.get("Name") or "").lower()):
         name = (dist.metadata.get("Name") or "").lower()
         text = metadata_text(dist) if name and name not in seen else None
         if text is not None:
             seen.add(name)
-            texts.append(text)
+            texts.append(EXTRACTION + text)
+    return texts
+
+
+def function_text(module: str, name: str, function) -> str | None:
+    """`module.name(signature)` and its docstring's first line, or None without either."""
+    doc = (inspect.getdoc(function) or "").strip().splitlines()
+    try:
+        signature = str(inspect.signature(function))
+    except (TypeError, ValueError):
+        return None
+    if not doc or not doc[0].strip() or len(signature) > 80:
+        return None
+    return f"Module: {module}\nFunction: {name}{signature}\nDoes: {doc[0].strip()}"
+
+
+def test_texts() -> list[str]:
+    per_module = []
+    for module in TEST_MODULES:
+        texts = []
+        namespace = importlib.import_module(module)
+        public = getattr(namespace, "__all__", None) or [n for n in dir(namespace) if not n.startswith("_")]
+        for name in sorted(public):
+            function = getattr(namespace, name, None)
+            if not (inspect.isfunction(function) or inspect.isbuiltin(function)):
+                continue
+            text = function_text(module, name, function)
+            if text is not None:
+                texts.append(TESTS + text)
+        per_module.append(texts)
+    return interleave(per_module)
+
+
+def interleave(lists: list[list[str]]) -> list[str]:
+    """Round-robin over `lists` (tests: one module after another, not forty functions of one)."""
+    out, queues = [], [list(texts) for texts in lists]
+    while any(queues):
+        for queue in queues:
+            if queue:
+                out.append(queue.pop(0))
+    return out
+
+
+TASKS = {"extraction": extraction_texts, "tests": test_texts}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", choices=sorted(TASKS), default="extraction", help="the workload (default extraction)")
+    parser.add_argument("--count", type=int, default=40, help="questions to write (default 40)")
+    parser.add_argument("--out", type=Path, required=True, help="the question file (JSONL, Spec-Bench's format)")
+    args = parser.parse_args(argv)
+    texts = TASKS[args.task]()
     if len(texts) < args.count:
-        print(f"only {len(texts)} distributions with a summary here; asked for {args.count}. "
+        print(f"only {len(texts)} texts for {args.task} here; asked for {args.count}. "
               "Fix: pass --count <= that number.", file=sys.stderr)
         return 2
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w") as stream:
         for index, text in enumerate(texts[: args.count]):
-            stream.write(json.dumps(question(index, text)) + "\n")
+            stream.write(json.dumps({"question_id": index, "category": args.task, "turns": [text]}) + "\n")
     print(f"wrote {args.count} questions to {args.out}")
     return 0
 

@@ -14,10 +14,15 @@ import torch
 from tiny import FLAT_PROFILE, greedy, make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.drafting.build import add_memory_branches
+from oneiro_hf.drafting.build import MEMORY_MIN_CONTEXT, add_memory_branches
+from oneiro_hf.drafting.engine import SequenceEngine
 from oneiro_hf.drafting.memory import MAX_CONTEXT, SuffixMemory
 from oneiro_hf.drafting.policy import DraftPolicyState
+from oneiro_hf.drafting.sources import MEMORY_DEPTH
+from oneiro_hf.drafting.stats import DraftStats
 from oneiro_hf.drafting.tree import TokenTree
+from oneiro_hf.drafting.view import EngineView
+from oneiro_hf.settings import DraftingSettings
 
 
 def _table(memory: SuffixMemory) -> dict:
@@ -79,7 +84,7 @@ def test_memory_branches_are_the_most_frequent_continuations() -> None:
     memory.extend(document, [10, 11, 12, 1, 10, 11, 12, 1, 10, 13])
     tree = TokenTree.with_root(1)
     added = add_memory_branches(tree, memory, [1], max_depth=3, max_nodes=8, min_value=0.0,
-                                policy=DraftPolicyState(), eos_ids=set())
+                                policy=DraftPolicyState(), eos_ids=set(), min_context=1)
     assert added == len(tree) - 1 > 0
     first = {tree.nodes[i].token: tree.nodes[i] for i in tree.children[0].values()}
     assert set(first) == {10}  # after 1 only 10 was ever seen
@@ -87,6 +92,20 @@ def test_memory_branches_are_the_most_frequent_continuations() -> None:
     assert below[11].value > below[13].value  # 11 followed 1, 10 twice, 13 once
     assert all(node.source == "memory" for node in tree.nodes[1:])
     assert max(node.depth for node in tree.nodes) <= 3
+
+
+def test_a_context_shorter_than_the_minimum_drafts_nothing() -> None:
+    memory = SuffixMemory(1000)
+    memory.extend(memory.open([1]), [10, 11, 12, 1, 10, 11, 12])
+    policy = DraftPolicyState()
+
+    def drafted(tail: list[int]) -> int:
+        return add_memory_branches(TokenTree.with_root(tail[-1]), memory, tail, max_depth=3, max_nodes=8,
+                                   min_value=0.0, policy=policy, eos_ids=set())
+
+    assert MEMORY_MIN_CONTEXT == 2
+    assert drafted([7, 1]) == 0  # only the one-token context "1" is in the memory
+    assert drafted([12, 1]) > 0  # "12 1" was seen, followed by 10
 
 
 def _pinned(model) -> OneiroDrafter:
@@ -110,6 +129,47 @@ def test_a_memory_built_in_one_call_drafts_in_the_next(tree: bool) -> None:
     assert torch.equal(first, reference) and torch.equal(second, reference)
     assert warm.accepted_by_source["memory"] > cold.accepted_by_source["memory"]
     assert warm.memory_steps > 0 and warm.steps < cold.steps
+
+
+def test_a_trees_memory_branches_may_run_past_its_depth_and_stay_greedy() -> None:
+    model = make_model("llama")
+    drafter = _pinned(model)
+    prompt = random_prompt(12, 0)
+    reference = greedy(model, prompt, 30)
+    kwargs = {"assistant_model": drafter, "oneiro_tree": True, "oneiro_mode": "lookup", "oneiro_suffix_memory": True,
+              "oneiro_tree_max_depth": 2}
+    for _ in range(3):  # the first call fills the memory, the next ones learn its acceptance and draft from it
+        assert torch.equal(greedy(model, prompt, 30, **kwargs), reference)
+    stats = drafter.last_stats
+    assert stats.accepted_by_source["memory"] > 0
+    assert max(stats.accept_lengths) > 2 + 1  # more than tree_max_depth drafted tokens (and the target's) in a pass
+    assert MEMORY_DEPTH == 2
+
+
+@pytest.mark.parametrize("confident", [True, False])
+def test_confident_memory_branches_can_save_the_drafters_call(confident: bool) -> None:
+    """Memory nodes at least MEMORY_EARLY_VALUE likely go in before the drafter's turn, which is then priced beside
+    them; doubtful ones come after it and never talk it out of a call."""
+    model = make_model("llama", layers=2, hidden=32, vocab=64)
+    drafter = OneiroDrafter.from_target(model)
+    settings = EngineView.from_drafting_settings(DraftingSettings.from_config(drafter.config))
+    policy = DraftPolicyState()
+    policy.pin_profile({1: 1.0, 2: 1.05, 4: 1.1, 8: 1.2, 16: 1.4}, 1.0, 0.3)
+    memory = SuffixMemory(1000)
+    memory.extend(memory.open([1, 2, 3]), list(range(20, 40)))  # what another sequence wrote
+    for context in range(1, 5):  # a continuation seen once (share 1/2) after its context: learned right, or wrong
+        rate = policy.memory_rate(0.5, context)
+        for _ in range(200):
+            rate.add(confident)
+    drafting = SequenceEngine(drafter, settings, policy, DraftStats(), set(), max_length=64, memory=memory)
+    drafting.latent.branches.expand = lambda tree, *args, **kwargs: (1, 6)  # the drafter's turn: one call, nothing hung
+    draft = drafting.draft(torch.tensor([[5, 6, 20, 21, 22]]), policy.verify_time)
+    memory_nodes = [node for node in draft.tree.nodes if node.source == "memory"]
+    if confident:
+        assert draft.calls == 0 and len(memory_nodes) >= 8  # 23, 24, ... hold: the drafter's call would not pay
+        assert [node.token for node in memory_nodes[:3]] == [23, 24, 25]
+    else:
+        assert draft.calls > 0 and not memory_nodes
 
 
 def test_reset_memory_forgets_and_the_memory_is_off_by_default() -> None:

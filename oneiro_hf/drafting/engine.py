@@ -19,7 +19,15 @@ from .draft import Draft, Verdict
 from .lookup import NgramIndex
 from .memory import SuffixMemory
 from .policy import DraftPolicyState
-from .sources import DraftRound, DraftSource, LatentSource, LookupSource, MemorySource, VerifyTime
+from .sources import (
+    DraftRound,
+    DraftSource,
+    EarlyMemory,
+    LatentSource,
+    LookupSource,
+    MemorySource,
+    VerifyTime,
+)
 from .stats import DraftStats
 from .tree import TokenTree
 from .view import EngineView
@@ -53,6 +61,9 @@ class SequenceEngine:
         lookup = settings.mode in ("lookup", "hybrid")
         if lookup:
             self.sources.append(LookupSource(settings, policy, eos_ids, min_ngram=settings.lookup_min_ngram))
+        remembered = MemorySource(memory, settings, policy, eos_ids) if memory is not None else None
+        if remembered is not None:
+            self.sources.append(EarlyMemory(remembered))
         self.latent: LatentSource | None = None
         if settings.mode != "lookup":
             # the drafter holds the accepted positions plus `beam` speculative nodes per level, and a draft's levels
@@ -63,8 +74,8 @@ class SequenceEngine:
         if lookup and settings.filler_min_ngram < settings.lookup_min_ngram:
             self.sources.append(LookupSource(settings, policy, eos_ids, min_ngram=settings.filler_min_ngram,
                                              max_ngram=settings.lookup_min_ngram - 1))
-        if memory is not None:
-            self.sources.append(MemorySource(memory, settings, policy, eos_ids))
+        if remembered is not None:
+            self.sources.append(remembered)
 
     def observe(self, hidden_states: tuple, keep: slice | list[int]) -> None:
         """The accepted positions `keep` of a target pass's `hidden_states` for this sequence (entries (1, n, H))."""
@@ -81,7 +92,7 @@ class SequenceEngine:
             used = input_ids.shape[1] if columns is None else columns
             depth = min(settings.max_depth, self.max_length - used - 1)
             tree = TokenTree.with_root(int(input_ids[0, -1]))
-            draft_round = DraftRound(input_ids, depth, verify_time, self.index)
+            draft_round = DraftRound(input_ids, depth, self.max_length - used - 1, verify_time, self.index)
             for source in self.sources:
                 source.propose(tree, draft_round)
             choose = choose_path if settings.chain else choose_nodes

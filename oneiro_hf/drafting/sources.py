@@ -5,12 +5,14 @@ learns from the verdict on a tree it helped build (`learn`). `SequenceEngine` (`
 fixed order each round, then keeps what the cost model pays for:
 
     LookupSource (long matches)   prompt lookup: what followed earlier occurrences of the sequence's suffix n-gram
+    EarlyMemory                   the suffix memory's confident branches (calibrated value >= MEMORY_EARLY_VALUE)
     LatentSource                  the drafter's top-k, level by level, when a call pays (and, hybrid, lookup after it)
     LookupSource (short matches)  shorter n-grams, filling what is left after the drafter's turn
     MemorySource                  the suffix memory: what earlier outputs continued the suffix with, most often first
 
-Later sources see the earlier ones' nodes: lookup's confident branches can talk the drafter out of a call that would
-not pay, while fillers and memory branches, added after the drafter's turn, never do. A new kind of draft (a
+Later sources see the earlier ones' nodes: lookup's and the memory's confident branches can talk the drafter out of a
+call that would not pay (where they already hold the next tokens), while fillers and the memory's doubtful branches,
+added after the drafter's turn, never do. A new kind of draft (a
 retrieval store, another engine's proposer) is one more class with these three methods in that list.
 """
 
@@ -32,6 +34,11 @@ from .tree import TokenTree
 from .view import EngineView
 
 VerifyTime = Callable[[int], float]
+# suffix-memory nodes at least this likely (calibrated) go in before the drafter's turn and can save its call; less
+# likely ones only fill what is left after it, as they would otherwise talk the drafter out of calls that pay
+MEMORY_EARLY_VALUE = 0.5
+# a tree's suffix-memory branches reach this many times `tree_max_depth` tokens at most
+MEMORY_DEPTH = 2
 
 
 @dataclass
@@ -40,6 +47,7 @@ class DraftRound:
 
     input_ids: torch.LongTensor  # (1, T): the sequence, no padding; its last token is the tree's root
     depth: int  # tokens per branch at most this round (the settings' depth, cut to what max_length leaves)
+    room: int  # tokens the sequence may still grow by before max_length (after the root)
     verify_time: VerifyTime  # seconds of this sequence's share of a pass verifying k tokens
     index: NgramIndex  # the sequence's tokens so far, n-gram indexed
     calls: int = 0  # drafter forwards made this round
@@ -156,13 +164,19 @@ class MemorySource:
         """Nothing: the memory keeps tokens, written at `propose` and `learn`."""
 
     def propose(self, tree: TokenTree, draft_round: DraftRound) -> None:
+        self.add_branches(tree, draft_round, self.settings.min_value)
+
+    def add_branches(self, tree: TokenTree, draft_round: DraftRound, min_value: float) -> None:
+        """The memory's branches worth at least `min_value`, after writing what the sequence added. A tree's
+        memory branches may run deeper than its other branches: a long match that holds is worth it (the cost
+        model keeps a deep node only where its calibrated value pays for its place in the pass)."""
         self._remember(draft_round.input_ids)
         if draft_round.depth > 0:
             settings = self.settings
-            add_memory_branches(tree, self.memory, draft_round.index.tokens[-MAX_CONTEXT:],
-                                max_depth=draft_round.depth, max_nodes=settings.max_nodes,
-                                min_value=settings.min_value, policy=self.policy, eos_ids=self.eos_ids,
-                                exclude=self.own)
+            depth = draft_round.depth if settings.chain else min(MEMORY_DEPTH * settings.max_depth, draft_round.room)
+            add_memory_branches(tree, self.memory, draft_round.index.tokens[-MAX_CONTEXT:], max_depth=depth,
+                                max_nodes=settings.max_nodes, min_value=min_value, policy=self.policy,
+                                eos_ids=self.eos_ids, exclude=self.own)
 
     def _remember(self, input_ids: torch.LongTensor) -> None:
         """Write the sequence's tokens the memory does not hold yet: at the first round the prompt (and the first
@@ -181,3 +195,20 @@ class MemorySource:
         if self.document is not None:
             self.memory.extend(self.document, verdict.tokens[:kept], self.own)
             self.written += kept
+
+
+class EarlyMemory:
+    """The memory's confident branches, asked before the drafter's turn so that its call is priced beside them (and
+    skipped where the memory already holds the next tokens); the memory itself (`MemorySource`) writes and learns."""
+
+    def __init__(self, memory: MemorySource) -> None:
+        self.memory = memory
+
+    def observe(self, hidden_states: tuple, keep: slice | list[int]) -> None:
+        """Nothing: see `MemorySource`."""
+
+    def propose(self, tree: TokenTree, draft_round: DraftRound) -> None:
+        self.memory.add_branches(tree, draft_round, max(self.memory.settings.min_value, MEMORY_EARLY_VALUE))
+
+    def learn(self, draft: Draft, verdict: Verdict, kept: int) -> None:
+        """Nothing: `MemorySource.learn` writes the kept tokens once."""
