@@ -475,8 +475,6 @@ def milestone_command(args: CampaignArguments) -> list[str] | None:
         if not Path(COMMIT_SCRIPT).is_file():
             raise CampaignError(f"--commit runs {COMMIT_SCRIPT} of a oneiro-hf checkout, and {Path.cwd()} has none. "
                                 "Fix: run from the checkout, or pass --on_milestone with your own command.")
-        logger.warning("campaign: --commit is deprecated and goes in the next release. Fix: pass --on_milestone "
-                       "'python %s'.", COMMIT_SCRIPT)
         return [sys.executable, COMMIT_SCRIPT]
     return shlex.split(args.on_milestone) if args.on_milestone else None
 
@@ -518,6 +516,9 @@ def run(args: CampaignArguments) -> int:
         raise CampaignError(str(err)) from None
     check_capture(args)
     milestone_command(args)  # a bad --on_milestone or --commit is refused before any answer
+    if args.commit:  # said once per run, not at every milestone
+        logger.warning("campaign: --commit is deprecated and goes in the next release. Fix: pass --on_milestone "
+                       "'python %s'.", COMMIT_SCRIPT)
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     package = logging.getLogger("oneiro_hf")
