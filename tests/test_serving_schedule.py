@@ -9,7 +9,7 @@ from itertools import pairwise
 import pytest
 
 from oneiro_hf.serving.cli import main
-from oneiro_hf.serving.schedule import ScheduleInputError, k_schedule
+from oneiro_hf.serving.schedule import ScheduleInputError, k_schedule, step_profile
 
 ACCEPTANCE = [0.8, 0.64, 0.51]  # a drafter whose every token is accepted 80% of the times it is reached
 
@@ -62,3 +62,25 @@ def test_the_command_prints_the_speculative_config_field(tmp_path, capsys) -> No
     assert out == {"num_speculative_tokens": 2, "num_speculative_tokens_per_batch_size": [[1, 8, 2]]}
     assert main(["vllm-schedule", "--profile", str(tmp_path / "none.json"), "--acceptance", "0.5"]) == 2
     assert "Fix: pass a file written by oneiro-bench profile" in capsys.readouterr().err
+
+
+def test_a_batch_size_between_measured_ones_is_priced_at_the_next_one_up() -> None:
+    # drafting pays at 1 and 2 rows, not at 4: batch sizes 3 and 4 must not draft, since 3 was never measured
+    profile = step_profile({1: {0: 0.10, 1: 0.11}, 2: {0: 0.12, 1: 0.14}, 4: {0: 0.15, 1: 0.30}})
+    assert k_schedule(profile, [0.5], max_k=1, max_batch=4) == [[1, 2, 1], [3, 4, 0]]
+
+
+def test_engine_steps_price_the_drafter_inside_the_step() -> None:
+    # one draft token accepted half the time: a step with it yields 1.5 tokens, so it pays below 1.5x a plain step
+    cheap = step_profile({1: {0: 0.10, 1: 0.14}})
+    dear = step_profile({1: {0: 0.10, 1: 0.16}})
+    assert cheap["drafter_step_ratio"] == 0.0 and cheap["ratios"] == {"1": 1.0, "2": pytest.approx(1.4)}
+    assert k_schedule(cheap, [0.5], max_k=1, max_batch=1) == [[1, 1, 1]]
+    assert k_schedule(dear, [0.5], max_k=1, max_batch=1) == [[1, 1, 0]]
+
+
+def test_a_step_profile_without_plain_steps_names_the_fix() -> None:
+    with pytest.raises(ScheduleInputError, match="k = 0.*Fix"):
+        step_profile({1: {1: 0.2}})
+    with pytest.raises(ScheduleInputError, match="batch size 4.*Fix"):
+        step_profile({1: {0: 0.1, 1: 0.12}, 4: {1: 0.3}})

@@ -6,15 +6,20 @@ from a latency profile (`oneiro-bench profile --batch-sizes`), the drafter step'
 `drafter_step_ratio`), and the drafter's acceptance by draft position in the engine. For each batch size B it keeps
 the k in 0..max_k whose step yields the most tokens per second by `drafting.policy.pass_rates` (the one formula of
 chains, trees and batches), B identical rows of a chain; k = 0 turns speculation off where no draft pays. A larger
-batch never drafts more than a smaller one (each verified token costs more the more rows share a pass), so a profile
-measured at a few batch sizes cannot make k flap between them.
+batch never drafts more than a smaller one (each verified token costs more the more rows share a pass), and a batch
+size the profile did not measure is priced at the next measured one above it, so a profile measured at a few batch
+sizes cannot make k flap between them nor draft more than a measurement supports.
+
+The profile is either oneiro-hf's own (`generate`'s kernels, the drafter priced apart) or one measured inside the
+engine (`step_profile`: whole engine steps with k drafts, drafter included; `scripts/vllm_load_bench.py
+--step-profile` writes it), which prices what the engine really pays per step.
 
     oneiro-export vllm-schedule --profile profile.json --acceptance 0.44,0.17,0.06 --max-k 3
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import pairwise
 
 from ..drafting.policy import DraftPolicyState, pass_rates
@@ -57,6 +62,33 @@ def best_k(policy: DraftPolicyState, values: Sequence[float], rows: int) -> int:
     return max(range(len(rates)), key=lambda n: (rates[n], -n))
 
 
+def step_profile(step_seconds: Mapping[int, Mapping[int, float]]) -> dict:
+    """A latency profile from whole engine steps measured inside the engine: `step_seconds[B][k]` = seconds of one
+    step of B running requests with k draft tokens each (k = 0: speculation off), the drafter's own work included.
+
+    Written in `oneiro-bench profile`'s format, a step with k drafts standing for t(k + 1, B), so `k_schedule` and
+    the cost model read it unchanged; `drafter_step_ratio` is 0 because each step's time already holds the
+    drafter's."""
+    if 1 not in step_seconds or 0 not in step_seconds[1]:
+        raise ScheduleInputError("a step profile needs the plain step (k = 0) at batch size 1. Fix: measure batch "
+                                 "size 1 with speculation off beside the drafting runs.")
+    tables = {}
+    for rows, steps in sorted(step_seconds.items()):
+        if 0 not in steps or any(seconds <= 0 for seconds in steps.values()):
+            raise ScheduleInputError(f"the steps at batch size {rows} lack a positive plain (k = 0) time ({steps}). "
+                                     "Fix: measure every batch size with speculation off too.")
+        tables[str(rows)] = {"t1_s": steps[0], "ratios": {str(k + 1): seconds / steps[0]
+                                                          for k, seconds in sorted(steps.items())}}
+    return {"engine_steps": True, "t1_s": tables["1"]["t1_s"], "ratios": tables["1"]["ratios"],
+            "drafter_step_ratio": 0.0, "batch": tables}
+
+
+def _measured_at_or_above(profile: dict, rows: int) -> int:
+    """The smallest batch size >= rows the profile measured (rows itself beyond the largest measured)."""
+    measured = sorted({1, *(int(b) for b in profile.get("batch") or {})})
+    return next((size for size in measured if size >= rows), rows)
+
+
 def k_schedule(profile: dict, acceptance: Sequence[float], max_k: int, max_batch: int = 256) -> list[list[int]]:
     """`num_speculative_tokens_per_batch_size` for vLLM: `[[first, last, k], ...]` covering batch sizes
     1..max_batch, consecutive sizes with the same best k in one range."""
@@ -65,7 +97,7 @@ def k_schedule(profile: dict, acceptance: Sequence[float], max_k: int, max_batch
         raise ScheduleInputError(f"max_batch must be >= 1 (got {max_batch}). Fix: pass vLLM's --max-num-seqs.")
     schedule: list[list[int]] = []
     for rows in range(1, max_batch + 1):
-        k = best_k(policy, values, rows)
+        k = best_k(policy, values, _measured_at_or_above(profile, rows))
         if schedule:
             k = min(k, schedule[-1][2])
         if schedule and schedule[-1][2] == k:
