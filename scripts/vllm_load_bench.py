@@ -27,10 +27,8 @@ Spec-Bench is evaluation data only.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import platform
 import shlex
 import statistics
 import sys
@@ -38,29 +36,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from oneiro_hf.bench.profile import cpu_model
+from oneiro_hf.bench.runner import weights_sha256
 from oneiro_hf.serving.vllm_server import ServerFailed, VllmServer, concurrently, error_lines, server_command
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTERS = ("drafts", "draft_tokens", "accepted", "generation_tokens")
-
-
-def cpu_name() -> str:
-    """The CPU's model name (from /proc/cpuinfo on Linux) and its core count."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
-    except OSError:
-        pass
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
-
-
-def weights_sha256(folder: Path) -> str:
-    digest = hashlib.sha256()
-    with open(folder / "model.safetensors", "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def parse_schedule(text: str) -> list[list[int]]:
@@ -304,14 +285,14 @@ def main() -> None:
                 command = server_command(sys.executable, target, 0, modes[name], args.dtype, args.max_model_len,
                                          server_extra(args), eager=not args.compiled)
                 print(f"{name}: {shlex.join(command)}")
-            print(f"{len(questions)} questions, clients {args.clients}, drafter sha256 {weights_sha256(folder)}")
+            print(f"{len(questions)} questions, clients {args.clients}, drafter sha256 {weights_sha256(args.drafter)}")
             return
         logs = Path(args.out).with_suffix("") if args.out else Path(tmp) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        sha = weights_sha256(folder)
         conditions = {
-            "cpu": cpu_name(), "oneiro_hf": __version__, "dtype": args.dtype, "enforce_eager": not args.compiled,
-            "target": args.target, "drafter": os.path.relpath(args.drafter, ROOT), "drafter_folder_sha256": sha,
+            "cpu": f"{cpu_model()}, {os.cpu_count()} cores", "oneiro_hf": __version__, "dtype": args.dtype, "enforce_eager": not args.compiled,
+            "target": args.target, "drafter": os.path.relpath(args.drafter, ROOT),
+            "drafter_weights_sha256": weights_sha256(args.drafter), "exported_sha256": weights_sha256(str(folder)),
             "k": args.k, "backoff": parse_schedule(args.backoff),
             "questions": f"Spec-Bench, first {args.per_category} of each category ({len(questions)}), first turn",
             "max_new_tokens": args.max_new_tokens, "clients": args.clients, "date": time.strftime("%Y-%m-%d %H:%M"),
