@@ -9,14 +9,6 @@ Run it with .venv-vllm and the CPU environment of docs/serving.md (the server ru
         .venv-vllm/bin/python scripts/vllm_load_bench.py --questions ../shared/data/spec_bench/question.jsonl \\
         --out runs/vllm_load_smollm2.json
 
-`--step-profile FILE` measures instead what one engine step costs inside vLLM, t(k, B): B requests of fixed length
-(`ignore_eos`) at once, plain and with the drafter at k = 1..--k, one server at a time, plain first and last; a
-step's seconds are the difference of a long and a short run over the difference of their steps (so start-up and
-prefill cancel). It writes a latency profile (`oneiro_hf.serving.schedule.step_profile`) with the
-acceptance by position measured at the largest k, for `oneiro-export vllm-schedule`:
-
-    ... scripts/vllm_load_bench.py --questions ... --step-profile runs/vllm_steps.json --step-batches 1,2,4,8,16
-
 `--dry-run` checks the inputs, exports the drafter and prints each server's command without starting one (the
 script a device lease runs first). Each mode gets a fresh server on the loopback interface, a warm-up request
 that is not counted, then every concurrency level in turn; the server is stopped before the next mode starts.
@@ -121,59 +113,6 @@ def run_mode(name: str, spec: dict | None, target: str, questions: list[str], ar
     return {"start_seconds": started, "levels": levels, "exit_status": status, "speculative_config": spec}
 
 
-def timed_batch(server: VllmServer, prompts: list[str], max_tokens: int) -> tuple[float, int]:
-    """All prompts at once, each generating exactly max_tokens (ignore_eos): seconds, and the engine steps one
-    request took (draft proposals per request where the server drafts, else its tokens)."""
-    before = server.metrics()
-    calls = [lambda p=p: server.chat([{"role": "user", "content": p}], max_tokens, ignore_eos=True) for p in prompts]
-    start = time.perf_counter()
-    replies = concurrently(calls, len(prompts))
-    seconds = time.perf_counter() - start
-    drafts = gained(server.metrics(), before).get("drafts", 0)
-    steps = drafts / len(prompts) if drafts else sum(r.completion_tokens for r in replies) / len(prompts)
-    return seconds, steps
-
-
-def step_seconds(server: VllmServer, prompts: list[str], short: int, long: int) -> float:
-    """Seconds of one engine step with len(prompts) requests running: the long run's extra time over its extra
-    steps."""
-    (fast, few), (slow, many) = timed_batch(server, prompts, short), timed_batch(server, prompts, long)
-    if many <= few:
-        raise RuntimeError(f"the {long}-token run took no more steps than the {short}-token one ({many} vs {few}).")
-    return (slow - fast) / (many - few)
-
-
-def run_step_profile(modes: dict, target: str, questions: list[str], args, logs: Path) -> dict:
-    """t(k, B) inside vLLM: one server at a time (an idle vLLM server still takes CPU from a busy one on the same
-    cores), plain first and last so that a drift in the machine's load shows, each drafting server (k = 1..args.k)
-    between. Returns {"steps": {B: {k: median seconds}}, "samples": ..., "acceptance": [...] at k = args.k}."""
-    batches = [int(b) for b in args.step_batches.split(",")]
-    if max(batches) > len(questions):
-        raise SystemExit(f"--step-batches {max(batches)} needs as many questions (have {len(questions)}). "
-                         "Fix: raise --per-category.")
-    short, long = (int(n) for n in args.step_tokens.split(","))
-    samples: dict[int, dict[int, list[float]]] = {b: {} for b in batches}
-    acceptance: list[float] = []
-    for k in [0, *range(1, args.k + 1), 0]:
-        spec = {**modes["oneiro"], "num_speculative_tokens": k} if k else None
-        server = VllmServer(sys.executable, target, logs / f"steps-k{k}.log", speculative_config=spec,
-                            dtype=args.dtype, max_model_len=args.max_model_len,
-                            extra=["--max-num-seqs", str(max(batches))], eager=not args.compiled).start()
-        try:
-            timed_batch(server, questions[:1], 8)  # warm-up
-            before = server.metrics()
-            for rows in batches * args.step_repeats:
-                samples[rows].setdefault(k, []).append(step_seconds(server, questions[:rows], short, long))
-                print(f"[steps] B={rows} k={k}: {samples[rows][k][-1]:.4f} s", flush=True)
-            if k == args.k:
-                counts = gained(server.metrics(), before)
-                acceptance = [round(a / counts["drafts"], 4) for a in counts.get("accepted_per_position", [])]
-        finally:
-            server.stop()
-    return {"steps": {rows: {k: statistics.median(v) for k, v in by_k.items()} for rows, by_k in samples.items()},
-            "samples": samples, "acceptance": acceptance}
-
-
 def run_interleaved(chosen: list[str], modes: dict, target: str, questions: list[str], args, logs: Path,
                     save, results: dict) -> None:
     """Every mode's server up at once; each concurrency level runs mode after mode, in alternating order from one
@@ -256,11 +195,6 @@ def main() -> None:
     parser.add_argument("--interleave", action="store_true",
                         help="every mode's server at once, levels run mode after mode (a machine whose load changes)")
     parser.add_argument("--dry-run", action="store_true", help="check inputs, export, print commands; no server")
-    parser.add_argument("--step-profile", metavar="FILE",
-                        help="measure t(k, B) inside vLLM and write it as a latency profile (no load levels)")
-    parser.add_argument("--step-batches", default="1,2,4,8,16", help="batch sizes of --step-profile")
-    parser.add_argument("--step-tokens", default="16,48", help="the short and long run's tokens per request")
-    parser.add_argument("--step-repeats", type=int, default=2, help="samples per batch size and k (median kept)")
     args = parser.parse_args()
     args.clients = [int(c) for c in args.clients.split(",")]
     from transformers import AutoTokenizer  # noqa: F401  (fails early outside a transformers environment)
@@ -299,16 +233,6 @@ def main() -> None:
             "LD_PRELOAD": os.path.basename(os.environ.get("LD_PRELOAD", "")) or None,
             "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
         }
-        if args.step_profile:
-            from oneiro_hf.serving.schedule import step_profile
-
-            measured = run_step_profile(modes, target, questions, args, logs)
-            profile = {**step_profile(measured["steps"]), "acceptance": measured["acceptance"],
-                       "samples": measured["samples"], "conditions": {**conditions, "step_tokens": args.step_tokens,
-                                                                      "step_batches": args.step_batches}}
-            Path(args.step_profile).write_text(json.dumps(profile, indent=2) + "\n")
-            print(json.dumps({"steps": measured["steps"], "acceptance": measured["acceptance"]}))
-            return
         results: dict[str, dict] = {}
         if args.interleave:
             conditions["interleaved"] = True

@@ -4,6 +4,7 @@ and row-by-row identity check, and the modelled batch line of `oneiro-bench brea
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 from test_bench import _lines, make_env
@@ -128,18 +129,43 @@ def test_throughput_run_measures_every_method_and_batch_size(throughput_run):
     assert ("| oneiro-hybrid | 2 | " + UNSUPPORTED) in report or summary["throughput"]["oneiro-hybrid"]["2"]["supported"]
 
 
+def _plant(lanes, method: str, batch_size: int):
+    """One token off in the last row of `method`'s first batched lane of that size; the lane."""
+    planted = next(lane for lane in lanes if lane.method == method and lane.batch_size == batch_size
+                   and lane.mode == "batched")
+    planted.rows[-1] = planted.rows[-1][:-1] + [(planted.rows[-1][-1] + 1) % 128]
+    return planted
+
+
 def test_row_identity_check_catches_a_planted_mismatch(throughput_run):
     _, out = throughput_run
     lanes = _lanes(out)
     assert summarize_throughput(lanes, (1, 2, 4))["lossless_violations"] == []
-    planted = next(lane for lane in lanes if lane.method == "oneiro-greedy" and lane.batch_size == 2)
-    planted.rows[1] = planted.rows[1][:-1] + [(planted.rows[1][-1] + 1) % 128]  # one token off in the second row
+    planted = _plant(lanes, "oneiro-hybrid", 2)
     summary = summarize_throughput(lanes, (1, 2, 4))
-    assert summary["lossless_violations"] == ["oneiro-greedy@B2"]
-    assert summary["lossless_violation_questions"] == {"oneiro-greedy@B2": [planted.question_ids[1]]}
-    assert summary["throughput"]["oneiro-greedy"]["2"]["identical_rows_to_batched_greedy"] == pytest.approx(0.75)
+    assert summary["lossless_violations"] == ["oneiro-hybrid@B2"]
+    assert summary["lossless_violation_questions"] == {"oneiro-hybrid@B2": [planted.question_ids[-1]]}
+    block = summary["throughput"]["oneiro-hybrid"]["2"]
+    assert block["identical_rows_to_same_kernel_greedy"] == pytest.approx(0.75)
     assert "**VIOLATION**" in "\n".join(throughput_lines(summary))
     assert row_mismatches(planted, planted) == []
+
+
+def test_rows_are_held_to_greedy_on_their_own_kernels(throughput_run):
+    """A speculative method on oneiro-hf's kernels answers to batched oneiro-greedy, a stock one to batched
+    greedy: kernels that round differently (bfloat16) may part at a near-tie without breaking the promise."""
+    _, out = throughput_run
+    lanes = _lanes(out)
+    _plant(lanes, "greedy", 1)  # stock greedy parts from the oneiro kernels' greedy on one of the four rows
+    summary = summarize_throughput(lanes, (1, 2, 4))
+    assert summary["lossless_violations"] == ["hf-lookup@B1"]  # the stock method, not oneiro-hybrid
+    hybrid = summary["throughput"]["oneiro-hybrid"]["1"]
+    assert hybrid["identical_rows_to_same_kernel_greedy"] == 1.0
+    assert hybrid["identical_rows_to_batched_greedy"] == pytest.approx(0.75)
+    assert summary["throughput"]["oneiro-greedy"]["1"]["identical_rows_to_same_kernel_greedy"] is None
+    lanes = _lanes(out)
+    _plant(lanes, "oneiro-greedy", 2)  # the oneiro kernels' own greedy moves: oneiro-hybrid no longer matches it
+    assert summarize_throughput(lanes, (1, 2, 4))["lossless_violations"] == ["oneiro-hybrid@B2"]
 
 
 def test_tokens_after_eos_are_not_counted(env):
@@ -213,3 +239,15 @@ def test_breakdown_models_batched_throughput_from_t_k_b(env, tmp_path):
     plain = time_breakdown(out, profile)
     assert "modelled_batch" not in plain["methods"]["oneiro-hybrid"]
     assert "Modelled batched" not in breakdown_markdown(plain)
+
+
+def test_summarize_rewrites_a_throughput_run_from_its_lanes(throughput_run, tmp_path):
+    _, out = throughput_run
+    again = tmp_path / "again"
+    shutil.copytree(out, again)
+    first = json.loads((again / "summary.json").read_text())
+    (again / "summary.json").write_text(json.dumps({**first, "throughput": {}}))  # as an older oneiro-hf wrote it
+    assert bench_cli.main(["summarize", str(again)]) == 0
+    rewritten = json.loads((again / "summary.json").read_text())
+    assert rewritten["throughput"] == first["throughput"] and rewritten["config"] == first["config"]
+    assert (again / "report.md").read_text() == (out / "report.md").read_text()

@@ -150,28 +150,46 @@ def _warm_up(ctx: BenchContext, methods: list[str], prompts: list[list[int]], re
 
 def write_throughput(args, plan: Plan, lanes: list[LaneResult], interrupted: bool) -> dict:
     """summary.json and report.md of a throughput run under --out; prints the report and returns the summary."""
-    out = Path(args.out)
-    summary = summarize_throughput(lanes, plan.batch_sizes)
+    config = {**summary_config(args, plan), "batch_sizes": list(plan.batch_sizes)}
+    return write_throughput_summary(Path(args.out), lanes, config, plan.profile, interrupted)
+
+
+def write_throughput_summary(out: Path, lanes: list[LaneResult], config: dict, profile: dict | None,
+                             interrupted: bool) -> dict:
+    """summary.json and report.md under `out` from a throughput run's lanes and its config."""
+    summary = summarize_throughput(lanes, tuple(config["batch_sizes"]))
     summary["partial"] = interrupted
-    summary["config"] = {**summary_config(args, plan), "batch_sizes": list(plan.batch_sizes)}
-    if plan.profile is not None:
-        summary["profile"] = plan.profile
+    summary["config"] = config
+    if profile is not None:
+        summary["profile"] = profile
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     lines = ["# oneiro-bench throughput report", ""]
     if summary["lossless_violations"]:
-        lines += ["> **LOSSLESS VIOLATION:** rows differ from batched greedy's: " + "; ".join(
+        lines += ["> **LOSSLESS VIOLATION:** rows differ from batched greedy's on the same kernels: " + "; ".join(
             f"{k}: {v}" for k, v in summary["lossless_violation_questions"].items()) + ".", ""]
     if interrupted:
         lines += ["> **Partial run** (interrupted): the figures cover the batches that finished.", ""]
     lines += settings_lines(summary["config"], ("target", "drafter_resolved", "drafter_weights_sha256", "device",
                                                 "dtype", "threads", "cpu", "cpu_count", "max_new_tokens", "n_questions",
                                                 "batch_sizes", "latency_profile_used", "torch", "transformers"))
-    lines += profile_lines(plan.profile) + throughput_lines(summary)
+    lines += profile_lines(profile) + throughput_lines(summary)
     report = "\n".join(lines) + "\n"
     (out / "report.md").write_text(report)
     print(report)
     print(f"oneiro-bench: wrote {out / 'summary.json'} and {out / 'report.md'}", file=sys.stderr)
     return summary
+
+
+def resummarize_throughput(out: Path) -> dict:
+    """summary.json and report.md of a throughput run again, from its batches.jsonl and the config its summary
+    holds (a run stopped part-way, or one summarised by an older oneiro-hf)."""
+    old = json.loads((out / "summary.json").read_text())
+    lanes = []
+    for line in (out / "batches.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        lanes.append(LaneResult(**{k: v for k, v in record.items() if k not in ("new_tokens", "wall_time")},
+                                wall_s=record["wall_time"]))
+    return write_throughput_summary(out, lanes, old["config"], old.get("profile"), old.get("partial", False))
 
 
 def run(args, plan: Plan) -> tuple[dict, bool]:

@@ -335,10 +335,11 @@ def _summarize_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="oneiro-bench summarize",
         description="summary.json and report.md of a run stopped before its last question (one stopped with "
-                    "Ctrl-C writes them itself), from the questions every method answered, marked partial.",
+                    "Ctrl-C writes them itself), from the questions every method answered, marked partial; of a "
+                    "--batch-size run, again from its batches.jsonl.",
     )
     p.add_argument("run", help="the run's --out directory")
-    p.add_argument("--questions", required=True, help="the questions file the run read")
+    p.add_argument("--questions", help="the questions file the run read (not for a --batch-size run)")
     p.add_argument("--profile", default=None, help="the t(k) JSON the run was given with --latency-profile")
     return p
 
@@ -347,6 +348,14 @@ def summarize_main(argv: list[str]) -> int:
     args = _summarize_parser().parse_args(argv)
     from .merge import MergeError, summarize_partial_run
 
+    if (Path(args.run) / "batches.jsonl").is_file():
+        from .batched import resummarize_throughput
+
+        resummarize_throughput(Path(args.run))
+        return EXIT_OK
+    if not args.questions:
+        return _fail(BenchInputError(f"{args.run} is a per-question run: summarizing it needs --questions. Fix: pass "
+                                     "the questions file the run read."))
     try:
         summary = summarize_partial_run(args.run, args.questions, args.profile)
     except (MergeError, BenchInputError) as err:
