@@ -163,6 +163,12 @@ def test_rows_are_held_to_greedy_on_their_own_kernels(throughput_run):
     assert hybrid["identical_rows_to_same_kernel_greedy"] == 1.0
     assert hybrid["identical_rows_to_batched_greedy"] == pytest.approx(0.75)
     assert summary["throughput"]["oneiro-greedy"]["1"]["identical_rows_to_same_kernel_greedy"] is None
+    assert summary["throughput"]["oneiro-hybrid"]["2"]["identical_separate_rows_to_same_kernel_greedy"] == 1.0
+    separate = next(lane for lane in lanes if lane.method == "oneiro-hybrid" and lane.batch_size == 2
+                    and lane.mode == "separate")
+    separate.rows[0] = separate.rows[0][:-1] + [(separate.rows[0][-1] + 1) % 128]  # one prompt alone parts
+    block = summarize_throughput(lanes, (1, 2, 4))["throughput"]["oneiro-hybrid"]["2"]
+    assert block["identical_separate_rows_to_same_kernel_greedy"] == pytest.approx(0.75)
     lanes = _lanes(out)
     _plant(lanes, "oneiro-greedy", 2)  # the oneiro kernels' own greedy moves: oneiro-hybrid no longer matches it
     assert summarize_throughput(lanes, (1, 2, 4))["lossless_violations"] == ["oneiro-hybrid@B2"]

@@ -102,7 +102,9 @@ def summarize_throughput(lanes: list[LaneResult], batch_sizes: tuple[int, ...]) 
     calls of the method (`speedup_vs_separate_calls`, with those calls' own totals under "separate_calls"); and
     `identical_rows_to_batched_greedy`, the share of rows token-identical to batched greedy's (stock kernels), and
     `identical_rows_to_same_kernel_greedy`, to batched greedy's on the kernels the method ran (oneiro-greedy for
-    oneiro-hf's kernels; None for the two greedy lanes themselves): the lossless promise. A batch size the
+    oneiro-hf's kernels; None for the two greedy lanes themselves): the lossless promise; with separate calls,
+    `identical_separate_rows_to_same_kernel_greedy`, their rows against the same batched greedy (information: in
+    float32 left padding may move a near-tie). A batch size the
     method's generate refused is {"supported": False, "unsupported": "not supported by this oneiro-hf" (or "by
     transformers" for its own methods), "refusal": generate's message, "separate_calls": ...}.
     "lossless_violations" lists "<method>@B<B>" for every lossless method with a row unlike same-kernel batched
@@ -140,6 +142,9 @@ def summarize_throughput(lanes: list[LaneResult], batch_sizes: tuple[int, ...]) 
             baseline = same_kernel_baseline(method, methods)
             same, bad = _identical_share(batched, by_key.get((baseline, BATCHED, b)))
             block["identical_rows_to_same_kernel_greedy"] = None if method in ("greedy", ONEIRO_GREEDY) else same
+            if separate:  # one prompt per call against the batch's rows: are batched rows what one row alone gives?
+                base_lanes = by_key.get((baseline, BATCHED, b))
+                block["identical_separate_rows_to_same_kernel_greedy"] = _identical_share(separate, base_lanes)[0]
             entry[str(b)] = block
             if bad and is_lossless(method) and method not in ("greedy", ONEIRO_GREEDY):
                 summary["lossless_violations"].append(f"{method}@B{b}")
