@@ -1020,3 +1020,27 @@ def bfloat16_smollm2() -> list[str]:
 def bfloat16_gemma() -> list[str]:
     stock = overall("bf16_gemma")["oneiro-greedy"]["identical_to_stock_greedy"]
     return [*bfloat16_run("bf16_gemma"), f"matched its text on {stock[0]} of {stock[1]}"]
+
+
+def _rows(share: float, n: int) -> str:
+    return f"{round(share * n)} of {n}"
+
+
+@figures("docs/benchmarks.md", "bfloat16 batches of 4")
+def bfloat16_batches() -> list[str]:
+    """Row identity of batched drafting in bfloat16, per model: the batched rows and the single-prompt calls of the
+    hybrid and the tree against batched greedy on the same kernels, and same-kernel greedy against stock's."""
+    tokens = {summary(f"bf16_batches/{name}")["config"]["max_new_tokens"] for name in ("smollm2", "gemma")}
+    assert len(tokens) == 1
+    found = [f"the shipped drafters, {tokens.pop()} new tokens"]
+    for name, model in (("smollm2", "SmolLM2"), ("gemma", "Gemma-3-270M")):
+        run = summary(f"bf16_batches/{name}")
+        config, blocks = run["config"], {m: e["4"] for m, e in run["throughput"].items()}
+        n = config["n_questions"]
+        assert config["dtype"] == "bfloat16" and config["batch_sizes"] == [4] and not run["lossless_violations"]
+        for method in ("oneiro-hybrid", "oneiro-tree"):
+            assert blocks[method]["identical_rows_to_same_kernel_greedy"] == 1.0
+        alone = [blocks[m]["identical_separate_rows_to_same_kernel_greedy"] for m in ("oneiro-hybrid", "oneiro-tree")]
+        found += [f"{model}: {n} of {n} rows of each, and {_rows(min(alone), n)} prompts alone",
+                  f"{model} {_rows(blocks['oneiro-greedy']['identical_rows_to_batched_greedy'], n)}"]
+    return found
