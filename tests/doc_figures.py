@@ -984,15 +984,13 @@ def suffix_memory() -> list[str]:
 
 
 def bfloat16_run(run: str) -> list[str]:
-    """The figures of a bfloat16 section: the run's speedups, identities and its two profiles."""
+    """The figures of a bfloat16 section: the run's speedups, identities and, where the record has them,
+    transformers' prompt lookup and the two profiles."""
     config, o = summary(run)["config"], overall(run)
     same = {m: config["n_questions"] if m not in summary(run)["lossless_violations"] else None
             for m in ("oneiro-hybrid", "oneiro-tree")}
     assert config["dtype"] == "bfloat16" and all(same.values())
-    stock_lookup = o["hf-lookup"]["identical_to_stock_greedy"]
-    bf16 = record(f"docs/benchmarks/{run}/profile_bfloat16.json")
-    fp32 = record(f"docs/benchmarks/{run}/profile_float32.json")
-    return [
+    found = [
         (f"on a {machine(run)} without bfloat16 units, one thread, {config['n_questions']} Spec-Bench questions x "
          f"{config['max_new_tokens']} new"),
         (f"the chain hybrid ran {x(o['oneiro-hybrid'][SAME])} and the tree {x(o['oneiro-tree'][SAME])} "
@@ -1001,14 +999,21 @@ def bfloat16_run(run: str) -> list[str]:
          f"bfloat16 greedy; tau {o['oneiro-hybrid']['mean_accepted_tokens']:.2f} and "
          f"{o['oneiro-tree']['mean_accepted_tokens']:.2f})"),
         f"for {same['oneiro-hybrid']} of {config['n_questions']} questions",
-        (f"transformers' prompt lookup ran {x(o['hf-lookup']['speedup_vs_greedy'])} stock greedy and matched it on "
-         f"{stock_lookup[0]} of {stock_lookup[1]}"),
         f"Same-kernel greedy itself ran {x(o['oneiro-greedy']['speedup_vs_greedy'])} stock bfloat16 greedy",
-        (f"(one thread, {bf16['context_len']} cached tokens): bfloat16 on the exact kernels t(1) = "
-         f"{bf16['t1_s'] * 1000:.1f} ms and t(2..8)/t(1) = {ratios(bf16)}"),
-        (f"stock bfloat16 t(1) = {bf16['stock']['t1_s'] * 1000:.1f} ms and t(8) = "
-         f"{bf16['stock']['ratios']['8']:.2f} t(1); float32 on its default kernels t(1) = {fp32['t1_s'] * 1000:.1f} ms"),
     ]
+    if "hf-lookup" in o:
+        stock_lookup = o["hf-lookup"]["identical_to_stock_greedy"]
+        found.append(f"transformers' prompt lookup ran {x(o['hf-lookup']['speedup_vs_greedy'])} stock greedy and "
+                     f"matched it on {stock_lookup[0]} of {stock_lookup[1]}")
+    if (ROOT / f"docs/benchmarks/{run}/profile_bfloat16.json").is_file():
+        bf16 = record(f"docs/benchmarks/{run}/profile_bfloat16.json")
+        fp32 = record(f"docs/benchmarks/{run}/profile_float32.json")
+        found += [(f"(one thread, {bf16['context_len']} cached tokens): bfloat16 on the exact kernels t(1) = "
+                   f"{bf16['t1_s'] * 1000:.1f} ms and t(2..8)/t(1) = {ratios(bf16)}"),
+                  (f"stock bfloat16 t(1) = {bf16['stock']['t1_s'] * 1000:.1f} ms and t(8) = "
+                   f"{bf16['stock']['ratios']['8']:.2f} t(1); float32 on its default kernels t(1) = "
+                   f"{fp32['t1_s'] * 1000:.1f} ms")]
+    return found
 
 
 @figures("docs/benchmarks.md", "bfloat16 (SmolLM2-135M-Instruct)")
