@@ -438,27 +438,11 @@ class OnPolicyTrainer(OneiroTrainer):
         r = min(self.state.global_step // self.args.onpolicy_steps_per_round, self.args.onpolicy_rounds - 1)
         self.ensure_round(r)
         batch = self.batch_for(self.draw(inputs["slots"].tolist()))
-        device = self.args.device
-        batch = {k: v.to(device) for k, v in batch.items()}
-        out = model(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            prompt_lens=batch["prompt_lens"],
-            states=batch["states"],
-            target_argmax=batch["target_argmax"],
-            rollout_steps=self.steps,
-            chain_weights=batch["chain_weights"],
-            inputs=batch.get("inputs"),
-            context=batch.get("context"),
-        )
-        stats = out["stats"].detach()
-        if self._train_sums is None or self._train_sums.shape[0] != self.steps or self._train_sums.device != stats.device:
-            self._train_sums = torch.zeros(self.steps, 4, device=stats.device)
-        self._train_sums += stats
-        self._round_sums += stats.cpu()
+        batch = {k: v.to(self.args.device) for k, v in batch.items()}
+        out = self._rollout(model, batch, self.steps, batch["chain_weights"])
+        self._round_sums += out["stats"].detach().cpu()
         self._round_loss[0] += float(out["loss"].detach())
         self._round_loss[1] += 1
-        self._window_steps = self.steps
         return (out["loss"], out) if return_outputs else out["loss"]
 
     def _end_round(self, r: int) -> None:
