@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..chat import encode_prompt
+from ..chat import encode_prompt, left_pad
 from .plan import Plan
 from .report import ONEIRO_GREEDY, profile_lines, settings_lines
 from .runner import WARMUP_TOKENS, BenchContext, generate_once, load_models, summary_config
@@ -28,21 +28,6 @@ from .throughput import (
     throughput_lines,
     trim_row,
 )
-
-
-def left_pad(prompts: list[list[int]], pad_id: int, device=None):
-    """(input_ids, attention_mask), both (B, T) with T the longest prompt: each row right-aligned, the pad id and
-    mask 0 before it, as a decoder-only model's batched generate needs."""
-    import torch
-
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), int(pad_id), dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        if prompt:
-            ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
-            mask[row, width - len(prompt):] = 1
-    return ids.to(device), mask.to(device)
 
 
 def pad_token_id(ctx: BenchContext) -> int:

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ..chat import encode_prompt, stop_token_ids
+from ..chat import encode_prompt, left_pad, stop_token_ids
 from .prompts import Prompt, iter_prompts, load_user_prompts, resolve_exclude
 from .records import dataset_ids
 
@@ -115,12 +115,8 @@ def generate_batch(
     from .features import final_states_recorded
 
     device = next(model.parameters()).device
-    width = max(len(ids) for ids in input_ids)
-    padded = torch.full((len(input_ids), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(input_ids), width), dtype=torch.long)
-    for row, ids in enumerate(input_ids):
-        padded[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-        mask[row, width - len(ids) :] = 1
+    padded, mask = left_pad(input_ids, pad_id, device)
+    width = padded.shape[1]
     config = GenerationConfig(
         max_new_tokens=max_new_tokens,
         do_sample=False,
@@ -130,11 +126,9 @@ def generate_batch(
         return_dict_in_generate=True,
     )
     with final_states_recorded(model) if with_states else contextlib.nullcontext([]) as chunks:
-        out = model.generate(
-            input_ids=padded.to(device), attention_mask=mask.to(device), generation_config=config
-        )
+        out = model.generate(input_ids=padded, attention_mask=mask, generation_config=config)
         if with_states:
-            _feed_last_token(model, out, mask.to(device))
+            _feed_last_token(model, out, mask)
     steps = out.sequences.shape[1] - width
     states = torch.cat(chunks, dim=1) if with_states else None
     if states is not None and states.shape[1] != width + steps:
