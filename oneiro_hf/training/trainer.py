@@ -663,17 +663,10 @@ class OneiroTrainer(Trainer):
             merge(drafter)
             save_target_relative(drafter, out, storage, dtype=torch_dtype)
             return out
-        state = {
-            k: (v.detach().to(torch_dtype) if v.is_floating_point() else v.detach()).cpu().contiguous()
-            for k, v in drafter.state_dict().items()
-        }
+        from ..storage.checkpoint import save_whole
+
         out.mkdir(parents=True, exist_ok=True)
-        drafter.save_pretrained(str(out), state_dict=state, safe_serialization=True)
-        # save_pretrained records the in-memory dtype; record the one the weights were written in
-        config_path = out / "config.json"
-        config = json.loads(config_path.read_text())
-        config["dtype"] = str(torch_dtype).replace("torch.", "")
-        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        save_whole(drafter, out, torch_dtype)
         return out
 
 
