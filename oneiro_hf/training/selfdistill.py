@@ -405,15 +405,6 @@ def prepare_prompt_list(
     return prompts
 
 
-def load_target(
-    target: str, dtype: torch.dtype = torch.float32, cache_dir: str | None = None, device: str = "cpu"
-) -> tuple[Any, Any]:
-    """Load a reference-model name or a local/hub model path (`oneiro_hf.loading.load_target`)."""
-    from ..loading import load_target as load
-
-    return load(target, dtype, device=device, cache_dir=cache_dir)
-
-
 def resolve_device(device: str) -> str:
     """``auto`` is the first CUDA device when there is one, else the CPU; anything else is used as given."""
     if device == "auto":
@@ -485,10 +476,12 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_interop_threads(1)
         except RuntimeError:  # already set once parallel work started; harmless
             pass
+    from ..loading import load_target
+
     out = Path(args.out)
     t0 = time.perf_counter()
     device = resolve_device(args.device)
-    model, tokenizer = load_target(args.target, getattr(torch, args.dtype), args.cache_dir, device)
+    model, tokenizer = load_target(args.target, getattr(torch, args.dtype), device, args.cache_dir)
     logger.info(
         "Loaded %s on %s in %.1fs (threads=%d)", args.target, device, time.perf_counter() - t0,
         torch.get_num_threads(),
