@@ -227,14 +227,6 @@ def _record_line(rec: Prompt, ids: list[int], response: list[int], stopped: bool
     return json.dumps(record, ensure_ascii=False)
 
 
-def _prepare_output(out: Path, resume: bool) -> set[str]:
-    """The ids already in `out` when resuming (a cut last line dropped); else `out` emptied and no ids."""
-    if resume:
-        return scan_existing(out)
-    out.write_bytes(b"")
-    return set()
-
-
 def generate_self_distillation_data(
     model: Any,
     tokenizer: Any,
@@ -272,7 +264,9 @@ def generate_self_distillation_data(
         raise ValueError(f"batch_size and max_new_tokens must be >= 1 (got {batch_size}, {max_new_tokens}).")
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    done = _prepare_output(out, resume) | set(skip_ids)
+    if not resume:
+        out.write_bytes(b"")
+    done = (scan_existing(out) if resume else set()) | set(skip_ids)  # resuming: a cut last line is dropped
     stop_ids = stop_token_ids(tokenizer, model)
     if not stop_ids:
         raise ValueError(
@@ -282,15 +276,8 @@ def generate_self_distillation_data(
     model.eval()
 
     total = len(prompts) if hasattr(prompts, "__len__") else None  # type: ignore[arg-type]
-    stats = {
-        "written": 0,
-        "skipped_existing": 0,
-        "skipped_too_long": 0,
-        "prompt_tokens": 0,
-        "response_tokens": 0,
-        "feature_tokens": 0,
-        "counted_tokens": 0,
-    }
+    stats = dict.fromkeys(("written", "skipped_existing", "skipped_too_long", "prompt_tokens", "response_tokens",
+                           "feature_tokens", "counted_tokens"), 0)
 
     def pending() -> Iterator[tuple[Prompt, list[int]]]:
         seen: set[str] = set()
