@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import Dataset, SequentialSampler
 from transformers import TrainerCallback
 
-from .features import collate, target_features
+from .features import FEATURE_EXTRAS, collate, target_features
 from .pipeline import (
     Timer,
     TrainingData,
@@ -408,15 +408,10 @@ class OnPolicyTrainer(OneiroTrainer):
             feats = target_features(self.target, tokens, label_from=torch.tensor([seq.prompt_len - 1]),
                                     input_layers=input_layers, context_layers=context_layers)
             self._features[seq.id] = {
-                "input_ids": tokens[0],
-                "prompt_len": seq.prompt_len,
-                "states": feats["states"][0].detach(),
+                "input_ids": tokens[0], "prompt_len": seq.prompt_len, "states": feats["states"][0].detach(),
                 "target_argmax": feats["target_argmax"][0].cpu(),
+                **{key: feats[key][0].detach() for key in FEATURE_EXTRAS if key in feats},  # inputs, context
             }
-            if input_layers:
-                self._features[seq.id]["inputs"] = feats["inputs"][0].detach()
-            if context_layers:
-                self._features[seq.id]["context"] = feats["context"][0].detach()
         return self._features[seq.id]
 
     def draw(self, slots: Sequence[int]) -> list[CollectedSequence]:
