@@ -22,7 +22,8 @@ continues it, while after "Answer:" it answers::
 A system message is a paragraph of its own before the first question. Message contents are stripped of
 surrounding whitespace (a decoded answer starts with the space that followed "Answer:").
 
-`stop_token_ids` is the other side of a turn: the token ids that end the target's answer.
+`stop_token_ids` is the other side of a turn: the token ids that end the target's answer; `left_pad` makes
+prompts' ids one batch.
 """
 
 from __future__ import annotations
@@ -81,3 +82,18 @@ def stop_token_ids(tokenizer: Any, model: Any | None = None) -> list[int]:
             if isinstance(tok_id, int) and tok_id != getattr(tokenizer, "unk_token_id", None):
                 ids.add(tok_id)
     return sorted(ids)
+
+
+def left_pad(prompts: list[list[int]], pad_id: int, device=None):
+    """(input_ids, attention_mask), both (B, T) with T the longest prompt: each row right-aligned, the pad id and
+    mask 0 before it, as a decoder-only model's batched generate needs."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), int(pad_id), dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        if prompt:
+            ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+            mask[row, width - len(prompt):] = 1
+    return ids.to(device), mask.to(device)

@@ -209,7 +209,7 @@ class OneiroDrafter(TargetBinding, SessionOwner, MemoryOwner, PreTrainedModel):
             **draft_settings,
         )
         drafter = cls(config)
-        target_layers = cls._target_layers(model)
+        target_layers = base_model(model).layers
         with torch.no_grad():
             for i, layer in enumerate(drafter.layers):
                 if transition_init == "target":
@@ -319,11 +319,6 @@ class OneiroDrafter(TargetBinding, SessionOwner, MemoryOwner, PreTrainedModel):
             tags=tags,
             **card_kwargs,
         )
-
-    # ------------------------------------------------------------------ binding
-    @classmethod
-    def _target_layers(cls, model: PreTrainedModel) -> nn.ModuleList:
-        return base_model(model).layers
 
     def copy_for(self, target: PreTrainedModel | None = None, allow_base_model_mismatch: bool = False) -> OneiroDrafter:
         """An independent drafter (own weights, settings and learned policy) bound to `target` (default: this one's).

@@ -22,8 +22,8 @@ from oneiro_hf.bench.throughput import (
     row_mismatches,
     summarize_throughput,
     throughput_lines,
-    trim_row,
 )
+from oneiro_hf.drafting.draft import cut_at_eos
 from oneiro_hf.drafting.latency import load_profile
 
 
@@ -188,7 +188,7 @@ def test_tokens_after_eos_are_not_counted(env):
     stopped = batched.run_lane(ctx, "greedy", BATCHED, 2, 0, [1, 2], prompts, 8)
     assert stopped.rows[0] == free.rows[0][: first + 1]  # up to and including EOS; the pad after it dropped
     assert stopped.rows[1] == free.rows[1] and stopped.new_tokens == first + 1 + 8
-    assert trim_row([7, 3, 0, 0], {3}) == [7, 3] and trim_row([7, 8], {3}) == [7, 8]
+    assert cut_at_eos([7, 3, 0, 0], {3}) == [7, 3] and cut_at_eos([7, 8], {3}) == [7, 8]  # a row cut at its stop
 
 
 def test_left_pad_aligns_rows_right():

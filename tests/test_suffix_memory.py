@@ -18,7 +18,7 @@ from oneiro_hf.drafting.build import MEMORY_MIN_CONTEXT, add_memory_branches
 from oneiro_hf.drafting.engine import SequenceEngine
 from oneiro_hf.drafting.memory import MAX_CONTEXT, SuffixMemory
 from oneiro_hf.drafting.policy import DraftPolicyState
-from oneiro_hf.drafting.sources import MEMORY_DEPTH
+from oneiro_hf.drafting.sources import MEMORY_DEPTH, LatentSource
 from oneiro_hf.drafting.stats import DraftStats
 from oneiro_hf.drafting.tree import TokenTree
 from oneiro_hf.drafting.view import EngineView
@@ -162,7 +162,8 @@ def test_confident_memory_branches_can_save_the_drafters_call(confident: bool) -
         for _ in range(200):
             rate.add(confident)
     drafting = SequenceEngine(drafter, settings, policy, DraftStats(), set(), max_length=64, memory=memory)
-    drafting.latent.branches.expand = lambda tree, *args, **kwargs: (1, 6)  # the drafter's turn: one call, nothing hung
+    latent = next(source for source in drafting.sources if isinstance(source, LatentSource))
+    latent.branches.expand = lambda tree, *args, **kwargs: (1, 6)  # the drafter's turn: one call, nothing hung
     draft = drafting.draft(torch.tensor([[5, 6, 20, 21, 22]]), policy.verify_time)
     memory_nodes = [node for node in draft.tree.nodes if node.source == "memory"]
     if confident:

@@ -15,7 +15,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..chat import encode_prompt
+from ..chat import encode_prompt, left_pad
+from ..drafting.draft import cut_at_eos
 from .plan import Plan
 from .report import ONEIRO_GREEDY, profile_lines, settings_lines
 from .runner import WARMUP_TOKENS, BenchContext, generate_once, load_models, summary_config
@@ -26,23 +27,7 @@ from .throughput import (
     is_batch_refusal,
     summarize_throughput,
     throughput_lines,
-    trim_row,
 )
-
-
-def left_pad(prompts: list[list[int]], pad_id: int, device=None):
-    """(input_ids, attention_mask), both (B, T) with T the longest prompt: each row right-aligned, the pad id and
-    mask 0 before it, as a decoder-only model's batched generate needs."""
-    import torch
-
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), int(pad_id), dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        if prompt:
-            ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
-            mask[row, width - len(prompt):] = 1
-    return ids.to(device), mask.to(device)
 
 
 def pad_token_id(ctx: BenchContext) -> int:
@@ -81,7 +66,7 @@ def run_lane(ctx: BenchContext, method: str, mode: str, batch_size: int, index: 
     if mode == SEPARATE:
         for prompt in prompts:
             res = generate_once(ctx, method, torch.tensor([prompt], device=device), max_new_tokens)
-            lane.rows.append(trim_row(res["tokens"], stops))
+            lane.rows.append(cut_at_eos(res["tokens"], stops))
             lane.wall_s += res["wall_time"]
         return lane
     ids, mask = left_pad(prompts, pad_token_id(ctx), device)
@@ -92,7 +77,7 @@ def run_lane(ctx: BenchContext, method: str, mode: str, batch_size: int, index: 
             raise
         lane.unsupported = str(err)
         return lane
-    lane.rows = [trim_row(row, stops) for row in res["rows"]]
+    lane.rows = [cut_at_eos(row, stops) for row in res["rows"]]
     lane.wall_s = res["wall_time"]
     return lane
 

@@ -73,6 +73,16 @@ def _method_help() -> str:
 
 DRAFTER_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
+# methods that end in a whole number >= 1: (prefix, what the number is, an example, the settings it makes)
+_NUMBERED = (
+    ("oneiro-tree-fixed-", "N", 16,
+     lambda n: {"mode": "hybrid", "tree": True, "tree_max_nodes": n, "cost_aware": False}),
+    ("oneiro-tree-", "N", 8, lambda n: {"mode": "hybrid", "tree": True, "tree_max_nodes": n}),
+    ("oneiro-latent-fixed-", "N", 4, lambda n: {"mode": "latent", "max_draft_tokens": n, "cost_aware": False,
+                                                 "min_draft_confidence": 0.0, "tree": False}),
+    ("oneiro-topk-", "K", 2, lambda k: {"mode": "hybrid", "verification": "topk", "verification_topk": k}),
+)
+
 
 def parse_method(name: str, early_exit_layer: int = 4) -> MethodSpec:
     """The MethodSpec for a --methods entry; BenchInputError for an unknown or malformed one."""
@@ -100,35 +110,12 @@ def parse_method(name: str, early_exit_layer: int = 4) -> MethodSpec:
         return MethodSpec(name, oneiro_settings={"mode": "hybrid", "tree": True})
     if name == "oneiro-suffix":  # the tree with the suffix memory, kept across the run's questions in file order
         return MethodSpec(name, oneiro_settings={"mode": "hybrid", "tree": True, "suffix_memory": True})
-    match = re.fullmatch(r"oneiro-tree-fixed-(\S*)", name)
-    if match:
-        n = int(match.group(1)) if match.group(1).isdigit() else 0
-        if n < 1:
-            raise BenchInputError(f"method {name!r}: N must be an integer >= 1, e.g. oneiro-tree-fixed-16.")
-        return MethodSpec(name, oneiro_settings={"mode": "hybrid", "tree": True, "tree_max_nodes": n,
-                                                 "cost_aware": False})
-    match = re.fullmatch(r"oneiro-tree-(\S*)", name)
-    if match:
-        n = int(match.group(1)) if match.group(1).isdigit() else 0
-        if n < 1:
-            raise BenchInputError(f"method {name!r}: N must be an integer >= 1, e.g. oneiro-tree-8.")
-        return MethodSpec(name, oneiro_settings={"mode": "hybrid", "tree": True, "tree_max_nodes": n})
-    match = re.fullmatch(r"oneiro-latent-fixed-(\S*)", name)
-    if match:
-        n = int(match.group(1)) if match.group(1).isdigit() else 0
-        if n < 1:
-            raise BenchInputError(f"method {name!r}: N must be an integer >= 1, e.g. oneiro-latent-fixed-4.")
-        return MethodSpec(name, oneiro_settings={"mode": "latent", "max_draft_tokens": n, "cost_aware": False,
-                                                 "min_draft_confidence": 0.0, "tree": False})
-    match = re.fullmatch(r"oneiro-topk-(\S+)", name)
-    if match:
-        try:
-            k = int(match.group(1))
-        except ValueError:
-            k = 0
-        if k < 1:
-            raise BenchInputError(f"method {name!r}: K must be an integer >= 1, e.g. oneiro-topk-2.")
-        return MethodSpec(name, oneiro_settings={"mode": "hybrid", "verification": "topk", "verification_topk": k})
+    for prefix, letter, example, settings in _NUMBERED:
+        if name.startswith(prefix):
+            text = name.removeprefix(prefix)
+            if not text.isdigit() or int(text) < 1:
+                raise BenchInputError(f"method {name!r}: {letter} must be an integer >= 1, e.g. {prefix}{example}.")
+            return MethodSpec(name, oneiro_settings=settings(int(text)))
     match = re.fullmatch(r"oneiro-threshold-(\S+)", name)
     if match:
         try:

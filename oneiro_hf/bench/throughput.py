@@ -48,14 +48,6 @@ class LaneResult:
                 "wall_time": self.wall_s, "unsupported": self.unsupported}
 
 
-def trim_row(row: list[int], stop_ids: set[int] | frozenset[int]) -> list[int]:
-    """The row's new tokens up to and including its first stop token; the pad tokens after it are dropped."""
-    for i, token in enumerate(row):
-        if token in stop_ids:
-            return list(row[: i + 1])
-    return list(row)
-
-
 def is_batch_refusal(err: Exception) -> bool:
     """Whether generate refused a batch of more than one row (a ValueError naming the batch size)."""
     return isinstance(err, ValueError) and bool(BATCH_REFUSAL.search(str(err)))

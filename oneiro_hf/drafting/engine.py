@@ -64,13 +64,11 @@ class SequenceEngine:
         remembered = MemorySource(memory, settings, policy, eos_ids) if memory is not None else None
         if remembered is not None:
             self.sources.append(EarlyMemory(remembered))
-        self.latent: LatentSource | None = None
         if settings.mode != "lookup":
             # the drafter holds the accepted positions plus `beam` speculative nodes per level, and a draft's levels
             # fit in what is left of max_length: beyond it only the beam's other nodes (none for a chain)
             capacity = max_length + (settings.beam - 1) * settings.max_depth
-            self.latent = LatentSource(drafter, settings, policy, eos_ids, capacity)
-            self.sources.append(self.latent)
+            self.sources.append(LatentSource(drafter, settings, policy, eos_ids, capacity))
         if lookup and settings.filler_min_ngram < settings.lookup_min_ngram:
             self.sources.append(LookupSource(settings, policy, eos_ids, min_ngram=settings.filler_min_ngram,
                                              max_ngram=settings.lookup_min_ngram - 1))
@@ -92,7 +90,8 @@ class SequenceEngine:
             used = input_ids.shape[1] if columns is None else columns
             depth = min(settings.max_depth, self.max_length - used - 1)
             tree = TokenTree.with_root(int(input_ids[0, -1]))
-            draft_round = DraftRound(input_ids, depth, self.max_length - used - 1, verify_time, self.index)
+            draft_round = DraftRound(input_ids, depth, self.max_length - used - 1, verify_time, self.index,
+                                     lookup_branches=settings.lookup_branches)
             for source in self.sources:
                 source.propose(tree, draft_round)
             choose = choose_path if settings.chain else choose_nodes

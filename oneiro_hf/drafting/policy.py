@@ -54,10 +54,10 @@ def confidence_bin(confidence: float) -> int:
     return bisect.bisect_right(CONFIDENCE_EDGES, float(confidence))
 
 
-def _confidence_prior(bin_index: int) -> Rate:
-    """A bin's prior: 0.7 times its midpoint, worth 4 observations."""
+def _bin_prior(bin_index: int, scale: float) -> Rate:
+    """A confidence bin's prior: `scale` times the bin's midpoint, worth 4 observations."""
     edges = (0.0, *CONFIDENCE_EDGES, 1.0)
-    return Rate(0.7 * (edges[bin_index] + edges[bin_index + 1]) / 2 * 4, 4.0)
+    return Rate(scale * (edges[bin_index] + edges[bin_index + 1]) / 2 * 4, 4.0)
 
 
 def _default_latency_ratio(k: int) -> float:
@@ -133,7 +133,8 @@ class DraftPolicyState:
     # batches: rows B (>= 2) -> k -> EMA seconds of a pass verifying k tokens in each of B rows (t(k, B))
     verify_batch_s: dict[int, dict[int, float]] = field(default_factory=dict)
     draft_step_s: float | None = None
-    latent_bins: list[Rate] = field(default_factory=lambda: [_confidence_prior(i) for i in range(CONFIDENCE_BINS)])
+    latent_bins: list[Rate] = field(
+        default_factory=lambda: [_bin_prior(b, 0.7) for b in range(CONFIDENCE_BINS)])
     # (matched n-gram length, position in the copied span, capped at LOOKUP_POSITIONS) -> acceptance there
     lookup_by_ngram: dict[tuple[int, int], Rate] = field(default_factory=dict)
     # suffix memory: (bin of the continuation's estimated share, matched context length capped at MEMORY_CONTEXT)
@@ -211,10 +212,8 @@ class DraftPolicyState:
         table[k] = _learned(table.get(k), seconds, self.batch_verify_time(k, rows) if table else None)
 
     def observe_draft_step(self, seconds: float) -> None:
-        if self.pinned:
-            return
-        old = self.draft_step_s
-        self.draft_step_s = seconds if old is None else (1 - EMA) * old + EMA * min(seconds, 3 * old)
+        if not self.pinned:
+            self.draft_step_s = _learned(self.draft_step_s, seconds, None)
 
     def drafting_cost(self, measured_s: float, drafter_calls: int) -> float:
         """Seconds a draft cost: as measured, or (pinned to another machine's profile) as that machine's steps."""
@@ -248,8 +247,7 @@ class DraftPolicyState:
         share, worth 4 observations."""
         key = (confidence_bin(share), min(max(int(context), 1), MEMORY_CONTEXT))
         if key not in self.memory_by_share:
-            edges = (0.0, *CONFIDENCE_EDGES, 1.0)
-            self.memory_by_share[key] = Rate(0.5 * (edges[key[0]] + edges[key[0] + 1]) / 2 * 4, 4.0)
+            self.memory_by_share[key] = _bin_prior(key[0], 0.5)
         return self.memory_by_share[key]
 
     # -------------------------------------------------------------- the back-off's evidence

@@ -19,7 +19,8 @@ retrieval store, another engine's proposer) is one more class with these three m
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol
 
 import torch
@@ -53,13 +54,13 @@ class DraftRound:
     calls: int = 0  # drafter forwards made this round
     lead_token: int | None = None  # the drafter's likeliest first token (None: not called)
     drafted_alone: bool = False  # the drafter was called on a tree no other source had hung a branch in
-    _copies: dict[int, list[tuple[list[int], int]]] = field(default_factory=dict)
+    lookup_branches: int = 0  # how many different continuations lookup keeps (the settings' `lookup_branches`)
 
-    def continuations(self, branches: int) -> list[tuple[list[int], int]]:
-        """Lookup's continuations of the suffix (`NgramIndex.continuations`), found once per round."""
-        if branches not in self._copies:
-            self._copies[branches] = self.index.continuations(self.depth, branches) if self.depth > 0 else []
-        return self._copies[branches]
+    @cached_property
+    def continuations(self) -> list[tuple[list[int], int]]:
+        """Lookup's continuations of the suffix (`NgramIndex.continuations`), found once per round: both lookup
+        sources (long and short matches) take theirs from this one list, each its own n-gram range."""
+        return self.index.continuations(self.depth, self.lookup_branches) if self.depth > 0 else []
 
 
 class DraftSource(Protocol):
@@ -87,8 +88,7 @@ class LookupSource:
         """Nothing: lookup reads the sequence's tokens (`DraftRound.index`), not the target's states."""
 
     def propose(self, tree: TokenTree, draft_round: DraftRound) -> None:
-        copies = draft_round.continuations(self.settings.lookup_branches)
-        add_lookup_branches(tree, copies, min_ngram=self.min_ngram, max_ngram=self.max_ngram, policy=self.policy,
+        add_lookup_branches(tree, draft_round.continuations, min_ngram=self.min_ngram, max_ngram=self.max_ngram, policy=self.policy,
                             eos_ids=self.eos_ids)
 
     def learn(self, draft: Draft, verdict: Verdict, kept: int) -> None:

@@ -18,8 +18,8 @@ from ..settings import DraftingSettings
 class EngineView:
     """A call's view of its `DraftingSettings` (config defaults + oneiro_* kwargs), under the names the drafting
     engine reads. It declares no setting: every value is a DraftingSettings field, whose declaration holds its
-    default and check (settings.py), or derived from them (`filler_min_ngram`); `chain` says only how the draft is
-    verified (one path, `for_chain`, or a tree)."""
+    default, check and meaning (settings.py), or derived from them (`filler_min_ngram`); `chain` says only how
+    the draft is verified (one path, `for_chain`, or a tree)."""
 
     drafting: DraftingSettings
     chain: bool = False  # verify one root-to-leaf path (`for_chain`), not a tree
@@ -43,7 +43,6 @@ class EngineView:
 
     @property
     def mode(self) -> str:
-        """"hybrid", "latent" or "lookup": which sources grow branches."""
         return self.drafting.mode
 
     @property
@@ -53,22 +52,18 @@ class EngineView:
 
     @property
     def max_depth(self) -> int:
-        """Tokens per branch at most: tree_max_depth."""
         return int(self.drafting.tree_max_depth)
 
     @property
     def topk(self) -> int:
-        """Latent: children per expanded node (tree_topk)."""
         return int(self.drafting.tree_topk)
 
     @property
     def beam(self) -> int:
-        """Latent: nodes expanded per level (tree_beam)."""
         return int(self.drafting.tree_beam)
 
     @property
     def lookup_branches(self) -> int:
-        """Lookup: continuations (occurrences) at most (tree_lookup_branches)."""
         return int(self.drafting.tree_lookup_branches)
 
     @property
@@ -87,7 +82,6 @@ class EngineView:
 
     @property
     def lookup_after_latent(self) -> bool:
-        """Hybrid: continue the likeliest latent leaves by lookup from their own path."""
         return bool(self.drafting.lookup_after_latent)
 
     @property
@@ -97,15 +91,12 @@ class EngineView:
 
     @property
     def cost_aware(self) -> bool:
-        """Choose the node count from t(k); off: always max_nodes."""
         return bool(self.drafting.cost_aware)
 
     @property
     def context_window(self) -> int | None:
-        """Latest verified positions the drafter's first catch-up feeds (None: all)."""
         return self.drafting.context_window
 
     @property
     def memory_prompts(self) -> bool:
-        """Suffix memory: learn the prompts' tokens too (suffix_memory_prompts)."""
         return bool(self.drafting.suffix_memory_prompts)

@@ -85,26 +85,19 @@ def _generate_holding(self, drafter, oneiro_settings: dict[str, Any], args: tupl
     input_ids = kwargs.get("input_ids", kwargs.get("inputs", args[0] if args else None))
     rows = input_ids.shape[0] if input_ids is not None and input_ids.dim() == 2 else 1
     _check_inputs(self, input_ids, kwargs, rows)
-    if rows > 1:  # several prompts: the batched loop, with tree or chain settings alike
-        _check_batch_call(settings, kwargs, rows)
-        from ..compat import check_tree_supported
-        from ..drafting.view import EngineView
-        from .loop.decode import batch_generate_function
-
-        check_tree_supported(batch=True)
-        view = EngineView.from_drafting_settings(settings) if settings.tree else EngineView.for_chain(settings)
-        kwargs.pop("assistant_model")  # generate prepares plain batched decoding; the drafter travels in the closure
-        kwargs["custom_generate"] = batch_generate_function(drafter, view)
-    elif settings.tree:  # the tree owns its decoding loop: generate's public custom_generate runs it
+    if rows > 1 or settings.tree:  # several prompts (trees or chains), or one tree: our own decoding loop
         from ..compat import check_tree_supported
         from ..drafting.view import EngineView
         from .loop.custom_generate import tree_generate_function
+        from .loop.decode import batch_generate_function
 
-        check_tree_supported()
-
-        tree_settings = EngineView.from_drafting_settings(settings)
+        if rows > 1:
+            _check_batch_call(settings, kwargs, rows)
+        check_tree_supported(batch=rows > 1)
+        view = EngineView.from_drafting_settings(settings) if settings.tree else EngineView.for_chain(settings)
         kwargs.pop("assistant_model")  # generate prepares plain greedy/sampling; the drafter travels in the closure
-        kwargs["custom_generate"] = tree_generate_function(drafter, tree_settings, kwargs.get("streamer"))
+        kwargs["custom_generate"] = (batch_generate_function(drafter, view) if rows > 1
+                                     else tree_generate_function(drafter, view, kwargs.get("streamer")))
     # The call's session lives on the drafter, which this thread holds: on the target (shared by every thread
     # using it) a concurrent call with another drafter could replace it before our candidate generator reads it.
     # on a CPU the target runs oneiro-hf's kernels (kernels/cpu.py): for 16-bit targets (or exact_kernels=True) every

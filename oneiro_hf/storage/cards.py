@@ -294,13 +294,9 @@ def _bench_section(summary: dict | None, base_model: str, hardware: str | None, 
     shown = [m for m in methods if m != "greedy"]
     if not shown:
         raise ModelCardError("bench_summary only measured greedy. Fix: benchmark at least one oneiro-* method.")
-    columns = []
-    lossy_methods = []
-    for name in shown:
-        lossy = _method_is_lossy(name, methods[name])
-        if lossy:
-            lossy_methods.append(name)
-        columns.append({"name": name, "label": f"{name} *(lossy)*" if lossy else name, "lossy": lossy})
+    lossy_methods = [name for name in shown if _method_is_lossy(name, methods[name])]
+    columns = [{"name": name, "label": f"{name} *(lossy)*" if name in lossy_methods else name,
+                "lossy": name in lossy_methods} for name in shown]
     categories = sorted({c for m in shown for c in (methods[m].get("categories") or {})})
     rows = []
     for category in [*categories, "overall"]:
@@ -310,25 +306,12 @@ def _bench_section(summary: dict | None, base_model: str, hardware: str | None, 
             block = entry.get("overall") if category == "overall" else (entry.get("categories") or {}).get(category)
             cells.append(_bench_cell(block))
         rows.append({"category": f"**{category}**" if category == "overall" else category, "cells": cells})
-    device = config.get("device")
-    parts = [hardware] if hardware else []
-    if device:
-        parts.append(f"device {device}")
-    if config.get("threads"):
-        parts.append(f"{config['threads']} CPU threads")
-    if config.get("torch"):
-        parts.append(f"torch {config['torch']}")
-    if config.get("transformers"):
-        parts.append(f"transformers {config['transformers']}")
-    settings = []
-    for key, label in (
-        ("dtype", "dtype"),
-        ("max_new_tokens", "max_new_tokens"),
-        ("n_questions", "questions"),
-        ("per_category", "per category"),
-    ):
-        if config.get(key) is not None:
-            settings.append(f"{label} {config[key]}")
+    machine = (("device", "device {}"), ("threads", "{} CPU threads"), ("torch", "torch {}"),
+               ("transformers", "transformers {}"))
+    parts = ([hardware] if hardware else []) + [text.format(config[key]) for key, text in machine if config.get(key)]
+    run = (("dtype", "dtype {}"), ("max_new_tokens", "max_new_tokens {}"), ("n_questions", "questions {}"),
+           ("per_category", "per category {}"))
+    settings = [text.format(config[key]) for key, text in run if config.get(key) is not None]
     notes = []
     if summary.get("partial"):
         notes.append("Partial run: the benchmark was interrupted before every question was answered.")

@@ -383,3 +383,21 @@ def _check_weights_file(file: Path, resolved: ResolvedCheckpoint) -> None:
             f"{file} (blob {blob}) is corrupt or truncated: its sha256 is {digest.hexdigest()}, the Hub's is "
             f"{blob.name}. Fix: {resolved.fix(file.name)}."
         )
+
+
+def save_whole(drafter: Any, out: str | os.PathLike, dtype: Any = None) -> None:
+    """config.json and one model.safetensors with every weight, in `dtype` (a torch dtype; default: as in memory),
+    which config.json then records (save_pretrained records the dtype in memory)."""
+    state = {
+        k: (v.detach().to(dtype) if dtype is not None and v.is_floating_point() else v.detach()).cpu().contiguous()
+        for k, v in drafter.state_dict().items()
+    }
+    if "draft_vocab_ids" not in state:
+        raise RuntimeError("the drafter's state has no draft_vocab_ids; its checkpoint could not be read back.")
+    # one file: a sharded checkpoint would leave stale shards next to a later single file on the Hub
+    drafter.save_pretrained(str(out), state_dict=state, safe_serialization=True, max_shard_size="1000GB")
+    if dtype is not None:
+        config_path = Path(out) / CONFIG_NAME
+        config = json.loads(config_path.read_text())
+        config["dtype"] = str(dtype).replace("torch.", "")
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")

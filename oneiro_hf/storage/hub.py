@@ -34,7 +34,7 @@ from .cards import (
     recorded_training_info,
     write_model_card,
 )
-from .checkpoint import CONFIG_NAME, WEIGHTS_NAME
+from .checkpoint import CONFIG_NAME, WEIGHTS_NAME, save_whole
 
 if TYPE_CHECKING:
     from huggingface_hub import CommitInfo
@@ -94,11 +94,9 @@ def prepare_upload(
 
         save_target_relative(drafter, out, storage, dtype=torch_dtype)
     else:
-        _save_whole(drafter, out, torch_dtype)
+        save_whole(drafter, out, torch_dtype)
     config_path = out / CONFIG_NAME
     data = json.loads(config_path.read_text())
-    if torch_dtype is not None:  # save_pretrained records the in-memory dtype; record the one written
-        data["dtype"] = str(torch_dtype).replace("torch.", "")
     # the published drafter belongs to the card's Hub model, not to the local copy it was trained from, so
     # that from_pretrained(repo_id, target=<that Hub model>) passes the base-model check
     data["base_model_name_or_path"] = card.data.base_model
@@ -109,20 +107,6 @@ def prepare_upload(
     if info is not None:
         (out / TRAINING_INFO_NAME).write_text(json.dumps(info, indent=1, default=str) + "\n")
     return sorted(p for p in out.iterdir() if p.is_file())
-
-
-def _save_whole(drafter: PreTrainedModel, out: Path, torch_dtype: torch.dtype | None) -> None:
-    """config.json and model.safetensors with every weight (in `torch_dtype`, default as in memory)."""
-    state = {
-        k: (v.detach().to(torch_dtype) if torch_dtype is not None and v.is_floating_point() else v.detach())
-        .cpu()
-        .contiguous()
-        for k, v in drafter.state_dict().items()
-    }
-    if "draft_vocab_ids" not in state:
-        raise RuntimeError("the drafter's state has no draft_vocab_ids; its checkpoint could not be read back.")
-    # one file: a sharded checkpoint would leave stale shards next to a later single file on the Hub
-    drafter.save_pretrained(str(out), state_dict=state, safe_serialization=True, max_shard_size="1000GB")
 
 
 def publish_drafter(

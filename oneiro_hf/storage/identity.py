@@ -363,20 +363,23 @@ def warn_unfingerprinted(drafter_name: str | None) -> None:
     )
 
 
-def _reference_name(model: nn.Module) -> str | None:
-    """The oneiro-hf reference model `model` was loaded as (by name, or from its cache directory), if any."""
+def _reference_spec(model: nn.Module):
+    """The `ReferenceModelSpec` of the oneiro-hf reference model `model` was loaded as (by name, or from its
+    cache directory), if any."""
     config = getattr(model, "config", None)
     reference = getattr(config, "oneiro_reference", None)  # set by reference_models.load_reference_model
-    if reference:
-        return str(reference)
-    name = getattr(model, "name_or_path", None) or getattr(config, "_name_or_path", None)
-    marker = Path(str(name)).expanduser() / "oneiro_reference.json" if name else None
-    if marker is None or not marker.is_file():
-        return None
-    try:
-        return str(json.loads(marker.read_text())["name"])
-    except (ValueError, KeyError, OSError):
-        return None
+    if not reference:
+        name = getattr(model, "name_or_path", None) or getattr(config, "_name_or_path", None)
+        marker = Path(str(name)).expanduser() / "oneiro_reference.json" if name else None
+        if marker is None or not marker.is_file():
+            return None
+        try:
+            reference = json.loads(marker.read_text())["name"]
+        except (ValueError, KeyError, OSError):
+            return None
+    from .reference_models import get_spec
+
+    return get_spec(str(reference))
 
 
 def canonical_model_id(model: nn.Module) -> str | None:
@@ -384,11 +387,9 @@ def canonical_model_id(model: nn.Module) -> str | None:
 
     An oneiro-hf reference model, loaded by name or from its cache directory, is named by its Hub id.
     """
-    reference = _reference_name(model)
-    if reference is not None:
-        from .reference_models import get_spec
-
-        return get_spec(reference).hub_id
+    spec = _reference_spec(model)
+    if spec is not None:
+        return spec.hub_id
     config = getattr(model, "config", None)
     name = getattr(model, "name_or_path", None) or getattr(config, "_name_or_path", None)
     return str(name) if name else None
@@ -396,22 +397,15 @@ def canonical_model_id(model: nn.Module) -> str | None:
 
 def weights_quantization(model: nn.Module, names: Iterable[str]) -> dict[str, str] | None:
     """For a reference copy, the quantization each of the tensors `names` went through (else None)."""
-    reference = _reference_name(model)
-    if reference is None:
-        return None
-    from .reference_models import get_spec
-
-    return get_spec(reference).quantization_of(names)
+    spec = _reference_spec(model)
+    return None if spec is None else spec.quantization_of(names)
 
 
 def weights_source(model: nn.Module) -> str | None:
     """Where the base weights came from, when they are an oneiro-hf reference copy (else None)."""
-    reference = _reference_name(model)
-    if reference is None:
+    spec = _reference_spec(model)
+    if spec is None:
         return None
-    from .reference_models import get_spec
-
-    spec = get_spec(reference)
     return (
         f"the oneiro-hf reference copy '{spec.name}' of {spec.hub_id} ({spec.gguf_file} dequantized to float32; "
         f"python -m oneiro_hf.storage.reference_models fetch {spec.name})"

@@ -380,12 +380,6 @@ def _convert_to_safetensors(spec: ReferenceModelSpec, gguf_dir: Path, out_dir: P
     del model
 
 
-def _remove_stale_temp_dirs(model_root: Path) -> None:
-    """Delete work dirs left by interrupted fetches (only called while holding the model's lock)."""
-    for stale in model_root.glob(".fetch-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-
-
 def fetch_reference_model(name: str, cache_dir: str | Path | None = None, gguf: str | Path | None = None) -> Path:
     """Make sure a safetensors copy of reference model ``name`` is cached and return its directory.
 
@@ -408,7 +402,8 @@ def fetch_reference_model(name: str, cache_dir: str | Path | None = None, gguf: 
     with FileLock(model_root / ".lock"):  # concurrent fetches of one model wait for one download
         if (final_dir / MARKER_FILE).is_file():  # another process finished it while we waited
             return final_dir
-        _remove_stale_temp_dirs(model_root)
+        for stale in model_root.glob(".fetch-*"):  # work dirs left by interrupted fetches
+            shutil.rmtree(stale, ignore_errors=True)
         if final_dir.exists():  # left without marker by something else: not trustworthy
             shutil.rmtree(final_dir)
         work = Path(tempfile.mkdtemp(prefix=".fetch-", dir=model_root))

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..targets import DrafterTargetMismatch
+from ..targets import DrafterTargetMismatch, base_model
 from .checkpoint import WEIGHTS_NAME, CorruptCheckpoint
 
 # what a fine-tune changes: the base model's name or weights (other fields are shapes and architecture)
@@ -78,7 +78,7 @@ def _layer_reference(drafter: Any, target: PreTrainedModel, key: str) -> torch.T
     parts = key.split(".")
     if parts[0] != "layers" or len(parts) < 3:
         return None
-    layer = type(drafter)._target_layers(target)[drafter.config.interval[0] + int(parts[1])]
+    layer = base_model(target).layers[drafter.config.interval[0] + int(parts[1])]
     tensor = dict(layer.named_parameters()).get(".".join(parts[2:]))
     return None if tensor is None or tensor.dim() != 2 else tensor.detach()
 

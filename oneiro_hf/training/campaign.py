@@ -201,10 +201,10 @@ def answer_prompts(args: CampaignArguments, work: Path, stop_at_tokens: int, dea
     the run's stats."""
     import torch
 
+    from ..loading import load_target
     from .records import dataset_ids
     from .selfdistill import (
         generate_self_distillation_data,
-        load_target,
         measure_batch_throughput,
         prepare_prompt_list,
         resolve_device,

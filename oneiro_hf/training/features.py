@@ -121,8 +121,9 @@ def collate(items: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         return batch
     batch["states"] = _right_padded([it.get("states") for it in items], width)
     batch["target_argmax"] = _right_padded([it.get("target_argmax") for it in items], width, fill=IGNORE)
-    # a multi-layer drafter's input states (B, T, k*D); an exact-context drafter's copied-layer inputs (B, T, c, D)
-    for key in FEATURE_EXTRAS:
+    # a multi-layer drafter's input states (B, T, k*D); an exact-context drafter's copied-layer inputs
+    # (B, T, c, D); the ridge fit's residual stream (B, T, D), where the cache's items carry it
+    for key in (*FEATURE_EXTRAS, "resid"):
         if any(key in it for it in items):
             batch[key] = _right_padded([it.get(key) for it in items], width)
     if not has.all():

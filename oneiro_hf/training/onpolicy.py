@@ -23,7 +23,7 @@ import torch
 from torch.utils.data import Dataset, SequentialSampler
 from transformers import TrainerCallback
 
-from .features import collate, target_features
+from .features import FEATURE_EXTRAS, collate, target_features
 from .pipeline import (
     Timer,
     TrainingData,
@@ -408,15 +408,10 @@ class OnPolicyTrainer(OneiroTrainer):
             feats = target_features(self.target, tokens, label_from=torch.tensor([seq.prompt_len - 1]),
                                     input_layers=input_layers, context_layers=context_layers)
             self._features[seq.id] = {
-                "input_ids": tokens[0],
-                "prompt_len": seq.prompt_len,
-                "states": feats["states"][0].detach(),
+                "input_ids": tokens[0], "prompt_len": seq.prompt_len, "states": feats["states"][0].detach(),
                 "target_argmax": feats["target_argmax"][0].cpu(),
+                **{key: feats[key][0].detach() for key in FEATURE_EXTRAS if key in feats},  # inputs, context
             }
-            if input_layers:
-                self._features[seq.id]["inputs"] = feats["inputs"][0].detach()
-            if context_layers:
-                self._features[seq.id]["context"] = feats["context"][0].detach()
         return self._features[seq.id]
 
     def draw(self, slots: Sequence[int]) -> list[CollectedSequence]:
@@ -438,27 +433,11 @@ class OnPolicyTrainer(OneiroTrainer):
         r = min(self.state.global_step // self.args.onpolicy_steps_per_round, self.args.onpolicy_rounds - 1)
         self.ensure_round(r)
         batch = self.batch_for(self.draw(inputs["slots"].tolist()))
-        device = self.args.device
-        batch = {k: v.to(device) for k, v in batch.items()}
-        out = model(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            prompt_lens=batch["prompt_lens"],
-            states=batch["states"],
-            target_argmax=batch["target_argmax"],
-            rollout_steps=self.steps,
-            chain_weights=batch["chain_weights"],
-            inputs=batch.get("inputs"),
-            context=batch.get("context"),
-        )
-        stats = out["stats"].detach()
-        if self._train_sums is None or self._train_sums.shape[0] != self.steps or self._train_sums.device != stats.device:
-            self._train_sums = torch.zeros(self.steps, 4, device=stats.device)
-        self._train_sums += stats
-        self._round_sums += stats.cpu()
+        batch = {k: v.to(self.args.device) for k, v in batch.items()}
+        out = self._rollout(model, batch, self.steps, batch["chain_weights"])
+        self._round_sums += out["stats"].detach().cpu()
         self._round_loss[0] += float(out["loss"].detach())
         self._round_loss[1] += 1
-        self._window_steps = self.steps
         return (out["loss"], out) if return_outputs else out["loss"]
 
     def _end_round(self, r: int) -> None:

@@ -190,10 +190,6 @@ def build_drafter(args, target, tokenizer, data: TrainingData, resume: str | Non
             check_checkpoint_compatible(resume, drafter)
         return drafter, coverage
     config = text_config(target)
-    interval = parse_interval(args.interval)
-    if interval is None:
-        n = config.num_hidden_layers
-        interval = (max(0, n - 2), n)
     checkpoint_vocab = _checkpoint_vocab(resume) if resume else None
     if checkpoint_vocab is not None and checkpoint_vocab.numel() == min(args.draft_vocab_size, config.vocab_size):
         vocab_ids = checkpoint_vocab.long()
@@ -203,7 +199,7 @@ def build_drafter(args, target, tokenizer, data: TrainingData, resume: str | Non
                                        special_token_ids(target, tokenizer))
     full_vocab = vocab_ids.numel() >= config.vocab_size
     try:
-        drafter = OneiroDrafter.from_target(target, interval=interval,
+        drafter = OneiroDrafter.from_target(target, interval=parse_interval(args.interval),  # None: last two
                                             draft_vocab_ids=None if full_vocab else vocab_ids,
                                             transition_init=args.transition_init,
                                             input_layers=args.parsed_input_layers(),
@@ -213,8 +209,8 @@ def build_drafter(args, target, tokenizer, data: TrainingData, resume: str | Non
         raise TrainingInputError(f"--input_layers {args.input_layers} / --verified_context "
                                  f"{args.verified_context}: {err}") from err
     coverage = vocab_coverage(data.eval or data.train, drafter.draft_vocab_ids.cpu())
-    logger.info("drafter: layers %s, draft vocabulary %d tokens (held-out coverage %.1f%%)", interval,
-                drafter.draft_vocab_ids.numel(), 100 * coverage)
+    logger.info("drafter: layers %s, draft vocabulary %d tokens (held-out coverage %.1f%%)",
+                tuple(drafter.config.interval), drafter.draft_vocab_ids.numel(), 100 * coverage)
     if resume:
         check_checkpoint_compatible(resume, drafter)
     return drafter, coverage
@@ -335,13 +331,7 @@ def _cached_resid_batches(features: Features, batch_tokens: int) -> Iterator[dic
     cache = features.cache
     entries = [e for e in features.train.entries if cache.has_resid(e)]
     for group in feat.batches_by_tokens([e[2] for e in entries], batch_tokens):
-        items = [cache.get(entries[i], resid=True) for i in group]
-        batch = feat.collate(items)
-        resid = torch.zeros(len(items), batch["input_ids"].shape[1], items[0]["resid"].shape[-1])
-        for row, it in enumerate(items):
-            resid[row, : it["resid"].shape[0]] = it["resid"]
-        batch["resid"] = resid
-        yield batch
+        yield feat.collate([cache.get(entries[i], resid=True) for i in group])
 
 
 def stage0(args, drafter, target, features: Features, resume: str | None, timer: Timer

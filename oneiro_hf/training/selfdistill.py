@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from ..chat import encode_prompt, stop_token_ids
+from ..chat import encode_prompt, left_pad, stop_token_ids
 from .prompts import Prompt, iter_prompts, load_user_prompts, resolve_exclude
 from .records import dataset_ids
 
@@ -115,12 +115,8 @@ def generate_batch(
     from .features import final_states_recorded
 
     device = next(model.parameters()).device
-    width = max(len(ids) for ids in input_ids)
-    padded = torch.full((len(input_ids), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(input_ids), width), dtype=torch.long)
-    for row, ids in enumerate(input_ids):
-        padded[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-        mask[row, width - len(ids) :] = 1
+    padded, mask = left_pad(input_ids, pad_id, device)
+    width = padded.shape[1]
     config = GenerationConfig(
         max_new_tokens=max_new_tokens,
         do_sample=False,
@@ -130,11 +126,9 @@ def generate_batch(
         return_dict_in_generate=True,
     )
     with final_states_recorded(model) if with_states else contextlib.nullcontext([]) as chunks:
-        out = model.generate(
-            input_ids=padded.to(device), attention_mask=mask.to(device), generation_config=config
-        )
+        out = model.generate(input_ids=padded, attention_mask=mask, generation_config=config)
         if with_states:
-            _feed_last_token(model, out, mask.to(device))
+            _feed_last_token(model, out, mask)
     steps = out.sequences.shape[1] - width
     states = torch.cat(chunks, dim=1) if with_states else None
     if states is not None and states.shape[1] != width + steps:
@@ -233,14 +227,6 @@ def _record_line(rec: Prompt, ids: list[int], response: list[int], stopped: bool
     return json.dumps(record, ensure_ascii=False)
 
 
-def _prepare_output(out: Path, resume: bool) -> set[str]:
-    """The ids already in `out` when resuming (a cut last line dropped); else `out` emptied and no ids."""
-    if resume:
-        return scan_existing(out)
-    out.write_bytes(b"")
-    return set()
-
-
 def generate_self_distillation_data(
     model: Any,
     tokenizer: Any,
@@ -278,7 +264,9 @@ def generate_self_distillation_data(
         raise ValueError(f"batch_size and max_new_tokens must be >= 1 (got {batch_size}, {max_new_tokens}).")
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    done = _prepare_output(out, resume) | set(skip_ids)
+    if not resume:
+        out.write_bytes(b"")
+    done = (scan_existing(out) if resume else set()) | set(skip_ids)  # resuming: a cut last line is dropped
     stop_ids = stop_token_ids(tokenizer, model)
     if not stop_ids:
         raise ValueError(
@@ -288,15 +276,8 @@ def generate_self_distillation_data(
     model.eval()
 
     total = len(prompts) if hasattr(prompts, "__len__") else None  # type: ignore[arg-type]
-    stats = {
-        "written": 0,
-        "skipped_existing": 0,
-        "skipped_too_long": 0,
-        "prompt_tokens": 0,
-        "response_tokens": 0,
-        "feature_tokens": 0,
-        "counted_tokens": 0,
-    }
+    stats = dict.fromkeys(("written", "skipped_existing", "skipped_too_long", "prompt_tokens", "response_tokens",
+                           "feature_tokens", "counted_tokens"), 0)
 
     def pending() -> Iterator[tuple[Prompt, list[int]]]:
         seen: set[str] = set()
@@ -411,15 +392,6 @@ def prepare_prompt_list(
     return prompts
 
 
-def load_target(
-    target: str, dtype: torch.dtype = torch.float32, cache_dir: str | None = None, device: str = "cpu"
-) -> tuple[Any, Any]:
-    """Load a reference-model name or a local/hub model path (`oneiro_hf.loading.load_target`)."""
-    from ..loading import load_target as load
-
-    return load(target, dtype, device=device, cache_dir=cache_dir)
-
-
 def resolve_device(device: str) -> str:
     """``auto`` is the first CUDA device when there is one, else the CPU; anything else is used as given."""
     if device == "auto":
@@ -491,10 +463,12 @@ def main(argv: list[str] | None = None) -> int:
             torch.set_num_interop_threads(1)
         except RuntimeError:  # already set once parallel work started; harmless
             pass
+    from ..loading import load_target
+
     out = Path(args.out)
     t0 = time.perf_counter()
     device = resolve_device(args.device)
-    model, tokenizer = load_target(args.target, getattr(torch, args.dtype), args.cache_dir, device)
+    model, tokenizer = load_target(args.target, getattr(torch, args.dtype), device, args.cache_dir)
     logger.info(
         "Loaded %s on %s in %.1fs (threads=%d)", args.target, device, time.perf_counter() - t0,
         torch.get_num_threads(),

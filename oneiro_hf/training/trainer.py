@@ -130,32 +130,19 @@ class DrafterTrainModule(nn.Module):
                 m &= chain_weights[:, k] > 0
             if not bool(m.any()):
                 continue
-            pred = out[m]
-            tgt = true_next[m]
-            diff = ((pred - tgt) / std).float()
-            if self.state_loss == "mse":
-                s_loss = diff.pow(2).mean()
-            else:
-                s_loss = F.smooth_l1_loss(diff, torch.zeros_like(diff))
+            pred, tgt, lab = out[m], true_next[m], draft_labels[m]
             logits = drafter.readout_logits(pred).float()
-            if self.token_loss == "kl":
-                with torch.no_grad():
-                    p_target = drafter.readout_logits(tgt).float().softmax(-1)
-                logq = logits.log_softmax(-1)
-                t_loss = (p_target * (p_target.clamp_min(1e-30).log() - logq)).sum(-1).mean()
-            else:
-                lab = draft_labels[m]
-                t_loss = (
-                    F.cross_entropy(logits, lab, ignore_index=IGNORE)
-                    if bool((lab >= 0).any())
-                    else logits.sum() * 0
-                )
+            s_pos, t_pos = self._position_losses(((pred - tgt) / std).float(), logits, tgt, lab)
+            s_loss = s_pos.mean()
+            counted = lab >= 0 if self.token_loss == "ce" else torch.ones_like(lab, dtype=torch.bool)
+            t_loss = t_pos[counted].mean() if bool(counted.any()) else logits.sum() * 0
             if chain_weights is None:
                 total = total + self.step_weights[k] * (
                     self.state_loss_weight * s_loss + self.token_loss_weight * t_loss
                 )
-            else:
-                total = total + self._weighted_loss(diff, logits, tgt, draft_labels[m], chain_weights[:, k][m])
+            else:  # stage 3 weighs each draft chain on its own
+                per_position = self.state_loss_weight * s_pos + self.token_loss_weight * t_pos
+                total = total + (chain_weights[:, k][m].float() * per_position).sum()
             with torch.no_grad():
                 predicted = drafter.draft_vocab_ids[logits.argmax(-1)]
                 stats[k, 0] = (predicted == labels[m]).sum()
@@ -164,10 +151,11 @@ class DrafterTrainModule(nn.Module):
                 stats[k, 3] = t_loss.detach() * m.sum()
         return {"loss": total, "stats": stats}
 
-    def _weighted_loss(
-        self, diff: torch.Tensor, logits: torch.Tensor, tgt: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor
-    ) -> torch.Tensor:
-        """Per-position losses summed with ``weights`` (stage 3 weighs each draft chain on its own)."""
+    def _position_losses(
+        self, diff: torch.Tensor, logits: torch.Tensor, tgt: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per position: the state loss of the normalised difference `diff` and the token loss (0 where a CE label
+        is ignored)."""
         if self.state_loss == "mse":
             s_pos = diff.pow(2).mean(-1)
         else:
@@ -178,8 +166,7 @@ class DrafterTrainModule(nn.Module):
             t_pos = (p_target * (p_target.clamp_min(1e-30).log() - logits.log_softmax(-1))).sum(-1)
         else:
             t_pos = F.cross_entropy(logits, labels, ignore_index=IGNORE, reduction="none")
-        per_position = self.state_loss_weight * s_pos + self.token_loss_weight * t_pos
-        return (weights.float() * per_position).sum()
+        return s_pos, t_pos
 
 
 def _rollout_context(drafter: Any, context: torch.Tensor | None) -> torch.Tensor | None:
@@ -472,25 +459,30 @@ class OneiroTrainer(Trainer):
         completed = self._with_features(inputs)
         if self.feature_keeper is not None and model.training:
             self.feature_keeper.offer(inputs, completed)
-        inputs = completed
-        steps = self.current_rollout_steps()
+        out = self._rollout(model, completed, self.current_rollout_steps())
+        return (out["loss"], out) if return_outputs else out["loss"]
+
+    def _rollout(self, model, batch: dict[str, Any], steps: int, chain_weights: torch.Tensor | None = None):
+        """The module's losses on a batch with features; its statistics go to the next log's window."""
         out = model(
-            input_ids=inputs["input_ids"],
-            attention_mask=inputs["attention_mask"],
-            prompt_lens=inputs["prompt_lens"],
-            states=inputs["states"],
-            target_argmax=inputs["target_argmax"],
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            prompt_lens=batch["prompt_lens"],
+            states=batch["states"],
+            target_argmax=batch["target_argmax"],
             rollout_steps=steps,
-            inputs=inputs.get("inputs"),
-            context=inputs.get("context"),
+            chain_weights=chain_weights,
+            inputs=batch.get("inputs"),
+            context=batch.get("context"),
         )
         stats = out["stats"].detach()
-        width = max(self.args.rollout_steps, 1)
-        if self._train_sums is None or self._train_sums.device != stats.device:
+        sums = self._train_sums
+        if sums is None or sums.device != stats.device or sums.shape[0] < stats.shape[0]:
+            width = max(self.args.rollout_steps, 1, stats.shape[0])
             self._train_sums = torch.zeros(width, 4, device=stats.device)
         self._train_sums[: stats.shape[0]] += stats
         self._window_steps = max(self._window_steps, steps)
-        return (out["loss"], out) if return_outputs else out["loss"]
+        return out
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if "loss" in logs:
@@ -671,17 +663,10 @@ class OneiroTrainer(Trainer):
             merge(drafter)
             save_target_relative(drafter, out, storage, dtype=torch_dtype)
             return out
-        state = {
-            k: (v.detach().to(torch_dtype) if v.is_floating_point() else v.detach()).cpu().contiguous()
-            for k, v in drafter.state_dict().items()
-        }
+        from ..storage.checkpoint import save_whole
+
         out.mkdir(parents=True, exist_ok=True)
-        drafter.save_pretrained(str(out), state_dict=state, safe_serialization=True)
-        # save_pretrained records the in-memory dtype; record the one the weights were written in
-        config_path = out / "config.json"
-        config = json.loads(config_path.read_text())
-        config["dtype"] = str(torch_dtype).replace("torch.", "")
-        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        save_whole(drafter, out, torch_dtype)
         return out
 
 

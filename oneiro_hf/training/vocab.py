@@ -33,14 +33,10 @@ def special_token_ids(model: Any = None, tokenizer: Any = None) -> list[int]:
         elif isinstance(value, torch.Tensor):
             add(value.flatten().tolist())
 
-    for config in (getattr(model, "config", None), getattr(model, "generation_config", None)):
-        if config is not None:
-            for name in ("eos_token_id", "bos_token_id", "pad_token_id"):
-                add(getattr(config, name, None))
-    if tokenizer is not None:
-        add(getattr(tokenizer, "all_special_ids", None))
+    for source in (getattr(model, "config", None), getattr(model, "generation_config", None), tokenizer):
         for name in ("eos_token_id", "bos_token_id", "pad_token_id"):
-            add(getattr(tokenizer, name, None))
+            add(getattr(source, name, None))
+    add(getattr(tokenizer, "all_special_ids", None))
     return sorted(i for i in ids if i >= 0)
 
 

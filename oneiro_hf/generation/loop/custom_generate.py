@@ -27,21 +27,15 @@ from .decode import batch_decode
 
 
 def tree_generate_function(drafter, settings: EngineView, streamer=None) -> Callable:
-    """The `custom_generate` callable for one generate call (the streamer is not forwarded to callables)."""
+    """The `custom_generate` callable for one generate call (the streamer is not forwarded to callables). It
+    returns what `generate` returns: ids (1, T + new tokens) for the (1, T) prompt, or a
+    GenerateDecoderOnlyOutput."""
 
-    def oneiro_tree_generate(
-        model,
-        input_ids: torch.LongTensor,
-        logits_processor,
-        stopping_criteria,
-        generation_config,
-        synced_gpus: bool = False,
-        **model_kwargs: Any,
-    ):
-        return tree_decode(
-            model, drafter, settings, input_ids, logits_processor, stopping_criteria, generation_config, streamer,
-            model_kwargs,
-        )
+    def oneiro_tree_generate(model, input_ids: torch.LongTensor, logits_processor, stopping_criteria,
+                             generation_config, synced_gpus: bool = False, **model_kwargs: Any):
+        _check_call(model_kwargs, input_ids)  # then what batches refuse too (batch_decode)
+        return batch_decode(model, drafter, settings, input_ids, logits_processor, stopping_criteria,
+                            generation_config, model_kwargs, streamer)
 
     return oneiro_tree_generate
 
@@ -57,23 +51,3 @@ def _check_call(model_kwargs: dict[str, Any], input_ids: torch.LongTensor) -> No
             "pad_token_id tokens in the prompt) has zeros. Fix: drop the padding, or pass "
             "attention_mask=torch.ones_like(input_ids) when the pad id is a real token of the prompt."
         )
-
-
-def tree_decode(
-    model,
-    drafter,
-    settings: EngineView,
-    input_ids: torch.LongTensor,
-    logits_processor,
-    stopping_criteria,
-    generation_config,
-    streamer,
-    model_kwargs: dict[str, Any],
-):
-    """Generate with tree verification; returns what `generate` returns (ids, or a GenerateDecoderOnlyOutput).
-
-    input_ids: (1, T) the prompt; the result holds (1, T + new tokens).
-    """
-    _check_call(model_kwargs, input_ids)  # then what batches refuse too (batch_decode)
-    return batch_decode(model, drafter, settings, input_ids, logits_processor, stopping_criteria, generation_config,
-                        model_kwargs, streamer)

@@ -18,14 +18,8 @@ from .user import load_user_prompts
 logger = logging.getLogger(__name__)
 
 SOURCES: tuple[str, ...] = ("stdlib", "synthetic", "sharegpt", "sharegpt_code", "arena_hard", "ifeval")
-DEFAULT_WEIGHTS: dict[str, float] = {
-    "stdlib": 3.0,
-    "synthetic": 4.0,
-    "sharegpt": 8.0,
-    "sharegpt_code": 4.0,
-    "arena_hard": 1.0,
-    "ifeval": 1.0,
-}
+DEFAULT_WEIGHTS: dict[str, float] = {"stdlib": 3.0, "synthetic": 4.0, "sharegpt": 8.0, "sharegpt_code": 4.0,
+                                     "arena_hard": 1.0, "ifeval": 1.0}
 
 
 def parse_sources(sources: str | Iterable[str]) -> list[tuple[str, float]]:
@@ -109,8 +103,9 @@ def iter_prompts(
 ) -> Iterator[Prompt]:
     """Mix prompt sources by weight into at most ``limit`` unique prompts (deterministic for a given seed).
 
-    Sources are drawn lazily, so a source only does the work its share of the prompts needs. A source that runs dry is dropped and the others fill the remaining quota. ``exclude``: evaluation
-    question files whose prompts the public sources (sharegpt, arena_hard, ifeval) must leave out.
+    Sources are drawn lazily, so a source only does the work its share of the prompts needs. A source that runs
+    dry is dropped and the others fill the remaining quota. ``exclude``: evaluation question files whose prompts
+    the public sources (sharegpt, arena_hard, ifeval) must leave out.
     """
     if limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}.")
@@ -123,13 +118,10 @@ def iter_prompts(
             for name in PUBLIC_SOURCES
         },
     }
-    active: list[tuple[str, float, Iterator[Prompt]]] = []
-    for name, weight in parsed:
-        if name in factories:
-            gen = factories[name]()
-        else:
-            gen = iter(load_user_prompts(name))
-        active.append((name, weight, gen))
+    active: list[tuple[str, float, Iterator[Prompt]]] = [
+        (name, weight, factories[name]() if name in factories else iter(load_user_prompts(name)))
+        for name, weight in parsed
+    ]
     rng = random.Random(f"mix-{seed}")
     seen: set[str] = set()
     produced = 0

@@ -115,8 +115,12 @@ def package_member(package: PromptPackage, cache_dir: str | Path | None = None) 
         ) from None
 
 
-def _normalise(text: str) -> str:
-    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+def _marks(text: str) -> tuple[str, list[tuple[str, ...]]]:
+    """What an overlap is judged by: the text's first PREFIX_CHARS characters and its runs of SHINGLE_WORDS
+    words, of its lower-cased letters and digits."""
+    words = re.findall(r"[a-z0-9]+", text.lower())
+    shingles = [tuple(words[i : i + SHINGLE_WORDS]) for i in range(max(len(words) - SHINGLE_WORDS + 1, 1))]
+    return " ".join(words)[:PREFIX_CHARS], shingles
 
 
 class EvaluationFilter:
@@ -126,18 +130,14 @@ class EvaluationFilter:
         self.shingles: set[tuple[str, ...]] = set()
         self.prefixes: set[str] = set()
         for turn in turns:
-            words = _normalise(turn).split()
-            self.prefixes.add(" ".join(words)[:PREFIX_CHARS])
-            for i in range(max(len(words) - SHINGLE_WORDS + 1, 1)):
-                self.shingles.add(tuple(words[i : i + SHINGLE_WORDS]))
+            prefix, shingles = _marks(turn)
+            self.prefixes.add(prefix)
+            self.shingles.update(shingles)
         self.rejected = 0
 
     def overlaps(self, text: str) -> bool:
-        words = _normalise(text).split()
-        hit = " ".join(words)[:PREFIX_CHARS] in self.prefixes or any(
-            tuple(words[i : i + SHINGLE_WORDS]) in self.shingles
-            for i in range(max(len(words) - SHINGLE_WORDS + 1, 1))
-        )
+        prefix, shingles = _marks(text)
+        hit = prefix in self.prefixes or any(shingle in self.shingles for shingle in shingles)
         self.rejected += hit
         return hit
 

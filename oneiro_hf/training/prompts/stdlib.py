@@ -18,17 +18,8 @@ _MAX_CODE_CHARS = 1800
 _MAX_CODE_LINES = 50
 
 
-_STDLIB_SKIP_DIRS = {
-    "site-packages",
-    "dist-packages",
-    "test",
-    "tests",
-    "idle_test",
-    "turtledemo",
-    "__pycache__",
-    "_bundled",
-    "__phello__",
-}
+_STDLIB_SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "turtledemo",
+                     "__pycache__", "_bundled", "__phello__"}
 
 
 @dataclass
@@ -91,32 +82,15 @@ def _extract_items(path: Path, root: Path) -> list[_CodeItem]:
                         sig = f"{node.name}({ast.unparse(node.args)})"
                     except Exception:  # noqa: BLE001 - exotic syntax: the signature is optional
                         sig = node.name + "(...)"
-                    items.append(
-                        _CodeItem(
-                            "function",
-                            module,
-                            name,
-                            clip(doc, MAX_PASSAGE_CHARS),
-                            code if code_ok else "",
-                            sig,
-                        )
-                    )
+                    items.append(_CodeItem("function", module, name, clip(doc, MAX_PASSAGE_CHARS),
+                                           code if code_ok else "", sig))
             elif isinstance(node, ast.ClassDef):
                 doc = ast.get_docstring(node) or ""
                 if len(doc) >= 80:
-                    methods = [
-                        n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                    ]
-                    items.append(
-                        _CodeItem(
-                            "class",
-                            module,
-                            prefix + node.name,
-                            clip(doc, MAX_PASSAGE_CHARS),
-                            "",
-                            ", ".join(methods[:20]),
-                        )
-                    )
+                    methods = [n.name for n in node.body
+                               if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+                    items.append(_CodeItem("class", module, prefix + node.name, clip(doc, MAX_PASSAGE_CHARS),
+                                           "", ", ".join(methods[:20])))
                 visit(node.body, prefix + node.name + ".")
 
     visit(tree.body, "")
@@ -124,142 +98,62 @@ def _extract_items(path: Path, root: Path) -> list[_CodeItem]:
 
 
 _CODE_TEMPLATES: list[tuple[str, str]] = [
-    (
-        "explain",
-        (
-            "Explain what this Python function from the `{module}` module does, step by step:\n\n"
-            "```python\n{code}\n```"
-        ),
-    ),
-    (
-        "explain",
-        (
-            "What does the following code do? Describe its inputs, its output and any edge cases.\n\n"
-            "```python\n{code}\n```"
-        ),
-    ),
-    (
-        "explain",
-        (
-            "Explain this code to someone who is new to programming, using an everyday analogy.\n\n"
-            "```python\n{code}\n```"
-        ),
-    ),
-    (
-        "refactor",
-        (
-            "Refactor this function to make it more readable without changing its behavior. "
-            "Explain the changes you made.\n\n```python\n{code}\n```"
-        ),
-    ),
+    ("explain", ("Explain what this Python function from the `{module}` module does, step by step:\n\n"
+                 "```python\n{code}\n```")),
+    ("explain", ("What does the following code do? Describe its inputs, its output and any edge cases.\n\n"
+                 "```python\n{code}\n```")),
+    ("explain", ("Explain this code to someone who is new to programming, using an everyday analogy.\n\n"
+                 "```python\n{code}\n```")),
+    ("refactor", ("Refactor this function to make it more readable without changing its behavior. Explain "
+                  "the changes you made.\n\n```python\n{code}\n```")),
     ("refactor", "Add type hints and a clear docstring to this function:\n\n```python\n{code}\n```"),
     ("refactor", "Rewrite this function in a more modern Python style.\n\n```python\n{code}\n```"),
-    (
-        "port",
-        (
-            "Translate this Python function into {code_lang}, keeping the same behavior:\n\n"
-            "```python\n{code}\n```"
-        ),
-    ),
-    (
-        "test",
-        (
-            "Write pytest unit tests for this function. Cover normal cases and edge cases.\n\n"
-            "```python\n{code}\n```"
-        ),
-    ),
-    (
-        "review",
-        (
-            "Review the following code as a senior engineer. Point out possible bugs, unclear parts and "
-            "improvements.\n\n```python\n{code}\n```"
-        ),
-    ),
-    (
-        "complexity",
-        (
-            "What is the time and space complexity of this function? Justify your answer.\n\n"
-            "```python\n{code}\n```"
-        ),
-    ),
-    (
-        "extract",
-        (
-            "List every parameter of this function with its default value (or null if it has none) as a "
-            "JSON object.\n\n```python\n{code}\n```"
-        ),
-    ),
-    (
-        "extract",
-        (
-            "Which other functions, methods or attributes does this code use? Give a bulleted list.\n\n"
-            "```python\n{code}\n```"
-        ),
-    ),
-    (
-        "summarize",
-        (
-            "Give a one-sentence summary of this function, then a short paragraph with more detail.\n\n"
-            "```python\n{code}\n```"
-        ),
-    ),
-    (
-        "commit",
-        "Write a concise git commit message for a change that adds this function:\n\n```python\n{code}\n```",
-    ),
+    ("port", ("Translate this Python function into {code_lang}, keeping the same behavior:\n\n```python\n"
+              "{code}\n```")),
+    ("test", ("Write pytest unit tests for this function. Cover normal cases and edge cases.\n\n"
+              "```python\n{code}\n```")),
+    ("review", ("Review the following code as a senior engineer. Point out possible bugs, unclear parts "
+                "and improvements.\n\n```python\n{code}\n```")),
+    ("complexity", ("What is the time and space complexity of this function? Justify your answer.\n\n"
+                    "```python\n{code}\n```")),
+    ("extract", ("List every parameter of this function with its default value (or null if it has none) "
+                 "as a JSON object.\n\n```python\n{code}\n```")),
+    ("extract", ("Which other functions, methods or attributes does this code use? Give a bulleted "
+                 "list.\n\n```python\n{code}\n```")),
+    ("summarize", ("Give a one-sentence summary of this function, then a short paragraph with more "
+                   "detail.\n\n```python\n{code}\n```")),
+    ("commit", ("Write a concise git commit message for a change that adds this function:\n\n```python\n"
+                "{code}\n```")),
 ]
 
 _DOC_TEMPLATES: list[tuple[str, str]] = [
     ("coding", "Write a Python function `{signature}` that does the following:\n\n{doc}"),
     ("coding", "Implement this in Python and include a short usage example:\n\n{first}"),
     ("summarize", "Summarize this documentation in two sentences:\n\n{doc}"),
-    (
-        "summarize",
-        "Here is the documentation of `{module}.{name}`. Summarize it as three bullet points.\n\n{doc}",
-    ),
-    (
-        "qa",
-        (
-            "Here is the documentation for `{module}.{name}`:\n\n{doc}\n\nWhat is it used for, and when would "
-            "you use it? Give an example."
-        ),
-    ),
-    (
-        "rag",
-        (
-            "Answer the question using only the context below. If the context does not contain the answer, "
-            "say so.\n\nContext:\n{doc}\n\nQuestion: {question}"
-        ),
-    ),
+    ("summarize", ("Here is the documentation of `{module}.{name}`. Summarize it as three bullet "
+                   "points.\n\n{doc}")),
+    ("qa", ("Here is the documentation for `{module}.{name}`:\n\n{doc}\n\nWhat is it used for, and when "
+            "would you use it? Give an example.")),
+    ("rag", ("Answer the question using only the context below. If the context does not contain the "
+             "answer, say so.\n\nContext:\n{doc}\n\nQuestion: {question}")),
     ("rag", "{doc}\n\nBased on the passage above, {question_lower}"),
     ("rewrite", "Rewrite the following documentation so that a beginner can understand it:\n\n{doc}"),
     ("rewrite", "Turn this documentation into a numbered list of the key facts:\n\n{doc}"),
     ("translate", "Translate this technical documentation into {lang}:\n\n{doc}"),
     ("quiz", "Write three quiz questions, with answers, that test understanding of this text:\n\n{doc}"),
-    (
-        "writing",
-        (
-            "Write a short story in which a programmer discovers `{module}.{name}`, which works like this: "
-            "{first}"
-        ),
-    ),
-    (
-        "roleplay",
-        (
-            "You are a senior Python developer mentoring an intern. The intern asks you what "
-            "`{module}.{name}` does and when to use it. Reply in character. Here are its docs:\n\n{doc}"
-        ),
-    ),
+    ("writing", ("Write a short story in which a programmer discovers `{module}.{name}`, which works like "
+                 "this: {first}")),
+    ("roleplay", ("You are a senior Python developer mentoring an intern. The intern asks you what "
+                  "`{module}.{name}` does and when to use it. Reply in character. Here are its docs:\n\n"
+                  "{doc}")),
     ("writing", "Write a limerick about the Python {kind} `{name}`, which does this: {first}"),
 ]
 
 _MODULE_TEMPLATES: list[tuple[str, str]] = [
     ("summarize", "Summarize the purpose of the Python module `{module}` from its documentation:\n\n{doc}"),
     ("qa", "What problems does the `{module}` module solve? Use this description:\n\n{doc}"),
-    (
-        "writing",
-        "Write a short tutorial introduction to the Python `{module}` module, with one code example.",
-    ),
+    ("writing", ("Write a short tutorial introduction to the Python `{module}` module, with one code "
+                 "example.")),
     ("qa", "What is the Python `{module}` module used for? Give a practical example."),
     ("rewrite", "Explain this module documentation to {audience}:\n\n{doc}"),
     ("rag", "Context:\n{doc}\n\nUsing only the context, answer: {question}"),
@@ -321,24 +215,25 @@ def stdlib_prompts(seed: int = 0, root: str | Path | None = None, per_file: int 
     rng.shuffle(files)
     pending: list[list[_CodeItem]] = []
     seen: set[str] = set()
-    for path in files:
-        items = _extract_items(path, root_path)
-        rng.shuffle(items)
-        if items[per_file:]:
-            pending.append(items[per_file:])
+
+    def first_items(items: list[_CodeItem]) -> Iterator[Prompt]:
+        """The prompts of the first `per_file` items, each new prompt once."""
         for item in items[:per_file]:
             rendered = _render_item(item, rng)
             if rendered and (rec := make_prompt("stdlib", rendered[1], rendered[0]))["id"] not in seen:
                 seen.add(rec["id"])
                 yield rec
+
+    for path in files:
+        items = _extract_items(path, root_path)
+        rng.shuffle(items)
+        if items[per_file:]:
+            pending.append(items[per_file:])
+        yield from first_items(items)
     while pending:  # later rounds: the remaining items, still interleaved across files
         still: list[list[_CodeItem]] = []
         for items in pending:
-            for item in items[:per_file]:
-                rendered = _render_item(item, rng)
-                if rendered and (rec := make_prompt("stdlib", rendered[1], rendered[0]))["id"] not in seen:
-                    seen.add(rec["id"])
-                    yield rec
+            yield from first_items(items)
             if items[per_file:]:
                 still.append(items[per_file:])
         pending = still

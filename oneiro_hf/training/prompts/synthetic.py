@@ -27,14 +27,8 @@ from .words import (
     pick_language,
 )
 
-_MATH_SUFFIXES = [
-    "",
-    "",
-    " Show your reasoning step by step.",
-    " Explain your answer.",
-    " Think it through carefully before answering.",
-    " Give the final answer on its own line.",
-]
+_MATH_SUFFIXES = ["", "", " Show your reasoning step by step.", " Explain your answer.",
+                  " Think it through carefully before answering.", " Give the final answer on its own line."]
 
 
 def _money(x: float) -> str:
@@ -97,16 +91,14 @@ def _work_together(rng: random.Random, name: str, other: str) -> str:
 def _geometry(rng: random.Random, name: str, other: str) -> str:
     w, h = rng.randint(3, 40), rng.randint(3, 40)
     # The list is built (drawing the fencing price) before choice picks from it.
-    return rng.choice(
-        [
-            f"A rectangle is {w} cm wide and {h} cm long. What are its area and perimeter?",
-            f"A circle has a radius of {w} m. What are its area and circumference?",
-            (
-                f"A garden is {w} m by {h} m. Fencing costs {_money(rng.randint(3, 15))} per meter. "
-                "How much does it cost to fence the whole garden?"
-            ),
-        ]
-    )
+    return rng.choice([
+        f"A rectangle is {w} cm wide and {h} cm long. What are its area and perimeter?",
+        f"A circle has a radius of {w} m. What are its area and circumference?",
+        (
+            f"A garden is {w} m by {h} m. Fencing costs {_money(rng.randint(3, 15))} per meter. "
+            "How much does it cost to fence the whole garden?"
+        ),
+    ])
 
 
 def _statistics(rng: random.Random, name: str, other: str) -> str:
@@ -123,15 +115,13 @@ def _fractions(rng: random.Random, name: str, other: str) -> str:
 def _combinatorics(rng: random.Random, name: str, other: str) -> str:
     n = rng.randint(5, 15)
     k = rng.randint(2, min(5, n - 1))
-    return rng.choice(
-        [
-            f"In how many ways can a committee of {k} people be chosen from {n} people?",
-            (
-                f"How many different ways can {k} runners finish first, second and so on in a race "
-                f"with {n} runners?"
-            ),
-        ]
-    )
+    return rng.choice([
+        f"In how many ways can a committee of {k} people be chosen from {n} people?",
+        (
+            f"How many different ways can {k} runners finish first, second and so on in a race "
+            f"with {n} runners?"
+        ),
+    ])
 
 
 def _linear_equation(rng: random.Random, name: str, other: str) -> str:
@@ -176,25 +166,21 @@ def _probability(rng: random.Random, name: str, other: str) -> str:
 
 def _number_theory(rng: random.Random, name: str, other: str) -> str:
     a, b = rng.randint(12, 240), rng.randint(12, 240)
-    return rng.choice(
-        [
-            f"Find the greatest common divisor and the least common multiple of {a} and {b}.",
-            f"Is {a * 2 + 1} a prime number? Explain how you checked.",
-        ]
-    )
+    return rng.choice([
+        f"Find the greatest common divisor and the least common multiple of {a} and {b}.",
+        f"Is {a * 2 + 1} a prime number? Explain how you checked.",
+    ])
 
 
 def _unit_conversion(rng: random.Random, name: str, other: str) -> str:
     amount = rng.randint(3, 250)
-    unit = rng.choice(
-        [
-            ("miles", "kilometers"),
-            ("kilograms", "pounds"),
-            ("liters", "gallons"),
-            ("degrees Fahrenheit", "degrees Celsius"),
-            ("inches", "centimeters"),
-        ]
-    )
+    unit = rng.choice([
+        ("miles", "kilometers"),
+        ("kilograms", "pounds"),
+        ("liters", "gallons"),
+        ("degrees Fahrenheit", "degrees Celsius"),
+        ("inches", "centimeters"),
+    ])
     return f"Convert {amount} {unit[0]} to {unit[1]}."
 
 
@@ -211,24 +197,9 @@ def _money_steps(rng: random.Random, name: str, other: str) -> str:
 # the builder, so reordering, inserting or removing one changes every prompt after the first such pick, and
 # the shipped drafters' training prompts are checked against seed 0's output (tests/test_prompts.py).
 _MATH_KINDS: tuple[Callable[[random.Random, str, str], str], ...] = (
-    _shopping_change,
-    _train_distance,
-    _sale_price,
-    _interest,
-    _ages,
-    _work_together,
-    _geometry,
-    _statistics,
-    _fractions,
-    _combinatorics,
-    _linear_equation,
-    _ratio,
-    _percent_left,
-    _arithmetic_sequence,
-    _probability,
-    _number_theory,
-    _unit_conversion,
-    _money_steps,
+    _shopping_change, _train_distance, _sale_price, _interest, _ages, _work_together, _geometry, _statistics,
+    _fractions, _combinatorics, _linear_equation, _ratio, _percent_left, _arithmetic_sequence, _probability,
+    _number_theory, _unit_conversion, _money_steps,
 )
 
 
@@ -250,23 +221,9 @@ def _reasoning_problem(rng: random.Random) -> str:
         )
         text = f"{a} is {adj} than {b}. {b} is {adj} than {c}. {d} is {adj} than {a}. Who is the {small}?"
     elif kind == 1:
-        x, y, z = rng.sample(
-            [
-                "cats",
-                "mammals",
-                "pets",
-                "birds",
-                "animals",
-                "dogs",
-                "reptiles",
-                "fish",
-                "flowers",
-                "plants",
-                "roses",
-                "trees",
-            ],
-            3,
-        )
+        groups = ["cats", "mammals", "pets", "birds", "animals", "dogs", "reptiles", "fish", "flowers",
+                  "plants", "roses", "trees"]
+        x, y, z = rng.sample(groups, 3)
         text = f"All {x} are {y}. Some {y} are {z}. Can we conclude that some {x} are {z}? Explain."
     elif kind == 2:
         days = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
@@ -274,20 +231,8 @@ def _reasoning_problem(rng: random.Random) -> str:
             f"If today is {rng.choice(days)}, what day of the week will it be in {rng.randint(3, 400)} days?"
         )
     elif kind == 3:
-        word = rng.choice(
-            [
-                "strawberry",
-                "banana",
-                "mississippi",
-                "committee",
-                "bookkeeper",
-                "programming",
-                "assessment",
-                "parallel",
-                "occurrence",
-                "balloon",
-            ]
-        )
+        word = rng.choice(["strawberry", "banana", "mississippi", "committee", "bookkeeper", "programming",
+                           "assessment", "parallel", "occurrence", "balloon"])
         letter = rng.choice(sorted(set(word)))
         text = f"How many times does the letter '{letter}' appear in the word '{word}'?"
     elif kind == 4:
@@ -355,107 +300,77 @@ def _extraction_task(rng: random.Random) -> str:
 
 def _synthetic_prompt(rng: random.Random) -> tuple[str, str]:
     """One template-built request; returns (category, prompt)."""
-    category = rng.choice(
-        [
-            "math",
-            "math",
-            "reasoning",
-            "writing",
-            "writing",
-            "roleplay",
-            "stem",
-            "stem",
-            "humanities",
-            "coding",
-            "coding",
-            "extraction",
-            "translation",
-            "advice",
-        ]
-    )
+    category = rng.choice(["math", "math", "reasoning", "writing", "writing", "roleplay", "stem", "stem",
+                           "humanities", "coding", "coding", "extraction", "translation", "advice"])
     if category == "math":
         return category, _math_problem(rng)
     if category == "reasoning":
         return category, _reasoning_problem(rng)
     if category == "writing":
         form, topic = rng.choice(WRITING_FORMS), rng.choice(WRITING_TOPICS)
-        return category, rng.choice(
-            [
-                f"Write {form} about {topic}.",
-                f"Compose {form} on the theme of {topic}.",
-                f"Can you write {form} about {topic}?",
-            ]
-        ) + rng.choice(WRITING_CONSTRAINTS)
+        return category, rng.choice([
+            f"Write {form} about {topic}.",
+            f"Compose {form} on the theme of {topic}.",
+            f"Can you write {form} about {topic}?",
+        ]) + rng.choice(WRITING_CONSTRAINTS)
     if category == "roleplay":
         role = rng.choice(ROLES)
         request = rng.choice(ROLE_REQUESTS).format(topic=rng.choice(ADVICE_TOPICS + WRITING_TOPICS))
-        return category, rng.choice(
-            [
-                f"Pretend you are {role}. {request}",
-                f"I want you to act as {role}. Stay in character. {request}",
-                f"Roleplay as {role}. {request}",
-            ]
-        )
+        return category, rng.choice([
+            f"Pretend you are {role}. {request}",
+            f"I want you to act as {role}. Stay in character. {request}",
+            f"Roleplay as {role}. {request}",
+        ])
     if category == "stem":
         concept = rng.choice(STEM_CONCEPTS)
         other = rng.choice([c for c in STEM_CONCEPTS if c != concept])
-        return category, rng.choice(
-            [
-                f"Explain {concept} in simple terms.",
-                f"What is {concept}? Give an example.",
-                f"Explain {concept} to {rng.choice(AUDIENCES)}.",
-                f"What are common misconceptions about {concept}?",
-                f"How is {concept} used or observed in everyday life?",
-                f"Compare {concept} and {other}.",
-                f"Write three exam questions about {concept}, with answers.",
-            ]
-        )
+        return category, rng.choice([
+            f"Explain {concept} in simple terms.",
+            f"What is {concept}? Give an example.",
+            f"Explain {concept} to {rng.choice(AUDIENCES)}.",
+            f"What are common misconceptions about {concept}?",
+            f"How is {concept} used or observed in everyday life?",
+            f"Compare {concept} and {other}.",
+            f"Write three exam questions about {concept}, with answers.",
+        ])
     if category == "humanities":
         topic = rng.choice(HUMANITIES_TOPICS)
         other = rng.choice([t for t in HUMANITIES_TOPICS if t != topic])
-        return category, rng.choice(
-            [
-                f"What were the main causes and consequences of {topic}?",
-                f"Summarize the key ideas of {topic}.",
-                f"Why does {topic} still matter today?",
-                f"Write an essay outline about {topic}.",
-                f"Compare {topic} and {other}.",
-                f"Explain {topic} to {rng.choice(AUDIENCES)}.",
-                f"Give three arguments for and three against the importance of {topic}.",
-            ]
-        )
+        return category, rng.choice([
+            f"What were the main causes and consequences of {topic}?",
+            f"Summarize the key ideas of {topic}.",
+            f"Why does {topic} still matter today?",
+            f"Write an essay outline about {topic}.",
+            f"Compare {topic} and {other}.",
+            f"Explain {topic} to {rng.choice(AUDIENCES)}.",
+            f"Give three arguments for and three against the importance of {topic}.",
+        ])
     if category == "coding":
         lang = rng.choice(["Python", "Python", "Python"] + CODE_LANGUAGES)
         task = rng.choice(CODING_TASKS)
-        return category, rng.choice(
-            [
-                f"Write a {lang} function that {task}.",
-                f"Implement a function in {lang} that {task}, and explain its time complexity.",
-                f"Write a {lang} function that {task}. Include a few test cases.",
-                rng.choice(CODING_QUESTIONS).format(lang=lang),
-            ]
-        )
+        return category, rng.choice([
+            f"Write a {lang} function that {task}.",
+            f"Implement a function in {lang} that {task}, and explain its time complexity.",
+            f"Write a {lang} function that {task}. Include a few test cases.",
+            rng.choice(CODING_QUESTIONS).format(lang=lang),
+        ])
     if category == "extraction":
         return category, _extraction_task(rng)
     if category == "translation":
         lang = pick_language(rng)
-        return category, rng.choice(
-            [
-                f"Translate into {lang}: {rng.choice(SENTENCES)}",
-                f'How do you say "{rng.choice(SENTENCES)}" in {lang}?',
-                f'What does "{rng.choice(FOREIGN_PHRASES)}" mean in English?',
-                f"Translate these sentences into {lang}:\n" + "\n".join(rng.sample(SENTENCES, 3)),
-            ]
-        )
+        return category, rng.choice([
+            f"Translate into {lang}: {rng.choice(SENTENCES)}",
+            f'How do you say "{rng.choice(SENTENCES)}" in {lang}?',
+            f'What does "{rng.choice(FOREIGN_PHRASES)}" mean in English?',
+            f"Translate these sentences into {lang}:\n" + "\n".join(rng.sample(SENTENCES, 3)),
+        ])
     topic = rng.choice(ADVICE_TOPICS)
-    return "advice", rng.choice(
-        [
-            f"How can I {topic}?",
-            f"Give me five practical tips to {topic}.",
-            f"Make a {rng.randint(2, 8)}-week plan to help me {topic}.",
-            f"What are the most common mistakes people make when they try to {topic}?",
-        ]
-    )
+    return "advice", rng.choice([
+        f"How can I {topic}?",
+        f"Give me five practical tips to {topic}.",
+        f"Make a {rng.randint(2, 8)}-week plan to help me {topic}.",
+        f"What are the most common mistakes people make when they try to {topic}?",
+    ])
 
 
 def synthetic_prompts(seed: int = 0, max_consecutive_duplicates: int = 2000) -> Iterator[Prompt]:
