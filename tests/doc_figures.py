@@ -1027,6 +1027,12 @@ def bfloat16_gemma() -> list[str]:
     return [*bfloat16_run("bf16_gemma"), f"matched its text on {stock[0]} of {stock[1]}"]
 
 
+
+@figures("docs/benchmarks.md", "bfloat16 (Qwen2.5-Coder-1.5B-Instruct)")
+def bfloat16_qwen15() -> list[str]:
+    stock = overall("bf16_qwen15")["oneiro-greedy"]["identical_to_stock_greedy"]
+    return [*bfloat16_run("bf16_qwen15"), f"matched its text on {stock[0]} of {stock[1]}"]
+
 def _rows(share: float, n: int) -> str:
     return f"{round(share * n)} of {n}"
 
