@@ -24,8 +24,9 @@ def _vllm_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def _schedule_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument("--profile", required=True, help="a latency profile (`oneiro-bench profile --batch-sizes "
-                                                         "1,4,16 --drafter DIR`): t(k, B) and the drafter step's price")
+    parser.add_argument("--profile", required=True, help="a latency profile: t(k, B) and the drafter step's price "
+                                                         "(`oneiro-bench profile --batch-sizes 1,4,16 --drafter DIR`), "
+                                                         "or vLLM's own steps (scripts/vllm_step_profile.py)")
     parser.add_argument("--acceptance", required=True,
                         help="the share of drafts whose j-th token the engine accepted, j = 1..k, comma-separated "
                              "(vLLM's per-position acceptance), e.g. 0.44,0.17,0.06")
