@@ -132,11 +132,11 @@ def summarize_throughput(lanes: list[LaneResult], batch_sizes: tuple[int, ...]) 
                      "separate_calls": separate_calls}
             block["identical_rows_to_batched_greedy"] = _identical_share(batched, greedy)[0]
             baseline = same_kernel_baseline(method, methods)
-            same, bad = _identical_share(batched, by_key.get((baseline, BATCHED, b)))
+            baseline_lanes = by_key.get((baseline, BATCHED, b))
+            same, bad = _identical_share(batched, baseline_lanes)
             block["identical_rows_to_same_kernel_greedy"] = None if method in ("greedy", ONEIRO_GREEDY) else same
             if separate:  # one prompt per call against the batch's rows: are batched rows what one row alone gives?
-                base_lanes = by_key.get((baseline, BATCHED, b))
-                block["identical_separate_rows_to_same_kernel_greedy"] = _identical_share(separate, base_lanes)[0]
+                block["identical_separate_rows_to_same_kernel_greedy"] = _identical_share(separate, baseline_lanes)[0]
             entry[str(b)] = block
             if bad and is_lossless(method) and method not in ("greedy", ONEIRO_GREEDY):
                 summary["lossless_violations"].append(f"{method}@B{b}")
