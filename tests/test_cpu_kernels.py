@@ -13,8 +13,9 @@ from tiny import ARCHS, greedy, make_model, random_prompt
 
 import oneiro_hf
 from oneiro_hf import cpu_kernels
-from oneiro_hf.kernels import exact_attention, grouped_attention, prepacked_linear
+from oneiro_hf.kernels import exact_attention, grouped_attention, half_linear, prepacked_linear
 from oneiro_hf.kernels.grouped_attention import ATTENTION_NAME
+from oneiro_hf.kernels.native import NativeKernel
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this torch has no oneDNN")
 
@@ -112,25 +113,49 @@ def test_nested_blocks_restore_once_and_bad_input_names_the_fix(monkeypatch) -> 
     assert oneiro_hf.cpu_kernels is cpu_kernels and "cpu_kernels" in oneiro_hf.__all__
 
 
-def test_a_bfloat16_target_runs_exact_with_every_linear_from_one_row() -> None:
-    """Exact attention, and every linear on one kernel at every row count (its packed dtype: float32 copies where the
-    CPU has no bfloat16 units, said once with the fix)."""
+@pytest.mark.parametrize("units", [
+    pytest.param(True, marks=pytest.mark.skipif(not half_linear.has_units(torch.bfloat16),
+                                                reason="oneDNN's bfloat16 linears need a CPU with bfloat16 units")),
+    False])
+def test_a_bfloat16_target_runs_exact_with_every_linear_from_one_row(units: bool, monkeypatch) -> None:
+    """Exact attention, and every linear on one kernel at every row count: oneDNN in bfloat16 where the CPU has
+    bfloat16 units, `half_linear` on the stored weights (no copy, nothing said) where it has none."""
+    monkeypatch.setattr(half_linear, "has_units", lambda dtype: units or dtype == torch.float32)
     model = make_model("llama", dtype=torch.bfloat16)
-    cpu_kernels_module = importlib.import_module("oneiro_hf.kernels.cpu")
-    cpu_kernels_module._said.discard(torch.bfloat16)
-    copies = prepacked_linear.packed_dtype(torch.bfloat16) != torch.bfloat16
+    importlib.import_module("oneiro_hf.kernels.cpu")._said.discard(torch.bfloat16)
+    calls = _spy_packed_rows(monkeypatch)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with cpu_kernels(model) as kernels, cpu_kernels(model):
             assert kernels.exact and kernels.exact_attention and not kernels.grouped_attention
             assert kernels.prepacked == kernels.from_one_row == len(_linears(model))
-    said = [w for w in caught if "no bfloat16 matrix units" in str(w.message)]
-    assert len(said) == (1 if copies else 0) and all("Fix:" in str(w.message) for w in said)
+            assert kernels.half_linears is not units and ("16-bit linears" in str(kernels)) is not units
+            with torch.no_grad():
+                model(random_prompt(5, seed=1))
+    assert calls and not [w for w in caught if "matrix units" in str(w.message)]
+    assert not units or all(m in prepacked_linear._packed for m in _linears(model))
+    assert units or not any(m in prepacked_linear._packed for m in _linears(model)), "half_linear keeps no copy"
     with cpu_kernels(model, prepack=False) as kernels:  # 16-bit F.linear gives each row its bits too
         assert kernels.exact and kernels.prepacked == 0
     with cpu_kernels(make_model("llama")) as kernels:  # float32: MKL's one row differs from several
         assert not kernels.exact and not kernels.exact_attention
     assert _is_stock(model)
+
+
+def test_without_the_16_bit_kernel_a_cpu_without_units_copies_to_float32_and_says_why(monkeypatch) -> None:
+    monkeypatch.setattr(half_linear, "has_units", lambda dtype: dtype == torch.float32)
+    broken = NativeKernel("half_linear.c", "oneiro_half_linear", [])
+    broken._failure = "no C compiler found to build oneiro-hf's 16-bit linear kernel. Fix: install one"
+    monkeypatch.setattr(half_linear, "KERNEL", broken)
+    importlib.import_module("oneiro_hf.kernels.cpu")._said.discard(torch.bfloat16)
+    model = make_model("llama", dtype=torch.bfloat16)
+    ids = random_prompt(6, seed=2)
+    with pytest.warns(RuntimeWarning, match="no bfloat16 matrix units.*could not be built \\(no C compiler.*Fix:"), \
+            cpu_kernels(model) as kernels:
+        assert kernels.exact and not kernels.half_linears and "prepacked linears" in str(kernels)
+        assert greedy(model, ids, 6).shape[1] == ids.shape[1] + 6
+    assert all(prepacked_linear._packed[m][1].dtype == torch.float32 for m in _linears(model))
+    assert oneiro_hf.release_cpu_kernels(model) == sum(m.weight.numel() * 4 for m in _linears(model))
 
 
 def test_release_frees_the_prepacked_copies_and_leaves_the_model_working(monkeypatch) -> None:

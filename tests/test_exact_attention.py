@@ -5,18 +5,17 @@ attention; and every supported architecture's k-token pass gives each row the lo
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tiny import ARCHS, make_model, random_prompt
+from tiny import ARCHS, make_model, pass_and_steps, random_prompt
 
 from oneiro_hf import cpu_kernels
-from oneiro_hf.kernels import exact_attention
+from oneiro_hf.kernels import exact_attention, half_linear, native
 from oneiro_hf.kernels.exact_attention import ATTENTION_NAME, exact_attention_forward
+from oneiro_hf.kernels.native import NativeKernel
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}
@@ -87,16 +86,6 @@ def test_bad_inputs_name_the_fix() -> None:
         exact_attention_forward(_Module(), torch.randn(1, 2, 3, 8), key.double(), key.double(), None)
 
 
-def _pass_and_steps(model, ids: torch.LongTensor, prefix: int):
-    """Logits of one pass over ids[prefix:] after the prefix, and of the same tokens fed one step at a time."""
-    with torch.no_grad():
-        cache = model(ids[:, :prefix], use_cache=True).past_key_values
-        steps_cache = copy.deepcopy(cache)
-        multi = model(ids[:, prefix:], past_key_values=cache).logits
-        steps = [model(ids[:, i:i + 1], past_key_values=steps_cache).logits for i in range(prefix, ids.shape[1])]
-    return multi, torch.cat(steps, dim=1)
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_a_pass_gives_every_row_the_one_token_steps_logits(arch: str, dtype: torch.dtype) -> None:
@@ -107,7 +96,7 @@ def test_a_pass_gives_every_row_the_one_token_steps_logits(arch: str, dtype: tor
         assert kernels.exact_attention and model.config._attn_implementation == ATTENTION_NAME
         if dtype == torch.float32:
             assert kernels.prepacked == kernels.linears == kernels.from_one_row
-        multi, steps = _pass_and_steps(model, ids, 15)
+        multi, steps = pass_and_steps(model, ids, 15)
     assert torch.equal(multi, steps)
     assert model.config._attn_implementation == "sdpa" and not exact_attention._switch.holds(model)
 
@@ -116,8 +105,9 @@ def test_bfloat16_targets_run_exact_by_default_and_the_label_says_so() -> None:
     model = make_model("qwen2", dtype=torch.bfloat16)
     with cpu_kernels(model) as kernels:
         assert kernels.exact and not kernels.grouped_attention
-        assert str(kernels) == f"exact attention + prepacked linears ({kernels.linears} of {kernels.linears} layers; " \
-                               f"{kernels.linears} from one row)"
+        linears = "16-bit" if half_linear.applies(torch.bfloat16) else "prepacked"  # no units: stored weights
+        assert str(kernels) == f"exact attention + {linears} linears ({kernels.linears} of {kernels.linears} " \
+                               f"layers; {kernels.linears} from one row)"
     with cpu_kernels(model, prepack=False) as kernels:
         assert str(kernels) == "exact attention"
     with cpu_kernels(make_model("qwen2")) as kernels:  # float32: grouped attention unless asked
@@ -163,18 +153,17 @@ def test_bfloat16_drafting_gives_same_kernel_greedy_for_chains_trees_and_batches
 
 
 def test_without_a_compiler_torchs_attention_runs_and_says_why_once(monkeypatch) -> None:
-    monkeypatch.setattr(exact_attention, "_library", None)
-    monkeypatch.setattr(exact_attention, "_failure", None)
+    monkeypatch.setattr(exact_attention, "KERNEL", NativeKernel("exact_attention.c", "oneiro_exact_attention", []))
     monkeypatch.setattr(exact_attention, "_said_unavailable", False)
-    monkeypatch.setattr(exact_attention, "_cpu_flags", lambda: "flags: a machine whose kernel is not cached")
+    monkeypatch.setattr(native, "cpu_flags", lambda: "flags: a machine whose kernel is not cached")
     monkeypatch.delenv("CC", raising=False)
-    monkeypatch.setattr(exact_attention.shutil, "which", lambda name: None)
+    monkeypatch.setattr(native.shutil, "which", lambda name: None)
     model = make_model("llama", dtype=torch.bfloat16)
     with pytest.warns(RuntimeWarning, match="instead of its exact kernel: no C compiler.*Fix"), \
             cpu_kernels(model, prepack=False) as kernels:
         assert not kernels.exact_attention and not kernels.exact and kernels.grouped_attention
     assert not exact_attention.available() and "Fix" in exact_attention.unavailable_reason()
-    monkeypatch.setattr(exact_attention, "_failure", None)
+    exact_attention.KERNEL.forget()
     monkeypatch.setenv("CC", "/nonexistent/cc")
-    with pytest.raises(exact_attention.ExactAttentionUnavailable, match="could not run.*Fix"):
-        exact_attention.library()
+    with pytest.raises(native.KernelUnavailable, match="could not run.*Fix"):
+        exact_attention.KERNEL.function()

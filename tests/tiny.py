@@ -20,6 +20,8 @@ accepted without training:
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from transformers import (
     Gemma3ForCausalLM,
@@ -157,6 +159,16 @@ def repeat_prompt(pattern: list[int], times: int) -> torch.LongTensor:
 def greedy(model, ids: torch.LongTensor, max_new_tokens: int, **kwargs) -> torch.LongTensor:
     with torch.no_grad():
         return model.generate(ids, do_sample=False, max_new_tokens=max_new_tokens, **kwargs)
+
+
+def pass_and_steps(model, ids: torch.LongTensor, prefix: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits of one pass over ids[prefix:] after the prefix, and of the same tokens fed one step at a time."""
+    with torch.no_grad():
+        cache = model(ids[:, :prefix], use_cache=True).past_key_values
+        steps_cache = copy.deepcopy(cache)
+        multi = model(ids[:, prefix:], past_key_values=cache).logits
+        steps = [model(ids[:, i:i + 1], past_key_values=steps_cache).logits for i in range(prefix, ids.shape[1])]
+    return multi, torch.cat(steps, dim=1)
 
 
 def longest_cycle(model) -> list[int]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import half_linear
 from .exact_attention import exact_attention
 from .grouped_attention import ATTENTION_NAME, grouped_attention
 from .prepacked_linear import (
@@ -47,6 +48,7 @@ class Kernels:
     linears: int  # nn.Linear layers in the model
     exact_attention: bool = False  # attention ran on `exact_attention`: every query row as a one-token step has it
     exact: bool = False  # and every linear layer too (one kernel at every row count): passes give steps' bits
+    half_linears: bool = False  # the prepacked layers run `half_linear` on their stored 16-bit weights (no copies)
 
     @property
     def is_stock(self) -> bool:
@@ -57,7 +59,8 @@ class Kernels:
             return STOCK
         parts = ["grouped attention"] if self.grouped_attention else ["exact attention"] if self.exact_attention else []
         if self.prepacked:
-            parts.append(f"prepacked linears ({self.prepacked} of {self.linears} layers; "
+            parts.append(f"{'16-bit' if self.half_linears else 'prepacked'} linears ({self.prepacked} of "
+                         f"{self.linears} layers; "
                          f"{self.from_one_row} from one row)")
         return " + ".join(parts)
 
@@ -86,7 +89,8 @@ def cpu_kernels(model: torch.nn.Module, prepack: bool = True, max_memory: float 
         layers = prepacked_layers(model)
         linears = sum(type(m) is torch.nn.Linear for m in model.modules())
         from_one_row = sum(rows <= 1 for rows in layers.values())
-        if layers and packed_dtype(dtype) != dtype:
+        half = bool(layers) and half_linear.applies(dtype)
+        if layers and packed_dtype(dtype) != dtype and not half:
             _say_no_16_bit_units(dtype, layers)
         # float32 F.linear (MKL) rounds one row differently from several; 16-bit F.linear and oneDNN's calls do not
         same_rows = from_one_row == len(layers) and (dtype != torch.float32 or len(layers) == linears)
@@ -97,6 +101,7 @@ def cpu_kernels(model: torch.nn.Module, prepack: bool = True, max_memory: float 
             linears=linears,
             exact_attention=bool(exact_on),
             exact=bool(exact_on) and same_rows,
+            half_linears=half,
         )
 
 
@@ -104,7 +109,8 @@ _said: set[torch.dtype] = set()
 
 
 def _say_no_16_bit_units(dtype: torch.dtype, layers) -> None:
-    """Once per dtype and process: this CPU has no units for `dtype`, so its linears run on float32 copies."""
+    """Once per dtype and process: this CPU has no units for `dtype` and `half_linear` could not be built, so its
+    linears run on float32 copies."""
     if dtype in _said:
         return
     _said.add(dtype)
@@ -113,11 +119,13 @@ def _say_no_16_bit_units(dtype: torch.dtype, layers) -> None:
     units = "avx512_bf16 / AMX" if dtype == torch.bfloat16 else "avx512_fp16 / AMX-FP16"
     warnings.warn(
         f"this CPU has no {name} matrix units ({units}): torch's {name} linears here cost more the more rows a pass "
-        "has, so a verification pass of several tokens costs several one-token steps. oneiro-hf runs the target's "
-        f"linear layers on float32 copies of their weights ({extra:.2f} GB more memory; outputs rounded to {name} "
-        "as its own kernels round them). Fix: to keep memory down instead, pass oneiro_prepack_cpu_weights=False "
-        "(cpu_kernels(prepack=False)) or cap the copies with oneiro_prepack_max_memory; a CPU with those units runs "
-        "the weights as they are.",
+        "has, so a verification pass of several tokens costs several one-token steps, and oneiro-hf's 16-bit "
+        f"linear kernel, which reads the stored weights, could not be built ({half_linear.KERNEL.unavailable_reason()}"
+        f"). oneiro-hf runs the target's linear layers on float32 copies of their weights ({extra:.2f} GB more "
+        f"memory, twice the bytes a step reads; outputs rounded to {name} as its own kernels round them). Fix: "
+        "install a C compiler with OpenMP (gcc) for the 16-bit kernel; or, to keep memory down, pass "
+        "oneiro_prepack_cpu_weights=False (cpu_kernels(prepack=False)) or cap the copies with "
+        "oneiro_prepack_max_memory.",
         RuntimeWarning, stacklevel=3)
 
 

@@ -10,8 +10,8 @@ float32 accumulation: the order of every addition depends only on which keys the
 queries, masked columns (padding, a tree's other branches, a batch's holes) or threads share the call. So a chain,
 a token tree and a batch all give each query the one-token step's bits, in float32, bfloat16 and float16.
 
-The kernel is compiled once per machine with the system's C compiler (`cc`, or `$CC`) into oneiro-hf's cache
-(`~/.cache/oneiro-hf/kernels`); `available()` says whether that worked and `unavailable_reason()` why not.
+The kernel is compiled once per machine (`kernels/native.py`); `available()` says whether that worked and
+`unavailable_reason()` why not.
 `exact_attention(model)` runs a CPU target on it inside a block (registered as `ATTENTION_NAME`, with sdpa's
 boolean masks); `oneiro_hf.cpu_kernels` enters it for every pass, one-token steps included.
 """
@@ -19,121 +19,36 @@ boolean masks); `oneiro_hf.cpu_kernels` enters it for every pass, one-token step
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import logging
-import os
-import shutil
-import subprocess
-import tempfile
-import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib import resources
-from pathlib import Path
 
 import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from ..storage.reference_models import default_cache_dir
 from .attention_switch import AttentionSwitch
-
-logger = logging.getLogger(__name__)
+from .native import NativeKernel
 
 ATTENTION_NAME = "oneiro_exact"
-SOURCE = "exact_attention.c"
-# -ffp-contract=off: vectorised and scalar code multiply and add alike (no fused multiply-add in one only)
-COMPILE_FLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
 DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 # targets whose attention implementation this replaces inside `exact_attention` (both take 4-D boolean masks here)
 REPLACED = ("sdpa", "eager", "oneiro_grouped_sdpa")
 
-_library: ctypes.CDLL | None = None
-_failure: str | None = None
-_load_lock = threading.Lock()
+KERNEL = NativeKernel("exact_attention.c", "oneiro_exact_attention",
+                      [ctypes.c_void_p] * 5 + [ctypes.c_long] * 17 + [ctypes.c_float] * 2 + [ctypes.c_int] * 2,
+                      name="exact attention kernel")
 _switch = AttentionSwitch(ATTENTION_NAME)
-
-
-class ExactAttentionUnavailable(RuntimeError):
-    """The exact attention kernel could not be compiled or loaded on this machine (the message says why and how to
-    fix it)."""
-
-
-def _cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line
-    except OSError:
-        pass
-    return ""
-
-
-def _build(source: bytes, target: Path) -> None:
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        raise ExactAttentionUnavailable(
-            "no C compiler found to build oneiro-hf's exact attention kernel. Fix: install one (e.g. "
-            "`apt-get install gcc`) or set $CC; without it generate runs on torch's attention, whose verification "
-            "passes can round differently from one-token steps.")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        src = Path(tmp) / SOURCE
-        src.write_bytes(source)
-        built = Path(tmp) / target.name
-        try:
-            result = subprocess.run([compiler, *COMPILE_FLAGS, str(src), "-o", str(built), "-lm"], check=False,
-                                    capture_output=True, text=True)
-        except OSError as error:
-            raise ExactAttentionUnavailable(
-                f"the C compiler {compiler} could not run ({error}). Fix: install a C compiler with OpenMP support "
-                "(gcc) or set $CC to one.") from error
-        if result.returncode != 0:
-            raise ExactAttentionUnavailable(
-                f"compiling oneiro-hf's exact attention kernel with {compiler} failed:\n{result.stderr[-2000:]}\n"
-                "Fix: install a C compiler with OpenMP support (gcc) or set $CC to one.")
-        os.replace(built, target)  # atomic: a concurrent process sees the whole library or none
-
-
-def library() -> ctypes.CDLL:
-    """The compiled kernel, built on first use into the cache (keyed by source, flags and CPU) and loaded once per
-    process. ExactAttentionUnavailable (with the fix) when it cannot be built."""
-    global _library, _failure
-    with _load_lock:
-        if _library is not None:
-            return _library
-        if _failure is not None:
-            raise ExactAttentionUnavailable(_failure)
-        source = resources.files("oneiro_hf.kernels").joinpath(SOURCE).read_bytes()
-        key = hashlib.sha256(source + " ".join(COMPILE_FLAGS).encode() + _cpu_flags().encode()).hexdigest()[:16]
-        path = default_cache_dir() / "kernels" / f"exact_attention-{key}.so"
-        try:
-            if not path.exists():
-                _build(source, path)
-            lib = ctypes.CDLL(str(path))
-        except (ExactAttentionUnavailable, OSError) as error:
-            _failure = str(error)
-            raise ExactAttentionUnavailable(_failure) from error
-        fn = lib.oneiro_exact_attention
-        fn.restype = ctypes.c_int
-        fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_long] * 17 + [ctypes.c_float] * 2 + [ctypes.c_int] * 2
-        _library = lib
-        return lib
 
 
 def available() -> bool:
     """Whether the exact kernel builds and loads here (the first call may compile it: about a second)."""
-    try:
-        library()
-    except ExactAttentionUnavailable:
-        return False
-    return True
+    return KERNEL.available()
 
 
 def unavailable_reason() -> str | None:
     """Why the kernel is not available (None when it is, or before anything tried to load it)."""
-    return _failure
+    return KERNEL.unavailable_reason()
 
 
 def _mask_argument(attention_mask: torch.Tensor | None, batch: int, queries: int, keys: int):
@@ -177,7 +92,7 @@ def exact_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: t
     out = torch.empty((batch, queries, heads, dim), dtype=query.dtype)
     k_sb = key.stride(0) if batch > 1 else 0
     v_sb = value.stride(0) if batch > 1 else 0
-    status = library().oneiro_exact_attention(
+    status = KERNEL.function()(
         query.data_ptr(), key.data_ptr(), value.data_ptr(), mask.data_ptr() if mask is not None else None,
         out.data_ptr(), batch, heads, kv_heads, queries, keys, dim, query.stride(0), query.stride(1),
         query.stride(2), k_sb, key.stride(1), key.stride(2), v_sb, value.stride(1), value.stride(2), m_sb, m_sq,

@@ -1,8 +1,9 @@
 """Linear layers on a CPU on weights reordered once (oneDNN), where MKL's GEMM packs them again on every call.
 
 `prepacked_linears(model)` runs a CPU model's `nn.Linear` layers that way inside a block (float32; bfloat16 and
-float16 in their own dtype where the CPU has units for it, else on float32 copies: `packed_dtype`; every
-generate call with a drafter, and `oneiro_hf.cpu_kernels`). From how many rows a layer runs prepacked is
+float16 in their own dtype where the CPU has units for it; where it has none, on `half_linear`'s kernel over the
+stored weights, no copy, or on float32 copies (`packed_dtype`) where that kernel cannot be built; every generate
+call with a drafter, and `oneiro_hf.cpu_kernels`). From how many rows a layer runs prepacked is
 measured, not assumed: `measured_min_rows` times both calls at `ROW_GRID` row counts once per weight shape and
 thread count, and `choose_min_rows` picks the threshold (1: one-token steps too; shapes that never gain keep
 F.linear and no copy). The copies cost as much memory as their weights (a float32 Qwen2.5-Coder-1.5B holds 6.2
@@ -24,6 +25,8 @@ from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
+
+from . import half_linear
 
 logger = logging.getLogger(__name__)
 
@@ -50,9 +53,7 @@ def packed_dtype(dtype: torch.dtype) -> torch.dtype:
     always; bfloat16 and float16 on CPUs with their matrix units: avx512_bf16/AMX, avx512_fp16/AMX-FP16), float32
     otherwise, where torch's 16-bit linears grow dearer with every row of a pass (SmolLM2 in bfloat16 on an AVX2 CPU:
     8 tokens cost 4.5 times one) and a float32 copy does not."""
-    if dtype == torch.bfloat16 and torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        return dtype
-    if dtype == torch.float16 and torch.ops.mkldnn._is_mkldnn_fp16_supported():
+    if half_linear.has_units(dtype):
         return dtype
     return torch.float32
 
@@ -67,8 +68,10 @@ def applies(model: torch.nn.Module) -> bool:
 
 def packed_weight(layer: torch.nn.Linear) -> torch.Tensor:
     """`layer`'s weight reordered for oneDNN (in `packed_dtype` of its dtype): made once, again only if the weight
-    changed (assigned or in place)."""
+    changed (assigned or in place). A 16-bit weight that `half_linear` runs is its own: no copy."""
     weight = layer.weight
+    if half_linear.applies(weight.dtype):
+        return weight.detach()
     key = (weight.data_ptr(), weight._version)
     entry = _packed.get(layer)
     if entry is None or entry[0] != key:
@@ -91,6 +94,8 @@ def prepacked_forward(layer: torch.nn.Linear, x: torch.Tensor, min_rows: float) 
 
 def _linear_on_packed(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """x (rows, in) @ weight.T + bias, weight reordered by `packed_weight`: (rows, out) in x's dtype."""
+    if packed.dtype == x.dtype and half_linear.applies(x.dtype):
+        return half_linear.half_linear(x, packed, bias)
     if packed.dtype == x.dtype:
         return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
     bias = None if bias is None else bias.to(packed.dtype)
@@ -159,7 +164,9 @@ def measured_saving(layer: torch.nn.Linear) -> float:
 
 def copy_bytes(layer: torch.nn.Linear) -> int:
     """Bytes of the reordered copy of `layer`'s weight (as many as the weight's own; twice as many for a 16-bit
-    weight copied as float32)."""
+    weight copied as float32; none for one that `half_linear` runs as stored)."""
+    if half_linear.applies(layer.weight.dtype):
+        return 0
     return layer.weight.numel() * torch.empty((), dtype=packed_dtype(layer.weight.dtype)).element_size()
 
 
@@ -169,7 +176,8 @@ def _within_cap(layers: list[torch.nn.Linear], max_copy_bytes: int | None) -> se
     if max_copy_bytes is None:
         return set(layers)
     chosen, used = set(), 0
-    for layer in sorted(layers, key=lambda layer: measured_saving(layer) / copy_bytes(layer), reverse=True):
+    for layer in sorted(layers, key=lambda layer: measured_saving(layer) / copy_bytes(layer) if copy_bytes(layer)
+                        else math.inf, reverse=True):
         if used + copy_bytes(layer) <= max_copy_bytes:
             chosen.add(layer)
             used += copy_bytes(layer)
