@@ -8,7 +8,7 @@ The rooms, top to bottom (a room imports only from rooms below it; docs/design.m
     modeling_oneiro, loading    the drafter model and its entry points; loading a target with its drafter
     generation/                 what `generate` calls: the hook, the chain generator, the tree/batch loop, sessions
     drafting/                   what proposes drafts: lookup, memory, the latent drafter's trees, the cost model
-    kernels/                    the CPU kernels a target runs on (exact attention, prepacked linears)
+    kernels/                    the CPU kernels a target runs on (exact attention, prepacked and 16-bit linears)
     storage/                    checkpoints, identity of base weights, target-relative files, cards, the Hub
     settings, targets, chat,    what every room may read: the drafting settings, what a target is, prompts as
     configuration_oneiro, ...   token ids, the drafter config, the supported transformers range, extras

@@ -78,7 +78,12 @@ static inline __attribute__((always_inline)) void tile(const float *x, long in, 
     __m256 acc[TILE_M][TILE_N];
     for (int i = 0; i < TILE_M; i++)
         for (int j = 0; j < TILE_N; j++) acc[i][j] = _mm256_setzero_ps();
+    /* the weight rows after this tile's, in memory order, fetched at the rate this tile reads its own: short rows (a
+     * few KB) end before the hardware prefetcher has learned their streams */
+    const char *ahead = (const char *)(w + (n0 + nb) * in);
     for (long k = 0; k < vec; k += LANES) {
+        _mm_prefetch(ahead + k * nb * 2, _MM_HINT_T0);
+        if (nb * 2 * LANES > 64) _mm_prefetch(ahead + k * nb * 2 + 64, _MM_HINT_T0);
         __m256 xv[TILE_M];
         for (int i = 0; i < mb; i++) xv[i] = _mm256_loadu_ps(x + (m0 + i) * in + k);
         for (int j = 0; j < nb; j++) {
