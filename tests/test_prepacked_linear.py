@@ -8,7 +8,8 @@ import torch
 from tiny import ARCHS, greedy, make_model, random_prompt
 
 from oneiro_hf import OneiroDrafter
-from oneiro_hf.kernels import prepacked_linear
+from oneiro_hf.kernels import half_linear, prepacked_linear
+from oneiro_hf.kernels.native import NativeKernel
 from oneiro_hf.kernels.prepacked_linear import (
     NEVER,
     ROW_GRID,
@@ -240,15 +241,29 @@ def test_a_memory_cap_copies_the_layers_that_save_most_per_byte_and_stays_within
         model.generate(ids, max_new_tokens=4, assistant_model=drafter, oneiro_prepack_max_memory=-1)
 
 
+@pytest.mark.parametrize("kernel", ["half_linear", "float32 copy"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_a_16_bit_layer_runs_on_its_packed_dtype_and_rounds_once(dtype: torch.dtype) -> None:
-    """Where the CPU has no 16-bit units the copy is float32 (`packed_dtype`), the output rounded to the layer's dtype:
-    the float32 product of the same 16-bit values, rounded, and each row's bits whatever the row count."""
+def test_a_16_bit_layer_without_units_rounds_once_and_keeps_each_rows_bits(dtype, kernel, monkeypatch) -> None:
+    """Where the CPU has no 16-bit units a layer runs `half_linear` on its own weight (no copy), or, where that kernel
+    cannot be built, a float32 copy (`packed_dtype`); either way the output is the float32 product of the same 16-bit
+    values rounded once to the layer's dtype, and each row's bits whatever the row count."""
+    monkeypatch.setattr(half_linear, "has_units", lambda d: d == torch.float32)
+    if kernel == "float32 copy":
+        broken = NativeKernel("half_linear.c", "oneiro_half_linear", [])
+        broken._failure = "no C compiler (this test)"
+        monkeypatch.setattr(half_linear, "KERNEL", broken)
+    elif not half_linear.KERNEL.available():
+        pytest.skip(f"the 16-bit kernel does not build here: {half_linear.KERNEL.unavailable_reason()}")
     torch.manual_seed(0)
     layer = torch.nn.Linear(96, 40).to(dtype)
     x = torch.randn(9, 96).to(dtype)
     packed = prepacked_linear.packed_weight(layer)
-    assert packed.dtype == prepacked_linear.packed_dtype(dtype)
+    if kernel == "half_linear":
+        assert packed.data_ptr() == layer.weight.data_ptr() and prepacked_linear.copy_bytes(layer) == 0
+        assert layer not in prepacked_linear._packed
+    else:
+        assert packed.dtype == prepacked_linear.packed_dtype(dtype) == torch.float32
+        assert prepacked_linear.copy_bytes(layer) == layer.weight.numel() * 4
     out = prepacked_linear.prepacked_forward(layer, x, 1)
     assert out.dtype == dtype
     ref = torch.nn.functional.linear(x.float(), layer.weight.float(), layer.bias.float())
