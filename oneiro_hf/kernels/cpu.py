@@ -10,8 +10,10 @@ that use "sdpa": a pass of several tokens reads each key/value head of the cache
 `max_memory` caps the copies, which stay with the model until `release_cpu_kernels(model)`). A drafter's
 `generate` always runs the target inside them, so plain greedy inside them (`oneiro-greedy` in oneiro-bench)
 separates speculation from the kernels. Results differ from stock kernels' by float32 summation order only (a
-near-tie between two logits can break the other way). docs/api.md (`cpu_kernels`) and docs/design.md give
-more.
+near-tie between two logits can break the other way). bfloat16 and float16 targets run exact instead: exact
+attention, and linears that give each row the same bits at every row count (oneDNN in their own dtype where the CPU
+has units for it, else `half_linear` over the stored weights: "exact attention + 16-bit linears (...)").
+docs/api.md (`cpu_kernels`) and docs/design.md give more.
 """
 
 from __future__ import annotations
