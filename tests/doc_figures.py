@@ -1044,10 +1044,11 @@ def _rows(share: float, n: int) -> str:
 def bfloat16_batches() -> list[str]:
     """Row identity of batched drafting in bfloat16, per model: the batched rows and the single-prompt calls of the
     hybrid and the tree against batched greedy on the same kernels, and same-kernel greedy against stock's."""
-    tokens = {summary(f"bf16_batches/{name}")["config"]["max_new_tokens"] for name in ("smollm2", "gemma")}
+    models = (("smollm2", "SmolLM2"), ("gemma", "Gemma-3-270M"), ("qwen15", "Qwen2.5-Coder-1.5B"))
+    tokens = {summary(f"bf16_batches/{name}")["config"]["max_new_tokens"] for name, _ in models}
     assert len(tokens) == 1
     found = [f"the shipped drafters, {tokens.pop()} new tokens"]
-    for name, model in (("smollm2", "SmolLM2"), ("gemma", "Gemma-3-270M")):
+    for name, model in models:
         run = summary(f"bf16_batches/{name}")
         config, blocks = run["config"], {m: e["4"] for m, e in run["throughput"].items()}
         n = config["n_questions"]

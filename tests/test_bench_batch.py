@@ -247,7 +247,7 @@ def test_breakdown_models_batched_throughput_from_t_k_b(env, tmp_path):
     assert "Modelled batched" not in breakdown_markdown(plain)
 
 
-def test_summarize_rewrites_a_throughput_run_from_its_lanes(throughput_run, tmp_path):
+def test_summarize_rewrites_a_throughput_run_from_its_lanes(throughput_run, tmp_path, capsys):
     _, out = throughput_run
     again = tmp_path / "again"
     shutil.copytree(out, again)
@@ -257,3 +257,6 @@ def test_summarize_rewrites_a_throughput_run_from_its_lanes(throughput_run, tmp_
     rewritten = json.loads((again / "summary.json").read_text())
     assert rewritten["throughput"] == first["throughput"] and rewritten["config"] == first["config"]
     assert (again / "report.md").read_text() == (out / "report.md").read_text()
+    (again / "summary.json").unlink()  # a run killed before it wrote one
+    assert bench_cli.main(["summarize", str(again)]) == 2
+    assert "no summary.json" in capsys.readouterr().err

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..chat import encode_prompt, left_pad
 from ..drafting.draft import cut_at_eos
+from .answers import BenchInputError
 from .plan import Plan
 from .report import ONEIRO_GREEDY, profile_lines, settings_lines
 from .runner import WARMUP_TOKENS, BenchContext, generate_once, load_models, summary_config
@@ -168,6 +169,11 @@ def write_throughput_summary(out: Path, lanes: list[LaneResult], config: dict, p
 def resummarize_throughput(out: Path) -> dict:
     """summary.json and report.md of a throughput run again, from its batches.jsonl and the config its summary
     holds (a run stopped part-way, or one summarised by an older oneiro-hf)."""
+    if not (out / "summary.json").is_file():
+        raise BenchInputError(
+            f"{out} has batches.jsonl but no summary.json, whose config a throughput summary is rebuilt from: the run "
+            "was killed before it wrote one. Fix: stop a throughput run with Ctrl-C (SIGINT), which writes a partial "
+            "summary, or run it again.")
     old = json.loads((out / "summary.json").read_text())
     lanes = []
     for line in (out / "batches.jsonl").read_text().splitlines():

@@ -351,7 +351,10 @@ def summarize_main(argv: list[str]) -> int:
     if (Path(args.run) / "batches.jsonl").is_file():
         from .batched import resummarize_throughput
 
-        resummarize_throughput(Path(args.run))
+        try:
+            resummarize_throughput(Path(args.run))
+        except BenchInputError as err:
+            return _fail(err)
         return EXIT_OK
     if not args.questions:
         return _fail(BenchInputError(f"{args.run} is a per-question run: summarizing it needs --questions. Fix: pass "
