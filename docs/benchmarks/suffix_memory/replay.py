@@ -21,7 +21,6 @@ from transformers import AutoTokenizer
 
 from oneiro_hf.chat import encode_prompt
 from oneiro_hf.drafting.memory import MAX_CONTEXT, SuffixMemory
-
 from oneiro_hf.storage.reference_models import reference_model_dir
 
 
