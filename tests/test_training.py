@@ -662,8 +662,9 @@ def test_two_process_gloo_accelerate_launch(tiny_dir, tmp_path):
     proc = subprocess.run(
         cmd, check=False, capture_output=True, text=True, timeout=150, env=env, cwd=tmp_path
     )
-    # the launcher's summary ends stderr; what a crashed rank raised is on its lines naming an error
-    raised = "\n".join(line for line in proc.stderr.splitlines() if "Error" in line)
+    # the launcher's summary ends stderr; what a crashed rank raised or aborted with is on lines naming it
+    raised = "\n".join(line for line in proc.stderr.splitlines()
+                       if any(word in line for word in ("Error", "terminate", "what()", "Abort", "abort")))
     assert proc.returncode == 0, raised[-3000:] + "\n" + proc.stdout[-2000:] + proc.stderr[-2000:]
     summary = json.loads((out / "training_summary.json").read_text())
     assert "2 process(es)" in summary["hardware"] and summary["global_step"] == 4

@@ -304,11 +304,18 @@ def _feature_source(features: pipeline.Features, keeper=None) -> str:
     return f"streamed: {cached} records from the cache, {streamed} computed per batch{kept}"
 
 
-def _end_process_group() -> None:
+def _end_process_group(finished: bool) -> None:
     """Close the process group of a multi-process run (accelerate launch) before the interpreter exits: left to
-    interpreter teardown, gloo's threads can abort a finished rank ("terminate called without an active exception")."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    interpreter teardown, gloo's threads can abort a finished rank ("terminate called without an active exception").
+
+    A rank that finished waits for the others first (the main process still writes the card and summary), so no
+    rank tears its connections down while a peer still holds them; a rank that failed does not wait (its peers
+    may never arrive) and the launcher stops the rest."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return
+    if finished:
+        torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -327,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     if model_args.threads:
         torch.set_num_threads(model_args.threads)
     timer = Timer()
+    finished = False
     try:
         check_arguments(data_args, args)
         resume = resolve_resume(args.resume_from_checkpoint, args.output_dir)
@@ -340,11 +348,12 @@ def main(argv: list[str] | None = None) -> int:
             run_stage3(model_args, data_args, args, target, data, resume, timer)
         else:
             train_offline(model_args, data_args, args, target, tokenizer, data, resume, timer)
+        finished = True
     except TrainingInputError as err:
         print(f"oneiro-train: {err}", file=sys.stderr)
         return 2
     finally:
-        _end_process_group()
+        _end_process_group(finished)
     if hub_plan is not None and args.should_save:
         return publish_trained_drafter(hub_plan, target, Path(args.output_dir), args.save_dtype)
     return 0
