@@ -260,3 +260,35 @@ def test_summarize_rewrites_a_throughput_run_from_its_lanes(throughput_run, tmp_
     (again / "summary.json").unlink()  # a run killed before it wrote one
     assert bench_cli.main(["summarize", str(again)]) == 2
     assert "no summary.json" in capsys.readouterr().err
+
+
+def test_throughput_lanes_never_draft_from_each_others_answers(env, tmp_path, monkeypatch):
+    # the batched and separate lanes answer the same prompts, and every batch size answers them again: a suffix
+    # memory shared between them would draft one lane's answers into the next (a replay, not a measurement)
+    calls = []  # (method, mode, batch size, batch index, the memory the call drafts from, and the tokens it kept)
+    lane_of = {}
+    run_lane, generate_once = batched.run_lane, batched.generate_once
+
+    def spy_lane(ctx, method, mode, batch_size, index, *args, **kwargs):
+        lane_of["now"] = (method, mode, batch_size, index)
+        return run_lane(ctx, method, mode, batch_size, index, *args, **kwargs)
+
+    def spy_generate(ctx, method, *args, memory_key=None, **kwargs):
+        memory = ctx.memories.get(memory_key or method)
+        calls.append((*lane_of["now"], memory, 0 if memory is None else memory.kept))
+        return generate_once(ctx, method, *args, memory_key=memory_key, **kwargs)
+
+    monkeypatch.setattr(batched, "run_lane", spy_lane)
+    monkeypatch.setattr(batched, "generate_once", spy_generate)
+    out = tmp_path / "run"
+    assert bench_cli.main(_run_args(env, out, "--methods", "oneiro-suffix", "--batch-size", "1,2", "--no-plots")) == 0
+    assert json.loads((out / "summary.json").read_text())["lossless_violations"] == []
+    measured = [c for c in calls if c[0] == "oneiro-suffix" and c[3] >= 0]  # not the warm-up (batch index -1)
+    for b in (1, 2):
+        for mode in ("batched", "separate") if b > 1 else ("batched",):
+            lane = [c for c in measured if c[1:3] == (mode, b)]
+            assert lane and lane[0][4] is None  # starts empty: nothing of the warm-up or of a smaller size
+            assert any(c[5] > 0 for c in lane[1:])  # and keeps its own answers from one call to the next
+    held = {mode: [c[4] for c in measured if c[1] == mode and c[4] is not None] for mode in ("batched", "separate")}
+    assert held["batched"] and held["separate"]
+    assert not any(a is b for a in held["batched"] for b in held["separate"])

@@ -64,15 +64,17 @@ def run_lane(ctx: BenchContext, method: str, mode: str, batch_size: int, index: 
     lane = LaneResult(method, mode, batch_size, index, list(question_ids))
     stops = stop_token_ids(ctx.model)
     device = ctx.model.device
+    memory = f"{method} {mode}"  # each lane its own suffix memory: both lanes answer the same prompts
     if mode == SEPARATE:
         for prompt in prompts:
-            res = generate_once(ctx, method, torch.tensor([prompt], device=device), max_new_tokens)
+            res = generate_once(ctx, method, torch.tensor([prompt], device=device), max_new_tokens,
+                                memory_key=memory)
             lane.rows.append(cut_at_eos(res["tokens"], stops))
             lane.wall_s += res["wall_time"]
         return lane
     ids, mask = left_pad(prompts, pad_token_id(ctx), device)
     try:
-        res = generate_once(ctx, method, ids, max_new_tokens, attention_mask=mask)
+        res = generate_once(ctx, method, ids, max_new_tokens, attention_mask=mask, memory_key=memory)
     except ValueError as err:
         if len(prompts) < 2 or not is_batch_refusal(err):
             raise
@@ -98,6 +100,9 @@ def run_batches(ctx: BenchContext, plan: Plan, max_new_tokens: int, out_file: Pa
         with tqdm(total=total, desc="batches", unit="batch", dynamic_ncols=True) as bar:
             for b in plan.batch_sizes:
                 _warm_up(ctx, methods, prompts[:b], refused, b)
+                # each batch size answers the same questions anew: no suffix memory of the warm-up's answers to
+                # its first batch or of a smaller batch size's answers
+                ctx.memories.clear()
                 for index, start in enumerate(range(0, len(prompts), b)):
                     order = lanes_at(methods, b)
                     order = order[turn % len(order):] + order[: turn % len(order)]

@@ -131,9 +131,13 @@ _ONEIRO_STAT_KEYS = ("latent_steps", "lookup_steps", "empty_steps", "extended_st
                      "tree_drafter_calls", "drafter_calls")
 
 
-def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int, attention_mask=None) -> dict:
+def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int, attention_mask=None,
+                  memory_key: str | None = None) -> dict:
     """One timed generate call with `method`: new token ids ("tokens": the first row's; "rows": every row's, for
-    a (B, T) left-padded batch with its `attention_mask`), seconds, and the per-step draft log."""
+    a (B, T) left-padded batch with its `attention_mask`), seconds, and the per-step draft log.
+
+    The drafter's suffix memory is the one kept under `memory_key` (default: the method's), so lanes that answer
+    the same prompts (a throughput run's batched and separate calls) never draft from each other's answers."""
     import torch
 
     spec = ctx.specs[method]
@@ -153,7 +157,7 @@ def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int
         kwargs.update({f"oneiro_{k}": v for k, v in spec.oneiro_settings.items()})
         # each oneiro method keeps its own learned policy (calibration, t(k)), as if it ran alone
         drafter.policy_state = ctx.policy_states.get(method)
-        drafter.suffix_memory = ctx.memories.get(method)  # kept across questions: a run of repeated tasks
+        drafter.suffix_memory = ctx.memories.get(memory_key or method)  # kept across questions: repeated tasks
     ctx.recorder.reset()
     cuda = input_ids.device.type == "cuda"
     if cuda:
@@ -179,7 +183,7 @@ def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int
     }
     if drafter is not None:
         ctx.policy_states[method] = drafter.policy_state
-        ctx.memories[method] = drafter.suffix_memory
+        ctx.memories[memory_key or method] = drafter.suffix_memory
         stats = drafter.last_stats  # the call's own log (chain or tree); the recorder saw nothing of it
         # as the recorder logs hf-* methods: the prefill is a pass without drafts, then one entry per pass
         # (a tree pass over d nodes feeds d + 1 tokens)
