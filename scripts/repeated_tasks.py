@@ -10,6 +10,9 @@ of their answers, which is what the suffix memory (`oneiro_suffix_memory`, bench
   order and value formats the instruction states.
 * `tests`: one standard-library function (its signature and its docstring's first line) to write unit tests for,
   in one fixed unittest layout the instruction states.
+* `cli`: the same functions, each to wrap in a command-line script in one house style (argparse, a `main()`,
+  the result printed) that the instruction names but does not spell out: the skeleton the model writes is its
+  own, repeated from one script to the next, and not in the prompt for lookup to copy.
 
     python scripts/repeated_tasks.py --task extraction --count 40 --out runs/suffix/questions.jsonl
     oneiro-bench --target smollm2-135m-instruct --questions runs/suffix/questions.jsonl --per-category 0 \\
@@ -48,6 +51,10 @@ TESTS = """Write unit tests for the Python function below. Answer with one Pytho
 exactly this layout: import unittest, then import the function from its module, then one class \
 Test<FunctionName>(unittest.TestCase) with three test methods, each calling the function and checking the result \
 with self.assertEqual, then the usual `if __name__ == "__main__": unittest.main()`.
+
+"""
+
+CLI = """Wrap the Python function below in a command-line script. Answer with one Python code block and nothing else: use argparse with one command-line argument per parameter of the function (with a help text each), put the parsing and the call in a main() function, print the result, and call main() under `if __name__ == "__main__":`.
 
 """
 
@@ -94,7 +101,7 @@ def function_text(module: str, name: str, function) -> str | None:
     return f"Module: {module}\nFunction: {name}{signature}\nDoes: {doc[0].strip()}"
 
 
-def test_texts() -> list[str]:
+def test_texts(instruction: str = TESTS) -> list[str]:
     per_module = []
     for module in TEST_MODULES:
         texts = []
@@ -106,7 +113,7 @@ def test_texts() -> list[str]:
                 continue
             text = function_text(module, name, function)
             if text is not None:
-                texts.append(TESTS + text)
+                texts.append(instruction + text)
         per_module.append(texts)
     return interleave(per_module)
 
@@ -121,7 +128,7 @@ def interleave(lists: list[list[str]]) -> list[str]:
     return out
 
 
-TASKS = {"extraction": extraction_texts, "tests": test_texts}
+TASKS = {"extraction": extraction_texts, "tests": test_texts, "cli": lambda: test_texts(CLI)}
 
 
 def main(argv: list[str] | None = None) -> int:

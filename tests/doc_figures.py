@@ -980,7 +980,38 @@ def suffix_memory() -> list[str]:
     out += [f"the first {config['n_questions']} questions of the same workload, {config['max_new_tokens']} new tokens",
             (f"on the 1.5B target {x(ratio)} the tree without it on the repeated tasks (tau {suffix:.2f} against "
              f"{tree:.2f}), on {config['n_questions']} questions")]
-    return out
+    return out + suffix_memory_more()
+
+
+def suffix_memory_more() -> list[str]:
+    """The second workload, the 1.5B's 24 questions and the batches (suffix_memory/README.md, its last section)."""
+    rows = []
+    for label, run in (("SmolLM2, command-line scripts in a house style (`--task cli`)", "suffix_memory/cli_smollm2"),
+                       ("the 1.5B, extraction", "suffix_memory/repeated24_qwen15")):
+        config, o = summary(run)["config"], overall(run)
+        tree, suffix = o["oneiro-tree"], o["oneiro-suffix"]
+        assert not summary(run)["lossless_violations"] and suffix["identical_to_greedy"] == 1.0
+        rows.append(f"| {label}, {config['n_questions']} x {config['max_new_tokens']} | {x(tree[SAME])} | "
+                    f"{x(suffix[SAME])} | **{x(suffix['tokens_per_s'] / tree['tokens_per_s'])}** | "
+                    f"{tree['mean_accepted_tokens']:.2f}, {suffix['mean_accepted_tokens']:.2f} |")
+    batch = summary("suffix_memory/batch4_smollm2")
+    b = str(batch["batch_sizes"][0])
+    tree, suffix = (batch["throughput"][m][b] for m in ("oneiro-tree", "oneiro-suffix"))
+    assert tree["identical_rows_to_same_kernel_greedy"] == suffix["identical_rows_to_same_kernel_greedy"] == 1.0
+    rows += [(f"| SmolLM2, extraction, {batch['config']['n_questions']} x {batch['config']['max_new_tokens']}, "
+              f"batches of {b} (tokens/s) | {tree['tokens_per_s']:.2f} | {suffix['tokens_per_s']:.2f} | "
+              f"**{x(suffix['tokens_per_s'] / tree['tokens_per_s'])}** | — |"),
+             (f"| the same prompts as single calls, same run | {tree['separate_calls']['tokens_per_s']:.2f} | "
+              f"{suffix['separate_calls']['tokens_per_s']:.2f} | "
+              f"{x(suffix['separate_calls']['tokens_per_s'] / tree['separate_calls']['tokens_per_s'])} | — |")]
+    qwen = "suffix_memory/repeated24_qwen15"
+    o = overall(qwen)
+    parts = record(f"docs/benchmarks/{qwen}/breakdown.json")["methods"]
+    rows += [(f"its bigger trees ({o['oneiro-suffix']['tree_nodes_per_pass']:.2f} nodes a pass against "
+              f"{o['oneiro-tree']['tree_nodes_per_pass']:.2f}) cost"),
+             (f"the time outside the profile and the drafter was {pct(parts['oneiro-suffix']['overall']['other_share'])}"
+              f" of the run against {pct(parts['oneiro-tree']['overall']['other_share'])}")]
+    return rows
 
 
 def bfloat16_run(run: str) -> list[str]:
