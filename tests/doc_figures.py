@@ -387,6 +387,49 @@ def in_vllm() -> list[str]:
     return out
 
 
+@figures("docs/benchmarks.md", "In vLLM")
+def vllm_shipped_rerun() -> list[str]:
+    """The shipped 1.5B drafter in vLLM and the 54k-token one rerun (vllm_qwen15_shipped.json,
+    vllm_qwen15_rerun_54k.json), against the first run of the 54k-token one (vllm_qwen15.json)."""
+    new, rerun, first = (record(f"docs/benchmarks/{r}.json") for r in
+                         ("vllm_qwen15_shipped", "vllm_qwen15_rerun_54k", "vllm_qwen15"))
+    v, old, was = new["vllm"], rerun["vllm"]["oneiro"], first["vllm"]
+    assert new["conditions"]["quiet"] and rerun["conditions"]["quiet"]
+    assert (old["drafts"], old["accepted"]) == (was["oneiro"]["drafts"], was["oneiro"]["accepted"])
+    assert rerun["conditions"]["drafter_weights_sha256"] == first["conditions"]["drafter_weights_sha256"]
+    assert new["conditions"]["drafter_weights_sha256"] == shipped_sha256("qwen2.5-coder-1.5b-instruct")
+    shipped = record("drafters/qwen2.5-coder-1.5b-instruct/training_summary.json")
+    plain = v["plain"]["tokens_per_s"]
+
+    def row(label: str, mode: dict) -> str:
+        acc = ", ".join(f"{a:g}" for a in mode["acceptance_by_position"])
+        return (f"| {label} | {mode['tokens_per_s']:.2f} | {x(mode['tokens_per_s'] / plain)} | {mode['drafts']} | "
+                f"{acc} | {mode['tokens_per_step']:g} | {mode['identical_to_plain']}/13 |")
+
+    def step_cost(mode: dict, plain_mode: dict) -> float:  # seconds per drafting step over seconds per plain token
+        return mode["seconds"] / mode["drafts"] / (plain_mode["seconds"] / plain_mode["tokens"])
+
+    then = step_cost(was["oneiro"], was["plain"])
+    gen = ", ".join(f"{a:g}" for a in new["generate_fixed_k"]["acceptance_by_position"])
+    return [
+        f"| plain | {plain:.2f} | 1.00x | - | - | 1 | - |",
+        row("`ngram` (n-grams 2-4)", v["ngram"]).replace("| **", "| "),
+        row(f"the shipped {tokens_m(shipped['train_response_tokens'])}-token drafter", v["oneiro"]).replace(
+            f"| {x(v['oneiro']['tokens_per_s'] / plain)} |", f"| **{x(v['oneiro']['tokens_per_s'] / plain)}** |"),
+        row(f"the {drafter_tokens_k(rerun['conditions']['drafter_weights_sha256'])}-token drafter, rerun", old),
+        (f"({v['oneiro']['tokens_per_step']:.2f} tokens per step against {old['tokens_per_step']:.2f}, and in "
+         f"`generate` on the same\n  prompts {gen} by position)").replace("\n  ", " "),
+        (f"({old['drafts']} drafts, {old['accepted']} accepted) in {old['seconds']:.1f} s against "
+         f"{was['oneiro']['seconds']:.1f} s then, while plain went from {was['plain']['seconds']:.1f} s to "
+         f"{v['plain']['seconds']:.1f}\n  s").replace("\n  ", " "),
+        (f"A drafting step cost {then:.2f} plain steps then and {step_cost(old, v['plain']):.2f} now (the shipped "
+         f"drafter's {step_cost(v['oneiro'], v['plain']):.2f})"),
+        f"So the {x(was['oneiro']['tokens_per_s'] / was['plain']['tokens_per_s'])} above does not hold",
+        (f"at the {then:.2f} step cost of the first run, {v['oneiro']['tokens_per_step']:.2f}\n  tokens per step "
+         f"would be about {x(v['oneiro']['tokens_per_step'] / then)}").replace("\n  ", " "),
+    ]
+
+
 def vllm_conditions(q: dict, s: dict) -> list[str]:
     c, cs = q["conditions"], s["conditions"]
     assert {k: v for k, v in c.items() if k in ("vllm", "torch", "dtype", "k", "questions", "max_new_tokens")} == \
