@@ -152,12 +152,13 @@ def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int
     if spec.uses_assistant:
         kwargs["assistant_model"] = ctx.assistant
     drafter = ctx.drafter_for(spec) if spec.uses_drafter else None
+    memory = memory_key or method
     if drafter is not None:
         kwargs["assistant_model"] = drafter
         kwargs.update({f"oneiro_{k}": v for k, v in spec.oneiro_settings.items()})
         # each oneiro method keeps its own learned policy (calibration, t(k)), as if it ran alone
         drafter.policy_state = ctx.policy_states.get(method)
-        drafter.suffix_memory = ctx.memories.get(memory_key or method)  # kept across questions: repeated tasks
+        drafter.suffix_memory = ctx.memories.get(memory)  # kept across questions: a run of repeated tasks
     ctx.recorder.reset()
     cuda = input_ids.device.type == "cuda"
     if cuda:
@@ -183,7 +184,7 @@ def generate_once(ctx: BenchContext, method: str, input_ids, max_new_tokens: int
     }
     if drafter is not None:
         ctx.policy_states[method] = drafter.policy_state
-        ctx.memories[memory_key or method] = drafter.suffix_memory
+        ctx.memories[memory] = drafter.suffix_memory
         stats = drafter.last_stats  # the call's own log (chain or tree); the recorder saw nothing of it
         # as the recorder logs hf-* methods: the prefill is a pass without drafts, then one entry per pass
         # (a tree pass over d nodes feeds d + 1 tokens)
