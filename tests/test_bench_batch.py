@@ -129,6 +129,29 @@ def test_throughput_run_measures_every_method_and_batch_size(throughput_run):
     assert ("| oneiro-hybrid | 2 | " + UNSUPPORTED) in report or summary["throughput"]["oneiro-hybrid"]["2"]["supported"]
 
 
+def test_drafting_lanes_record_how_their_tokens_came(throughput_run):
+    """A throughput ratio splits into tau and pass cost: every drafting lane keeps its rounds, passes and accepted
+    drafts by source, and each round gives its accepted drafts plus the target's token (the prefill the first)."""
+    _, out = throughput_run
+    summary = json.loads((out / "summary.json").read_text())
+    for method in ("greedy", "oneiro-greedy", "hf-lookup"):  # no oneiro drafter: nothing to split
+        assert all("rounds" not in block for block in summary["throughput"][method].values())
+    checked = 0
+    for b, block in summary["throughput"]["oneiro-hybrid"].items():
+        for part in (block, block["separate_calls"]):
+            if not part or "new_tokens" not in part:  # a refused batch has no batched totals
+                continue
+            accepted = sum(part["accepted_by_source"].values())
+            assert set(part["accepted_by_source"]) <= {"latent", "lookup", "memory"}
+            assert accepted + part["rounds"] == part["new_tokens"] - part["n_rows"]
+            assert part["tokens_per_round"] == pytest.approx((accepted + part["rounds"]) / part["rounds"])
+            rows_per_call = 1 if part is block["separate_calls"] else int(b)
+            assert 1 <= part["rows_per_pass"] <= rows_per_call
+            checked += 1
+    assert checked >= 2
+    assert "tokens per round" in (out / "report.md").read_text()
+
+
 def _plant(lanes, method: str, batch_size: int):
     """One token off in the last row of `method`'s first batched lane of that size; the lane."""
     planted = next(lane for lane in lanes if lane.method == method and lane.batch_size == batch_size

@@ -71,6 +71,7 @@ def run_lane(ctx: BenchContext, method: str, mode: str, batch_size: int, index: 
                                 memory_key=memory)
             lane.rows.append(cut_at_eos(res["tokens"], stops))
             lane.wall_s += res["wall_time"]
+            lane.add_stats(res["oneiro_stats"])
         return lane
     ids, mask = left_pad(prompts, pad_token_id(ctx), device)
     try:
@@ -82,6 +83,7 @@ def run_lane(ctx: BenchContext, method: str, mode: str, batch_size: int, index: 
         return lane
     lane.rows = [cut_at_eos(row, stops) for row in res["rows"]]
     lane.wall_s = res["wall_time"]
+    lane.add_stats(res["oneiro_stats"])
     return lane
 
 

@@ -126,8 +126,8 @@ class BenchContext:
         return self.drafters[spec.drafter_name] if spec.drafter_name else self.drafter
 
 
-_ONEIRO_STAT_KEYS = ("latent_steps", "lookup_steps", "empty_steps", "extended_steps", "draft_time_s", "verify_time_s",
-                     "drafted_by_source", "accepted_by_source", "tree_nodes", "tree_branch_ranks",
+_ONEIRO_STAT_KEYS = ("steps", "batch_passes", "latent_steps", "lookup_steps", "empty_steps", "extended_steps",
+                     "draft_time_s", "verify_time_s", "drafted_by_source", "accepted_by_source", "tree_nodes", "tree_branch_ranks",
                      "tree_drafter_calls", "drafter_calls")
 
 

@@ -37,15 +37,31 @@ class LaneResult:
     rows: list[list[int]] = field(default_factory=list)  # per row: new token ids up to the first stop token
     wall_s: float = 0.0  # seconds of the generate call(s)
     unsupported: str | None = None  # generate's refusal of this batch size, when it refused
+    # an oneiro-* lane's drafting, from its calls' `DraftStats` (0 and {} for lanes without a drafter): verified
+    # rounds of its rows (one per row per pass), target passes after the prefills (a batched pass counts once)
+    # and the draft tokens the target accepted, by source
+    rounds: int = 0
+    passes: int = 0
+    accepted_by_source: dict[str, int] = field(default_factory=dict)
 
     @property
     def new_tokens(self) -> int:
         return sum(len(row) for row in self.rows)
 
+    def add_stats(self, stats: dict | None) -> None:
+        """Count one generate call's drafting (`generate_once`'s "oneiro_stats"; None: a call without a drafter)."""
+        if not stats:
+            return
+        self.rounds += stats["steps"]
+        self.passes += stats["batch_passes"] or stats["steps"]  # one sequence: a round is a pass
+        for source, n in stats["accepted_by_source"].items():
+            self.accepted_by_source[source] = self.accepted_by_source.get(source, 0) + n
+
     def as_record(self) -> dict[str, Any]:
         return {"method": self.method, "mode": self.mode, "batch_size": self.batch_size, "batch": self.batch,
                 "question_ids": self.question_ids, "new_tokens": [len(r) for r in self.rows], "rows": self.rows,
-                "wall_time": self.wall_s, "unsupported": self.unsupported}
+                "wall_time": self.wall_s, "unsupported": self.unsupported, "rounds": self.rounds,
+                "passes": self.passes, "accepted_by_source": self.accepted_by_source}
 
 
 def is_batch_refusal(err: Exception) -> bool:
@@ -63,8 +79,17 @@ def row_mismatches(lane: LaneResult, greedy: LaneResult) -> list:
 
 def _totals(lanes: list[LaneResult]) -> dict[str, Any]:
     tokens, wall = sum(lane.new_tokens for lane in lanes), sum(lane.wall_s for lane in lanes)
-    return {"new_tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall if wall else None,
-            "n_batches": len(lanes), "n_rows": sum(len(lane.rows) for lane in lanes)}
+    totals = {"new_tokens": tokens, "wall_s": wall, "tokens_per_s": tokens / wall if wall else None,
+              "n_batches": len(lanes), "n_rows": sum(len(lane.rows) for lane in lanes)}
+    rounds, passes = sum(lane.rounds for lane in lanes), sum(lane.passes for lane in lanes)
+    if rounds:  # a drafting lane: how its tokens came, so a throughput ratio splits into tau and pass cost
+        accepted: dict[str, int] = {}
+        for lane in lanes:
+            for source, n in lane.accepted_by_source.items():
+                accepted[source] = accepted.get(source, 0) + n
+        totals.update(rounds=rounds, passes=passes, rows_per_pass=rounds / passes if passes else None,
+                      tokens_per_round=(sum(accepted.values()) + rounds) / rounds, accepted_by_source=accepted)
+    return totals
 
 
 def _ratio(lanes: dict[int, LaneResult], base: dict[int, LaneResult] | None) -> float | None:
@@ -89,7 +114,8 @@ def _identical_share(lanes: dict[int, LaneResult], greedy: dict[int, LaneResult]
 
 def summarize_throughput(lanes: list[LaneResult], batch_sizes: tuple[int, ...]) -> dict[str, Any]:
     """summary.json's part of a throughput run: "batch_sizes", and "throughput"[method][B] with the batched lane's
-    new_tokens, wall_s, tokens_per_s, n_batches, n_rows; the ratios of its throughput over batched greedy
+    new_tokens, wall_s, tokens_per_s, n_batches, n_rows (a drafting lane also: rounds, passes, rows_per_pass,
+    tokens_per_round, tau over its rows' rounds, and accepted_by_source); the ratios of its throughput over batched greedy
     (`speedup_vs_batched_greedy`), batched oneiro-greedy (`speedup_vs_batched_oneiro_greedy`) and B separate
     calls of the method (`speedup_vs_separate_calls`, with those calls' own totals under "separate_calls"); and
     `identical_rows_to_batched_greedy`, the share of rows token-identical to batched greedy's (stock kernels), and
@@ -153,13 +179,13 @@ def throughput_lines(summary: dict[str, Any]) -> list[str]:
               "once per prompt (B separate calls). Identical rows: share of rows token-identical to batched greedy's on the "
               "same kernels (and, in brackets, on transformers' stock kernels)."),
              "", ("| method | B | tokens/s | vs batched greedy | vs batched oneiro-greedy | vs B separate calls "
-                  "| identical rows |"), "|---" * 7 + "|"]
+                  "| identical rows | tokens per round (B separate calls) |"), "|---" * 8 + "|"]
     for method, entry in summary["throughput"].items():
         for b, block in entry.items():
             if not block["supported"]:
                 alone = (block["separate_calls"] or {}).get("tokens_per_s")
                 lines.append(f"| {method} | {b} | {block['unsupported']}"
-                             + (f" (B separate calls: {alone:.1f})" if alone else "") + " | | | | |")
+                             + (f" (B separate calls: {alone:.1f})" if alone else "") + " | | | | | |")
                 continue
             cells = [block["tokens_per_s"], block["speedup_vs_batched_greedy"],
                      block["speedup_vs_batched_oneiro_greedy"], block["speedup_vs_separate_calls"]]
@@ -167,6 +193,8 @@ def throughput_lines(summary: dict[str, Any]) -> list[str]:
             shown += [f"{c:.2f}x" if c else "—" for c in cells[1:]]
             same, stock = block.get("identical_rows_to_same_kernel_greedy"), block["identical_rows_to_batched_greedy"]
             flag = " **VIOLATION**" if f"{method}@B{b}" in summary["lossless_violations"] else ""
+            tau, alone = block.get("tokens_per_round"), (block["separate_calls"] or {}).get("tokens_per_round")
             lines.append(f"| {method} | {b} | " + " | ".join(shown) + f" | {'—' if same is None else f'{same:.0%}'}"
-                         + f" ({'—' if stock is None else f'{stock:.0%}'}){flag} |")
+                         + f" ({'—' if stock is None else f'{stock:.0%}'}){flag} | {'—' if tau is None else f'{tau:.2f}'}"
+                         + ("" if alone is None else f" ({alone:.2f})") + " |")
     return lines + [""]
