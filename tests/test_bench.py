@@ -652,6 +652,17 @@ def test_breakdown_splits_time_and_bounds_speedup(env, tmp_path, capsys):
         assert row["measured_speedup"] == pytest.approx(seconds_per_token(baseline) / (wall / tokens))
         assert row["verify_share"] == pytest.approx(units * seconds_per_token(baseline) / wall)
         assert row["verify_share"] + row["draft_share"] + row["other_share"] == pytest.approx(1.0)
+        if method.startswith("oneiro-"):  # generate's own timers: a pass as it ran, and what no timer saw
+            verified = sum(r["oneiro_stats"]["verify_time_s"] for r in lines)
+            drafting = sum(r["draft_time_s"] for r in lines)
+            passes = len(drafts) - sum(len(c["new_tokens"]) for r in lines for c in r["choices"])  # no prefills
+            assert row["passes"] == passes
+            assert row["timed_verify_s_per_pass"] == pytest.approx(verified / passes)
+            assert row["untimed_s"] == pytest.approx(wall - verified - drafting) and 0 < row["untimed_s"] < wall
+            assert row["nodes_per_pass"] == pytest.approx(sum(drafts) / passes)
+        else:
+            assert "timed_verify_s_per_pass" not in row
+    assert "| oneiro-lookup | " in (out / "breakdown.md").read_text().split("As generate's own timers")[1]
     fixed = result["methods"]["oneiro-latent-fixed-2"]["overall"]
     assert fixed["mean_verify_cost"] > 1.5  # it verified 2 drafts (3 tokens) at nearly every pass
     assert set(result["methods"]["oneiro-lookup"]["categories"]) == {"writing", "math_reasoning"}

@@ -81,6 +81,8 @@ def _totals(records: list[dict], ratios: dict[int, float]) -> dict[str, float]:
             drafts = choice.get("draft_lengths") or []
             if drafts:  # assisted: one verification pass per recorded draft (k = drafted + 1 tokens)
                 t["passes"] += len(drafts)
+                t["prefills"] += len(choice["new_tokens"])  # one recorded entry per turn is its prefill
+                t["drafted"] += sum(drafts)
                 t["verify_units"] += sum(ratio_at(ratios, d + 1) for d in drafts)
             else:  # plain decoding: one 1-token pass per new token
                 t["passes"] += sum(choice["new_tokens"])
@@ -90,6 +92,9 @@ def _totals(records: list[dict], ratios: dict[int, float]) -> dict[str, float]:
         if stats and "drafter_calls" not in stats:  # written before the count existed: drafting cannot be priced
             t["calls_unknown"] += 1
         t["drafter_calls"] += stats.get("drafter_calls", 0)
+        if "verify_time_s" in stats:  # oneiro-hf's own timers, per pass as generate measured them
+            t["timed_records"] += 1
+            t["timed_verify_s"] += float(stats["verify_time_s"])
     return t
 
 
@@ -150,6 +155,16 @@ def _row(t: dict[str, float], greedy: dict[str, float], call_ratio: float | None
         "modelled_with_drafting": greedy_cost * t["tokens"] / (t["verify_units"] + t["drafter_calls"] * call_ratio),
         "drafter_calls_per_pass": t["drafter_calls"] / t["passes"],
     }
+    # what generate's own timers measured (oneiro-* methods): a pass's seconds as it ran, and what no timer saw
+    # (the prefill, the loop around the passes), which the priced split above mixes into "other"
+    passes = t["passes"] - t["prefills"]  # verification passes, the prefills left out
+    timed = {} if not t["timed_records"] or not passes else {
+        "passes": int(passes),
+        "nodes_per_pass": t["drafted"] / passes,
+        "draft_s": t["draft_s"],
+        "timed_verify_s_per_pass": t["timed_verify_s"] / passes,
+        "untimed_s": t["wall_s"] - t["timed_verify_s"] - t["draft_s"],
+    }
     return {
         "n_tokens": int(t["tokens"]),
         "tau": t["tokens"] / t["passes"],
@@ -160,6 +175,7 @@ def _row(t: dict[str, float], greedy: dict[str, float], call_ratio: float | None
         "draft_share": t["draft_s"] / t["wall_s"],
         "other_share": other_s / t["wall_s"],
         **priced,
+        **timed,
     }
 
 
@@ -221,6 +237,16 @@ def breakdown_markdown(result: dict, targets: tuple[float, ...] = (1.8,)) -> str
             + f"{r['measured_speedup']:.2f}x | {r['verify_share']:.0%} | {r['draft_share']:.1%} | "
             f"{r['other_share']:.0%} | " + " | ".join(f"{tau_needed_for(x, r):.2f}" for x in targets) + " |"
         )
+    timed = {m: e["overall"] for m, e in result["methods"].items() if "timed_verify_s_per_pass" in e["overall"]}
+    if timed:
+        lines += ["", ("As generate's own timers measured it (oneiro-* methods): seconds per verification pass, and the "
+                       "seconds no timer saw (the prefills, which are the same in every method of a run and which "
+                       "speculation cannot shorten, and the loop around the passes):"), "",
+                  ("| method | passes | tree nodes or draft tokens per pass | verification s per pass | "
+                   "drafting s | outside the timers s |"), "|---" * 6 + "|"]
+        for method, r in timed.items():
+            lines.append(f"| {method} | {r['passes']} | {r['nodes_per_pass']:.2f} | {r['timed_verify_s_per_pass']:.3f} | "
+                         f"{r['draft_s']:.1f} | {r['untimed_s']:.1f} |")
     cats = sorted({c for e in result["methods"].values() for c in e["categories"]})
     shown = [m for m in result["methods"] if base_method(m) != result["methods"][m].get("baseline", "greedy")]
     if cats and shown:
