@@ -25,11 +25,17 @@ def pooled(rows: dict[int, dict], ids: list[int]) -> tuple[float, float]:
     return tokens / sum(sum(rows[q]["wall_time"]) for q in ids), tokens / sum(sum(rows[q]["decoding_steps"]) for q in ids)
 
 
+def halves(ids: list[int]) -> list[tuple[str, list[int]]]:
+    """The first and the second half of a run's question ids, in file (id) order."""
+    ids = sorted(ids)
+    half = len(ids) // 2
+    return [("first half", ids[:half]), ("second half", ids[half:])]
+
+
 def main(archive: str) -> None:
     tree, suffix = answers(archive, "oneiro-tree"), answers(archive, "oneiro-suffix")
     ids = sorted(tree)
-    half = len(ids) // 2
-    parts = [("first half", ids[:half]), ("second half", ids[half:])]
+    parts = halves(ids)
     turns = {q: len(tree[q]["new_tokens"]) for q in ids}
     if len(set(turns.values())) > 1:
         parts += [(f"{n}-turn questions", [q for q in ids if turns[q] == n]) for n in sorted(set(turns.values()))]
