@@ -430,6 +430,37 @@ def vllm_shipped_rerun() -> list[str]:
     ]
 
 
+@figures("docs/benchmarks.md", "In vLLM")
+def vllm_k1() -> list[str]:
+    """The shipped 1.5B drafter in vLLM with k = 1, beside a plain engine of the same run (vllm_qwen15_k1.json)."""
+    run = record("docs/benchmarks/vllm_qwen15_k1.json")
+    v, c = run["vllm"], run["conditions"]
+    assert c["quiet"] and c["k"] == 1 and c["drafter_weights_sha256"] == shipped_sha256("qwen2.5-coder-1.5b-instruct")
+    plain, oneiro = v["plain"], v["oneiro"]
+    step = oneiro["seconds"] / oneiro["drafts"] / (plain["seconds"] / plain["tokens"])
+    k3 = record("docs/benchmarks/vllm_qwen15_shipped.json")["vllm"]
+    step3 = k3["oneiro"]["seconds"] / k3["oneiro"]["drafts"] / (k3["plain"]["seconds"] / k3["plain"]["tokens"])
+    return [f"where k = 3's cost {step3:.2f}",
+            (f"plain ran {plain['tokens_per_s']:.2f} tokens/s and the shipped drafter {oneiro['tokens_per_s']:.2f}, "
+             f"**{x(oneiro['tokens_per_s'] / plain['tokens_per_s'])}** plain"),
+            (f"({oneiro['tokens_per_step']:.2f} tokens per step, the first draft token accepted "
+             f"{pct(oneiro['acceptance_by_position'][0], 1)} of the time; {oneiro['identical_to_plain']}/13 texts "
+             f"equal to plain's)"),
+            f"a drafting step cost {step:.2f} plain steps"] + host_t2()
+
+
+def host_t2() -> list[str]:
+    """t(2)/t(1) and t(1) of the 1.5B's two one-thread profiles at a 200-token context, days apart."""
+    base = "docs/benchmarks/current/qwen2.5-coder-1.5b-instruct"
+    then, now = (record(f"{base}/{name}.json") for name in ("profile_ctx200", "profile_ctx200_later"))
+    assert then["context_len"] == now["context_len"] == 200 and then["threads"] == now["threads"] == 1
+    t2 = [p["ratios"]["2"] for p in (then, now, then["stock"], now["stock"])]
+    assert abs(then["t1_s"] - now["t1_s"]) < 0.01
+    return [(f"give t(2)/t(1) = {t2[0]:.2f} then\nand {t2[1]:.2f} now on oneiro-hf's kernels, {t2[2]:.2f} then and "
+             f"{t2[3]:.2f} now on transformers' stock kernels").replace("\n", " "),
+            f"while t(1) stayed at {now['t1_s']:.2f} s"]
+
+
 def vllm_conditions(q: dict, s: dict) -> list[str]:
     c, cs = q["conditions"], s["conditions"]
     assert {k: v for k, v in c.items() if k in ("vllm", "torch", "dtype", "k", "questions", "max_new_tokens")} == \
