@@ -1096,6 +1096,11 @@ def suffix_memory_more() -> list[str]:
               f"where the profile's t(k) averages {suffix['mean_verify_cost']:.2f} t(1) against "
               f"{tree['mean_verify_cost']:.2f}"),
              f"the prefills, {suffix['untimed_s']:.0f} s and {tree['untimed_s']:.0f} s outside the timers there"]
+    base = "docs/benchmarks/current/qwen2.5-coder-1.5b-instruct"
+    then, now = (record(f"{base}/{name}.json")["ratios"] for name in ("profile_ctx200", "profile_ctx200_later"))
+    assert record(f"docs/benchmarks/{qwen}/profile.json")["ratios"] == then  # the runs were priced with it
+    rows.append(f"has t(2..5)/t(1) = {now['2']:.2f} to {now['5']:.2f}\nwhere that one had {then['2']:.2f} to "
+                f"{then['5']:.2f}".replace("\n", " "))
     return rows
 
 
