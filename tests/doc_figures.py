@@ -1064,7 +1064,8 @@ def suffix_memory_more() -> list[str]:
     taus = []
     for label, run in ((f"SmolLM2, {cli}", "suffix_memory/cli_smollm2"),
                        ("the 1.5B, extraction", "suffix_memory/repeated24_qwen15"),
-                       (f"the 1.5B, {cli}", "suffix_memory/cli_qwen15")):
+                       (f"the 1.5B, {cli}", "suffix_memory/cli_qwen15"),
+                       (f"SmolLM2, {cli}, again, quiet, priced with a fresh profile", "suffix_memory/cli_smollm2_fresh")):
         config, o = summary(run)["config"], overall(run)
         tree, suffix = o["oneiro-tree"], o["oneiro-suffix"]
         taus.append(suffix["mean_accepted_tokens"] / tree["mean_accepted_tokens"])
