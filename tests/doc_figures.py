@@ -446,7 +446,18 @@ def vllm_k1() -> list[str]:
             (f"({oneiro['tokens_per_step']:.2f} tokens per step, the first draft token accepted "
              f"{pct(oneiro['acceptance_by_position'][0], 1)} of the time; {oneiro['identical_to_plain']}/13 texts "
              f"equal to plain's)"),
-            f"a drafting step cost {step:.2f} plain steps"] + host_t2()
+            f"a drafting step cost {step:.2f} plain steps"] + vllm_k2(plain) + host_t2()
+
+
+def vllm_k2(plain: dict) -> list[str]:
+    """k = 2 (vllm_qwen15_k2.json, the oneiro mode alone) against the plain engine of the k = 1 run, `plain`."""
+    run = record("docs/benchmarks/vllm_qwen15_k2.json")
+    c, oneiro = run["conditions"], run["vllm"]["oneiro"]
+    assert c["quiet"] and c["k"] == 2 and c["drafter_weights_sha256"] == shipped_sha256("qwen2.5-coder-1.5b-instruct")
+    step = oneiro["seconds"] / oneiro["drafts"] / (plain["seconds"] / plain["tokens"])
+    return [(f"k = 2 ran {oneiro['tokens_per_s']:.2f} tokens/s, {x(oneiro['tokens_per_s'] / plain['tokens_per_s'])} "
+             f"that plain engine, {oneiro['tokens_per_step']:.2f} tokens per step, a drafting step at {step:.2f} plain "
+             f"steps, {oneiro['tokens']} tokens as plain's {plain['tokens']}")]
 
 
 def host_t2() -> list[str]:
