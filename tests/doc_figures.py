@@ -387,6 +387,17 @@ def in_vllm() -> list[str]:
     return out
 
 
+def step_cost(mode: dict, plain_mode: dict) -> float:
+    """A vLLM drafting step's seconds over a plain step's (seconds per plain token), from two modes of vllm_bench."""
+    return mode["seconds"] / mode["drafts"] / (plain_mode["seconds"] / plain_mode["tokens"])
+
+
+def qwen15_profiles() -> tuple[dict, dict]:
+    """The 1.5B's one-thread t(k) profiles at a 200-token context: the one of Dec 3 and the later one."""
+    base = "docs/benchmarks/current/qwen2.5-coder-1.5b-instruct"
+    return tuple(record(f"{base}/{name}.json") for name in ("profile_ctx200", "profile_ctx200_later"))
+
+
 @figures("docs/benchmarks.md", "In vLLM")
 def vllm_shipped_rerun() -> list[str]:
     """The shipped 1.5B drafter in vLLM and the 54k-token one rerun (vllm_qwen15_shipped.json,
@@ -405,9 +416,6 @@ def vllm_shipped_rerun() -> list[str]:
         acc = ", ".join(f"{a:g}" for a in mode["acceptance_by_position"])
         return (f"| {label} | {mode['tokens_per_s']:.2f} | {x(mode['tokens_per_s'] / plain)} | {mode['drafts']} | "
                 f"{acc} | {mode['tokens_per_step']:g} | {mode['identical_to_plain']}/13 |")
-
-    def step_cost(mode: dict, plain_mode: dict) -> float:  # seconds per drafting step over seconds per plain token
-        return mode["seconds"] / mode["drafts"] / (plain_mode["seconds"] / plain_mode["tokens"])
 
     then = step_cost(was["oneiro"], was["plain"])
     gen = ", ".join(f"{a:g}" for a in new["generate_fixed_k"]["acceptance_by_position"])
@@ -437,10 +445,9 @@ def vllm_k1() -> list[str]:
     v, c = run["vllm"], run["conditions"]
     assert c["quiet"] and c["k"] == 1 and c["drafter_weights_sha256"] == shipped_sha256("qwen2.5-coder-1.5b-instruct")
     plain, oneiro = v["plain"], v["oneiro"]
-    step = oneiro["seconds"] / oneiro["drafts"] / (plain["seconds"] / plain["tokens"])
+    step = step_cost(oneiro, plain)
     k3 = record("docs/benchmarks/vllm_qwen15_shipped.json")["vllm"]
-    step3 = k3["oneiro"]["seconds"] / k3["oneiro"]["drafts"] / (k3["plain"]["seconds"] / k3["plain"]["tokens"])
-    return [f"where k = 3's cost {step3:.2f}",
+    return [f"where k = 3's cost {step_cost(k3['oneiro'], k3['plain']):.2f}",
             (f"plain ran {plain['tokens_per_s']:.2f} tokens/s and the shipped drafter {oneiro['tokens_per_s']:.2f}, "
              f"**{x(oneiro['tokens_per_s'] / plain['tokens_per_s'])}** plain"),
             (f"({oneiro['tokens_per_step']:.2f} tokens per step, the first draft token accepted "
@@ -454,7 +461,7 @@ def vllm_k2(plain: dict) -> list[str]:
     run = record("docs/benchmarks/vllm_qwen15_k2.json")
     c, oneiro = run["conditions"], run["vllm"]["oneiro"]
     assert c["quiet"] and c["k"] == 2 and c["drafter_weights_sha256"] == shipped_sha256("qwen2.5-coder-1.5b-instruct")
-    step = oneiro["seconds"] / oneiro["drafts"] / (plain["seconds"] / plain["tokens"])
+    step = step_cost(oneiro, plain)
     return [(f"k = 2 ran {oneiro['tokens_per_s']:.2f} tokens/s, {x(oneiro['tokens_per_s'] / plain['tokens_per_s'])} "
              f"that plain engine, {oneiro['tokens_per_step']:.2f} tokens per step, a drafting step at {step:.2f} plain "
              f"steps, {oneiro['tokens']} tokens as plain's {plain['tokens']}")]
@@ -462,8 +469,7 @@ def vllm_k2(plain: dict) -> list[str]:
 
 def host_t2() -> list[str]:
     """t(2)/t(1) and t(1) of the 1.5B's two one-thread profiles at a 200-token context, days apart."""
-    base = "docs/benchmarks/current/qwen2.5-coder-1.5b-instruct"
-    then, now = (record(f"{base}/{name}.json") for name in ("profile_ctx200", "profile_ctx200_later"))
+    then, now = qwen15_profiles()
     assert then["context_len"] == now["context_len"] == 200 and then["threads"] == now["threads"] == 1
     t2 = [p["ratios"]["2"] for p in (then, now, then["stock"], now["stock"])]
     assert abs(then["t1_s"] - now["t1_s"]) < 0.01
@@ -1108,8 +1114,7 @@ def suffix_memory_more() -> list[str]:
               f"where the profile's t(k) averages {suffix['mean_verify_cost']:.2f} t(1) against "
               f"{tree['mean_verify_cost']:.2f}"),
              f"the prefills, {suffix['untimed_s']:.0f} s and {tree['untimed_s']:.0f} s outside the timers there"]
-    base = "docs/benchmarks/current/qwen2.5-coder-1.5b-instruct"
-    then, now = (record(f"{base}/{name}.json")["ratios"] for name in ("profile_ctx200", "profile_ctx200_later"))
+    then, now = (profile["ratios"] for profile in qwen15_profiles())
     assert record(f"docs/benchmarks/{qwen}/profile.json")["ratios"] == then  # the runs were priced with it
     rows.append(f"has t(2..5)/t(1) = {now['2']:.2f} to {now['5']:.2f}\nwhere that one had {then['2']:.2f} to "
                 f"{then['5']:.2f}".replace("\n", " "))
