@@ -79,6 +79,9 @@ def generate_fixed_k(target_name: str, drafter_dir: str, prompts: list[list[int]
                               max_new_tokens)
 
 
+MODES = ("plain", "ngram", "oneiro")  # what --modes may name; plain is the reference the others' texts are compared with
+
+
 def summarize(result: dict, plain_tokens: list[list[int]] | None) -> dict:
     produced = sum(len(t) for t in result["tokens"])
     summary = {"tokens": produced, "seconds": round(sum(result["seconds"]), 3),
@@ -112,6 +115,9 @@ def main() -> None:
     if args.worker:
         worker(args.worker)
         return
+    chosen = args.modes.split(",")
+    if set(chosen) - set(MODES):
+        parser.error(f"unknown --modes {sorted(set(chosen) - set(MODES))}: choose from {', '.join(MODES)}")
     from transformers import AutoTokenizer
 
     from oneiro_hf import __version__
@@ -135,11 +141,13 @@ def main() -> None:
                       "prompt_lookup_max": 4},
             "oneiro": {"method": "eagle3", "model": str(folder), "num_speculative_tokens": args.k},
         }
-        chosen = args.modes.split(",")
         results = {name: run_mode(target_dir, spec, prompts, args) for name, spec in modes.items() if name in chosen}
     generate = generate_fixed_k(args.target, args.drafter, prompts, args.k, args.max_new_tokens,
                                 os.cpu_count() or 1)
-    plain_tokens = results["plain"]["tokens"] if "plain" in results else results["oneiro"]["tokens"]
+    # texts are compared with plain's only where a plain engine ran in this invocation; without one, generate's
+    # tokens are compared with the first mode that ran, and the record's field names which
+    plain_tokens = results["plain"]["tokens"] if "plain" in results else None
+    reference = "plain" if "plain" in results else next(iter(results))
     import torch
     import vllm
 
@@ -172,8 +180,10 @@ def main() -> None:
         record["accepted_per_prompt"] = {"vllm": results["oneiro"]["accepted_per_prompt"],
                                          "generate": generate["accepted_per_prompt"],
                                          "generate_short_drafts_fully_accepted": generate["short_drafts_fully_accepted"]}
-    record["generate_fixed_k"]["same_tokens_as_vllm_plain"] = sum(
-        a == b for a, b in zip(generate["tokens"], plain_tokens))
+    record["generate_fixed_k"][f"same_tokens_as_vllm_{reference}"] = sum(
+        a == b for a, b in zip(generate["tokens"], results[reference]["tokens"]))
+    if plain_tokens is None:
+        record["conditions"]["texts_compared_with_plain"] = False  # no plain engine ran beside these modes
     text = json.dumps(record, indent=2) + "\n"
     print(text)
     if args.out:
