@@ -453,28 +453,67 @@ def test_ngram_index_offers_several_occurrences() -> None:
         NgramIndex(1, 2).continuations(2, 2)
 
 
-def test_the_back_off_learns_only_from_passes_where_the_drafter_drafted_alone() -> None:
-    """Beside lookup branches a pass's gain is mostly lookup's (and each call was priced before it was made), so
-    only a pass where the drafter drafted alone tells the back-off what the drafter is worth."""
+def test_the_back_off_credits_the_drafter_with_what_its_own_nodes_won() -> None:
+    """Beside lookup (or memory) branches the back-off learns what the drafter's call added: the tokens won from
+    its first accepted node on (less the bonus token the pass would have yielded there anyway), minus the width its
+    nodes added to the pass and the call; drafted alone, that is the whole round against a one-token step."""
     model = make_model("llama", layers=2, hidden=32, vocab=64)
     drafter = OneiroDrafter.from_target(model)
     settings = EngineView.from_drafting_settings(DraftingSettings.from_config(drafter.config))
-    policy = DraftPolicyState()
-    drafting = SequenceEngine(drafter, settings, policy, DraftStats(), set(), max_length=32)
-    policy.pin_profile({1: 1.0, 2: 1.2, 3: 1.3, 4: 1.4}, 1.0, 0.1)
 
-    def run(tree: TokenTree, alone: bool) -> None:
-        verdict = Verdict([1, 2], [6, 7, 9], [torch.zeros(1, 64)] * 3)  # two drafted tokens accepted, one bonus
-        draft = Draft(tree, calls=1, seconds=0.1, lead_token=6, drafted_alone=alone)
-        drafting.learn(draft, verdict, 3, policy.verify_time)
+    def saved(tree: TokenTree, drafter_nodes: set[int], path: list[int]) -> float:
+        """The back-off's profit after one round accepting `path` (all drafted tokens, then a bonus)."""
+        policy = DraftPolicyState()
+        policy.pin_profile({1: 1.0, 2: 1.2, 3: 1.3, 4: 1.4}, 1.0, 0.1)  # one call: 0.1 t(1)
+        engine = SequenceEngine(drafter, settings, policy, DraftStats(), set(), max_length=32)
+        tokens = [tree.nodes[i].token for i in path] + [9]
+        draft = Draft(tree, calls=1, seconds=0.1, lead_token=6, drafter_nodes=tree.below(drafter_nodes))
+        engine.learn(draft, Verdict(path, tokens, [torch.zeros(1, 64)] * len(tokens)), len(tokens),
+                     policy.verify_time)
+        return policy.backoff.profit_s / PROFIT_EMA
 
     both = TokenTree.with_root(5)
-    both.add_path(0, [6, 7], [0.9, 0.8], "lookup", ngram=3)
-    both.add(0, 8, 0.5, "latent", confidence=0.5)
-    run(both, alone=False)
-    assert policy.backoff.profit_s == 0.0
+    both.add_path(0, [6, 7], [0.9, 0.8], "lookup", ngram=3)  # nodes 1, 2
+    both.add(0, 8, 0.5, "latent", confidence=0.5)  # node 3, the drafter's
+    # lookup's path won: the drafter's node widened the pass from 3 to 4 tokens (0.1 t(1)) and its call cost 0.1
+    assert saved(both, {3}, [1, 2]) == pytest.approx(-0.2)
+    below = TokenTree.with_root(5)
+    below.add(0, 6, 0.9, "lookup", ngram=3)  # node 1
+    below.add(1, 7, 0.5, "latent", confidence=0.5)  # node 2: the drafter's guess where lookup's branch ends
+    below.add(2, 8, 0.5, "lookup", ngram=3)  # node 3: lookup continuing it, which exists only because of it
+    assert below.below({2}) == {2, 3}
+    # 4 tokens where lookup alone would have yielded 2 (its token, then the target's): 2 won for 2 nodes of width
+    # (t(4) - t(2) = 0.2) and a call (0.1)
+    assert saved(below, {2}, [1, 2, 3]) == pytest.approx(2 - 0.3)
     latent = TokenTree.with_root(5)
     latent.add(0, 6, 0.9, "latent", confidence=0.9)
     latent.add(1, 7, 0.8, "latent", confidence=0.8)
-    run(latent, alone=True)  # 3 tokens for a 3-node pass (1.3 t(1)) and one call (0.1 t(1)): 1.6 t(1) saved
-    assert policy.backoff.profit_s == pytest.approx(PROFIT_EMA * 1.6)
+    # alone: 3 tokens for a 3-node pass (1.3 t(1)) and one call (0.1 t(1)): 1.6 t(1) saved
+    assert saved(latent, {1, 2}, [1, 2]) == pytest.approx(1.6)
+    assert saved(latent, {1, 2}, []) == pytest.approx(-0.3 - 0.1)  # nothing accepted: its width and call lost
+
+
+def test_a_draft_marks_the_nodes_the_drafter_added_through_the_cost_models_cut() -> None:
+    """`Draft.drafter_nodes` holds, in the tree as verified (after the cut renumbers it), the nodes the drafter's
+    turn added and those below them: all of a latent draft, none of a lookup draft, and in a hybrid draft none
+    of the lookup branches hung before the drafter's turn."""
+    model = make_model("llama", layers=2, hidden=32, vocab=64)
+    drafter = OneiroDrafter.from_target(model)
+    ids = torch.tensor([[3, 4, 5, 6, 7, 3, 4, 5, 6, 7, 3, 4]])  # "3 4" was followed by "5 6 7" twice
+    with torch.no_grad():
+        out = model(ids[:, :-1], output_hidden_states=drafter.hidden_states_request)
+    drafts = {}
+    drafter.config.cost_aware, drafter.config.min_draft_confidence = False, 0.0  # a random drafter's nodes kept
+    for mode in ("latent", "lookup", "hybrid"):
+        drafter.config.draft_mode = mode
+        settings = EngineView.from_drafting_settings(DraftingSettings.from_config(drafter.config))
+        engine = SequenceEngine(drafter, settings, DraftPolicyState(), DraftStats(), set(), max_length=32)
+        engine.observe(out.hidden_states, slice(None))
+        drafts[mode] = draft = engine.draft(ids, DraftPolicyState().verify_time)
+        assert draft.size > 0, mode
+        assert draft.tree.below(draft.drafter_nodes) == draft.drafter_nodes
+    assert drafts["latent"].calls and drafts["latent"].drafter_nodes == frozenset(range(1, len(drafts["latent"].tree)))
+    assert not drafts["lookup"].calls and drafts["lookup"].drafter_nodes == frozenset()
+    hybrid = drafts["hybrid"]
+    copied = [i for i in hybrid.tree.children[0].values() if hybrid.tree.nodes[i].source == "lookup"]
+    assert copied and not set(copied) & hybrid.drafter_nodes

@@ -20,15 +20,15 @@ if TYPE_CHECKING:  # annotations only
 class Draft:
     """One round's proposal: tree, the candidates; calls, drafter forwards spent (what a pinned profile prices);
     seconds, wall time spent drafting; lead_token, the drafter's likeliest token below the root (None: the drafter
-    was not called); drafted_alone, the drafter was called where lookup hung no branch, so the pass measures it
-    alone; chain, the tree is one path verified as a chain; start, the sequence length when drafting began (the
+    was not called); drafter_nodes, the nodes the drafter's call added and those hanging below them (what the
+    tree would lack without the call); chain, the tree is one path verified as a chain; start, the sequence length when drafting began (the
     position of the first drafted token)."""
 
     tree: TokenTree
     calls: int = 0
     seconds: float = 0.0
     lead_token: int | None = None
-    drafted_alone: bool = False
+    drafter_nodes: frozenset[int] = frozenset()
     chain: bool = False
     start: int = 0
 
@@ -54,6 +54,13 @@ class Draft:
         if self.chain:
             return {self.source_of(1)} if self.size else set()
         return {node.source for node in self.tree.nodes[1:]}
+
+    def drafter_gain(self, accepted: list[int], kept: int) -> int:
+        """Tokens of the `kept` a pass yielded that it would not have yielded without the drafter's nodes: from the
+        first accepted drafter node on, less one (without it, the pass would have stopped there and yielded the
+        target's token in its place). `accepted`: the accepted node indices, root's child first."""
+        first = next((j for j, node in enumerate(accepted) if node in self.drafter_nodes), None)
+        return 0 if first is None else kept - 1 - first
 
     def extended(self) -> bool:
         """Whether lookup continued a latent token somewhere in the draft (hybrid's lookup after latent)."""

@@ -95,22 +95,25 @@ class SequenceEngine:
             for source in self.sources:
                 source.propose(tree, draft_round)
             choose = choose_path if settings.chain else choose_nodes
-            tree = tree.keep(choose(tree, verify_time if settings.cost_aware else None, settings.max_nodes))
-        return Draft(tree, draft_round.calls, timer.seconds, draft_round.lead_token, draft_round.drafted_alone,
+            chosen = sorted({0, *choose(tree, verify_time if settings.cost_aware else None, settings.max_nodes)})
+            drafter_nodes = {new for new, old in enumerate(chosen) if old in draft_round.drafter_nodes}
+            tree = tree.keep(chosen)
+        return Draft(tree, draft_round.calls, timer.seconds, draft_round.lead_token, tree.below(drafter_nodes),
                      settings.chain, input_ids.shape[1])
 
     def learn(self, draft: Draft, verdict: Verdict, kept: int, verify_time: VerifyTime) -> None:
         """Calibration, each source's lesson, the back-off and statistics from one verified round of `kept` tokens
         (the pass's time is learned by the loop, which knows what the pass verified).
 
-        The back-off learns only from passes where the drafter drafted alone: beside lookup branches most of a
-        pass's gain is lookup's. Calls made there are priced before they are made, or are the periodic retries
-        that keep `latent_lead` measured (`LatentSource._pays`)."""
+        The back-off is taught what the drafter's call added to the pass (`Draft.drafter_gain`): beside lookup or
+        memory branches only the tokens its own nodes won and the pass width they took count, so a pass that
+        other sources' branches carried neither credits nor blames the drafter beyond its nodes and its call."""
         tree, policy = draft.tree, self.policy
         calibrate(tree, verdict, kept, policy)
         for source in self.sources:
             source.learn(draft, verdict, kept)
-        if draft.drafted_alone and self.settings.cost_aware:
-            policy.observe_drafter(kept, len(tree), draft.seconds, draft.calls, verify_time)
+        if draft.calls and self.settings.cost_aware:
+            policy.observe_drafter(draft.drafter_gain(verdict.path[: kept - 1], kept), len(tree),
+                                   len(draft.drafter_nodes), draft.seconds, draft.calls, verify_time)
         # as in chains: the last token a pass yields counts as the target's own
         self.stats.record_round(draft, verdict.path[: kept - 1])

@@ -251,13 +251,16 @@ class DraftPolicyState:
         return self.memory_by_share[key]
 
     # -------------------------------------------------------------- the back-off's evidence
-    def observe_drafter(self, kept: int, pass_tokens: int, seconds: float, calls: int,
+    def observe_drafter(self, gained: int, pass_tokens: int, drafter_tokens: int, seconds: float, calls: int,
                         verify_time: Callable[[int], float]) -> None:
-        """Teach the back-off what one verified round the drafter drafted saved: the `kept` tokens it yielded at
-        t(1) each, minus its pass of `pass_tokens` tokens and its drafting (`drafting_cost`). verify_time: t(k),
-        or a batch row's share of t(k, B)."""
-        spent = verify_time(pass_tokens) + self.drafting_cost(seconds, calls)
-        self.backoff.observe(kept * verify_time(1) - spent)
+        """Teach the back-off what one drafter call saved in a verified round: the `gained` tokens its nodes won
+        (`Draft.drafter_gain`) at t(1) each, minus the width its `drafter_tokens` nodes added to a pass of
+        `pass_tokens` tokens and its drafting (`drafting_cost`). Where the drafter drafted alone this is the
+        round's tokens at t(1) each minus the whole pass and the drafting. verify_time: t(k), or a batch row's
+        share of t(k, B)."""
+        width = verify_time(pass_tokens) - verify_time(pass_tokens - drafter_tokens)
+        spent = width + self.drafting_cost(seconds, calls)
+        self.backoff.observe(gained * verify_time(1) - spent)
 
 
 def pass_rates(rows: Sequence[Sequence[float]], verify_time: Callable[[int], float],

@@ -53,7 +53,7 @@ class DraftRound:
     index: NgramIndex  # the sequence's tokens so far, n-gram indexed
     calls: int = 0  # drafter forwards made this round
     lead_token: int | None = None  # the drafter's likeliest first token (None: not called)
-    drafted_alone: bool = False  # the drafter was called on a tree no other source had hung a branch in
+    drafter_nodes: range = range(0)  # the tree's nodes the drafter's turn added (empty: it was not called)
     lookup_branches: int = 0  # how many different continuations lookup keeps (the settings' `lookup_branches`)
 
     @cached_property
@@ -109,7 +109,7 @@ class LatentSource:
 
     def propose(self, tree: TokenTree, draft_round: DraftRound) -> None:
         settings, policy, depth = self.settings, self.policy, draft_round.depth
-        alone = len(tree) == 1
+        before = len(tree)
         if depth <= 0:
             return
         if not policy.backoff.admit(settings.cost_aware, lambda: self._pays(tree, depth, draft_round.verify_time)):
@@ -120,10 +120,10 @@ class LatentSource:
             cost_aware=settings.cost_aware, verify_time=draft_round.verify_time,
         )
         draft_round.calls, draft_round.lead_token = draft_round.calls + calls, lead
-        draft_round.drafted_alone = alone and calls > 0
         if settings.mode == "hybrid" and settings.lookup_after_latent:
             add_lookup_after_latent(tree, draft_round.index, max_depth=depth, leaves=settings.beam,
                                     min_ngram=settings.lookup_min_ngram, policy=policy, eos_ids=self.eos_ids)
+        draft_round.drafter_nodes = range(before, len(tree))
 
     def _pays(self, tree: TokenTree, depth: int, verify_time: VerifyTime) -> bool:
         """Whether a call beside the branches already in `tree` pays (asked by the back-off, `Backoff.admit`, only

@@ -87,6 +87,14 @@ class TokenTree:
             index = self.nodes[index].parent
         return path[::-1]
 
+    def below(self, indices: set[int] | range) -> frozenset[int]:
+        """`indices` and every node hanging below one of them (node order is topological: one pass)."""
+        marked: set[int] = set()
+        for i, node in enumerate(self.nodes):
+            if i in indices or node.parent in marked:
+                marked.add(i)
+        return frozenset(marked)
+
     def sibling_rank(self, index: int) -> int:
         """0 for its parent's likeliest child (by value, ties by node order), 1 for the next, ... (statistics: how
         far down its siblings an accepted node was)."""
