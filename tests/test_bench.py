@@ -691,6 +691,13 @@ def test_breakdown_prices_drafter_calls_when_the_profile_has_a_drafter_step_cost
     lookup = result["methods"]["oneiro-lookup"]["overall"]  # lookup drafts cost no drafter calls
     assert lookup["modelled_with_drafting"] == pytest.approx(lookup["modelled_speedup"])
     assert lookup["drafter_calls_per_pass"] == 0
+    # a profile without a drafter step cost prices no call, but the calls are still counted
+    profile.write_text(json.dumps({"t1_s": 0.01, "ratios": ratios}))
+    assert bench_cli.main(["breakdown", "--run", str(out), "--latency-profile", str(profile)]) == 0
+    unpriced = json.loads((out / "breakdown.json").read_text())["methods"]["oneiro-latent-fixed-2"]["overall"]
+    assert "modelled_with_drafting" not in unpriced
+    assert unpriced["drafter_calls_per_pass"] == pytest.approx(row["drafter_calls_per_pass"])
+    assert row["drafter_calls_per_pass"] > 0
 
 
 def test_breakdown_refuses_what_it_cannot_read(env, tmp_path, capsys):

@@ -151,9 +151,10 @@ def _row(t: dict[str, float], greedy: dict[str, float], call_ratio: float | None
     verify_s = t["verify_units"] * sec_per_unit
     other_s = t["wall_s"] - verify_s - t["draft_s"]
     greedy_cost = greedy["verify_units"] / greedy["tokens"]  # t(1) units per token of plain decoding
-    priced = {} if call_ratio is None or t["calls_unknown"] else {
+    # drafter calls are counted wherever the answers recorded them; pricing them needs the profile's call ratio
+    counted = {} if t["calls_unknown"] else {"drafter_calls_per_pass": t["drafter_calls"] / t["passes"]}
+    priced = {} if call_ratio is None or not counted else {
         "modelled_with_drafting": greedy_cost * t["tokens"] / (t["verify_units"] + t["drafter_calls"] * call_ratio),
-        "drafter_calls_per_pass": t["drafter_calls"] / t["passes"],
     }
     # what generate's own timers measured (oneiro-* methods): a pass's seconds as it ran, and what no timer saw
     # (the prefill, the loop around the passes), which the priced split above mixes into "other"
@@ -174,6 +175,7 @@ def _row(t: dict[str, float], greedy: dict[str, float], call_ratio: float | None
         "verify_share": verify_s / t["wall_s"],
         "draft_share": t["draft_s"] / t["wall_s"],
         "other_share": other_s / t["wall_s"],
+        **counted,
         **priced,
         **timed,
     }
