@@ -456,6 +456,25 @@ def vllm_k1() -> list[str]:
             f"a drafting step cost {step:.2f} plain steps"] + vllm_k2(plain) + host_t2()
 
 
+@figures("docs/benchmarks.md", "In vLLM")
+def vllm_k1_ngram() -> list[str]:
+    """plain, vLLM's `ngram` and the shipped 1.5B drafter at k = 1 in one run (vllm_qwen15_k1_ngram.json)."""
+    run = record("docs/benchmarks/vllm_qwen15_k1_ngram.json")
+    v, c = run["vllm"], run["conditions"]
+    assert c["quiet"] and c["k"] == 1 and c["drafter_weights_sha256"] == shipped_sha256("qwen2.5-coder-1.5b-instruct")
+    plain, ngram, oneiro = v["plain"], v["ngram"], v["oneiro"]
+    assert ngram["identical_to_plain"] == oneiro["identical_to_plain"] == 13
+    k3 = record("docs/benchmarks/vllm_qwen15_shipped.json")["vllm"]
+    return [(f"plain {plain['tokens_per_s']:.2f} tokens/s, `ngram` {ngram['tokens_per_s']:.2f} "
+             f"({x(ngram['tokens_per_s'] / plain['tokens_per_s'])} plain; it drafted at {ngram['drafts']} steps, "
+             f"{pct(ngram['acceptance_by_position'][0], 1)} accepted), the shipped drafter "
+             f"{oneiro['tokens_per_s']:.2f} ({x(oneiro['tokens_per_s'] / plain['tokens_per_s'])} plain, "
+             f"**{x(oneiro['tokens_per_s'] / ngram['tokens_per_s'])}** `ngram`)"),
+            f"`ngram` at k = 3 ran {x(k3['ngram']['tokens_per_s'] / k3['plain']['tokens_per_s'])} plain",
+            f"All three modes at k = {c['k']} in one run", f"hours after the k = {c['k']} run above",
+            f"whose plain engine ran {record('docs/benchmarks/vllm_qwen15_k1.json')['vllm']['plain']['tokens_per_s']:.2f}"]
+
+
 def vllm_k2(plain: dict) -> list[str]:
     """k = 2 (vllm_qwen15_k2.json, the oneiro mode alone) against the plain engine of the k = 1 run, `plain`."""
     run = record("docs/benchmarks/vllm_qwen15_k2.json")
@@ -1119,6 +1138,33 @@ def suffix_memory_more() -> list[str]:
     rows.append(f"has t(2..5)/t(1) = {now['2']:.2f} to {now['5']:.2f}\nwhere that one had {then['2']:.2f} to "
                 f"{then['5']:.2f}".replace("\n", " "))
     return rows
+
+
+@figures("docs/benchmarks.md", "Suffix memory on repeated tasks")
+def suffix_memory_credit() -> list[str]:
+    """The runs with the back-off that credits each drafter call with its own nodes' tokens (suffix_memory/README.md)."""
+    rows = []
+    for label, run in (("SmolLM2, command-line scripts, quiet", "suffix_memory/cli_smollm2_credit"),
+                       ("SmolLM2, Spec-Bench, beside the next run on the other core", "suffix_memory/specbench_credit"),
+                       ("the 1.5B, command-line scripts, beside that run and unit tests", "suffix_memory/cli_qwen15_credit")):
+        config, o = summary(run)["config"], overall(run)
+        tree, suffix = o["oneiro-tree"], o["oneiro-suffix"]
+        assert not summary(run)["lossless_violations"] and suffix["identical_to_greedy"] == tree["identical_to_greedy"] == 1.0
+        calls = {m: drafter_calls_per_pass(run, m) for m in ("oneiro-tree", "oneiro-suffix")}
+        rows.append(f"| {label}, {config['n_questions']} x {config['max_new_tokens']} | {x(tree[SAME])} | "
+                    f"{x(suffix[SAME])} | **{x(suffix['tokens_per_s'] / tree['tokens_per_s'])}** | "
+                    f"{tree['mean_accepted_tokens']:.2f}, {suffix['mean_accepted_tokens']:.2f} | "
+                    f"{calls['oneiro-tree']:.2f}, {calls['oneiro-suffix']:.2f} |")
+    before = drafter_calls_per_pass("suffix_memory/cli_smollm2_fresh", "oneiro-suffix")
+    rows.append(f"called it {before:.2f} times a pass")
+    second = halves_ratio("suffix_memory/cli_qwen15_credit")[1]
+    rows.append(f"{x(second)} on the second half of the 1.5B's scripts")
+    return rows
+
+
+def drafter_calls_per_pass(run: str, method: str) -> float:
+    """A method's drafter calls per verification pass in a run, as `oneiro-bench breakdown` counted them."""
+    return record(f"docs/benchmarks/{run}/breakdown.json")["methods"][method]["overall"]["drafter_calls_per_pass"]
 
 
 def halves_ratio(run: str) -> tuple[float, float]:
