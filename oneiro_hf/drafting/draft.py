@@ -21,8 +21,8 @@ class Draft:
     """One round's proposal: tree, the candidates; calls, drafter forwards spent (what a pinned profile prices);
     seconds, wall time spent drafting; lead_token, the drafter's likeliest token below the root (None: the drafter
     was not called); drafter_nodes, the nodes the drafter's call added and those hanging below them (what the
-    tree would lack without the call); chain, the tree is one path verified as a chain; start, the sequence length when drafting began (the
-    position of the first drafted token)."""
+    tree would lack without the call); chain, the tree is one path verified as a chain; start, the sequence length
+    when drafting began (the position of the first drafted token)."""
 
     tree: TokenTree
     calls: int = 0
