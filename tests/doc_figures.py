@@ -387,6 +387,14 @@ def in_vllm() -> list[str]:
     return out
 
 
+def vllm_qwen15_run(name: str, k: int) -> tuple[dict, dict]:
+    """A quiet vllm_bench record of the shipped 1.5B drafter at `k` draft tokens: its modes and its conditions."""
+    run = record(f"docs/benchmarks/{name}.json")
+    c = run["conditions"]
+    assert c["quiet"] and c["k"] == k and c["drafter_weights_sha256"] == shipped_sha256("qwen2.5-coder-1.5b-instruct")
+    return run["vllm"], c
+
+
 def step_cost(mode: dict, plain_mode: dict) -> float:
     """A vLLM drafting step's seconds over a plain step's (seconds per plain token), from two modes of vllm_bench."""
     return mode["seconds"] / mode["drafts"] / (plain_mode["seconds"] / plain_mode["tokens"])
@@ -441,9 +449,7 @@ def vllm_shipped_rerun() -> list[str]:
 @figures("docs/benchmarks.md", "In vLLM")
 def vllm_k1() -> list[str]:
     """The shipped 1.5B drafter in vLLM with k = 1, beside a plain engine of the same run (vllm_qwen15_k1.json)."""
-    run = record("docs/benchmarks/vllm_qwen15_k1.json")
-    v, c = run["vllm"], run["conditions"]
-    assert c["quiet"] and c["k"] == 1 and c["drafter_weights_sha256"] == shipped_sha256("qwen2.5-coder-1.5b-instruct")
+    v, _ = vllm_qwen15_run("vllm_qwen15_k1", 1)
     plain, oneiro = v["plain"], v["oneiro"]
     step = step_cost(oneiro, plain)
     k3 = record("docs/benchmarks/vllm_qwen15_shipped.json")["vllm"]
@@ -459,9 +465,7 @@ def vllm_k1() -> list[str]:
 @figures("docs/benchmarks.md", "In vLLM")
 def vllm_k1_ngram() -> list[str]:
     """plain, vLLM's `ngram` and the shipped 1.5B drafter at k = 1 in one run (vllm_qwen15_k1_ngram.json)."""
-    run = record("docs/benchmarks/vllm_qwen15_k1_ngram.json")
-    v, c = run["vllm"], run["conditions"]
-    assert c["quiet"] and c["k"] == 1 and c["drafter_weights_sha256"] == shipped_sha256("qwen2.5-coder-1.5b-instruct")
+    v, c = vllm_qwen15_run("vllm_qwen15_k1_ngram", 1)
     plain, ngram, oneiro = v["plain"], v["ngram"], v["oneiro"]
     assert ngram["identical_to_plain"] == oneiro["identical_to_plain"] == 13
     k3 = record("docs/benchmarks/vllm_qwen15_shipped.json")["vllm"]
@@ -477,9 +481,7 @@ def vllm_k1_ngram() -> list[str]:
 
 def vllm_k2(plain: dict) -> list[str]:
     """k = 2 (vllm_qwen15_k2.json, the oneiro mode alone) against the plain engine of the k = 1 run, `plain`."""
-    run = record("docs/benchmarks/vllm_qwen15_k2.json")
-    c, oneiro = run["conditions"], run["vllm"]["oneiro"]
-    assert c["quiet"] and c["k"] == 2 and c["drafter_weights_sha256"] == shipped_sha256("qwen2.5-coder-1.5b-instruct")
+    oneiro = vllm_qwen15_run("vllm_qwen15_k2", 2)[0]["oneiro"]
     step = step_cost(oneiro, plain)
     return [(f"k = 2 ran {oneiro['tokens_per_s']:.2f} tokens/s, {x(oneiro['tokens_per_s'] / plain['tokens_per_s'])} "
              f"that plain engine, {oneiro['tokens_per_step']:.2f} tokens per step, a drafting step at {step:.2f} plain "
@@ -1102,13 +1104,9 @@ def suffix_memory_more() -> list[str]:
                        ("the 1.5B, extraction", "suffix_memory/repeated24_qwen15"),
                        (f"the 1.5B, {cli}", "suffix_memory/cli_qwen15"),
                        (f"SmolLM2, {cli}, again, quiet, priced with a fresh profile", "suffix_memory/cli_smollm2_fresh")):
-        config, o = summary(run)["config"], overall(run)
-        tree, suffix = o["oneiro-tree"], o["oneiro-suffix"]
-        taus.append(suffix["mean_accepted_tokens"] / tree["mean_accepted_tokens"])
-        assert not summary(run)["lossless_violations"] and suffix["identical_to_greedy"] == 1.0
-        rows.append(f"| {label}, {config['n_questions']} x {config['max_new_tokens']} | {x(tree[SAME])} | "
-                    f"{x(suffix[SAME])} | **{x(suffix['tokens_per_s'] / tree['tokens_per_s'])}** | "
-                    f"{tree['mean_accepted_tokens']:.2f}, {suffix['mean_accepted_tokens']:.2f} |")
+        o = overall(run)
+        taus.append(o["oneiro-suffix"]["mean_accepted_tokens"] / o["oneiro-tree"]["mean_accepted_tokens"])
+        rows.append(memory_row(label, run))
     batch = summary("suffix_memory/batch4_smollm2")
     b = str(batch["batch_sizes"][0])
     tree, suffix = (batch["throughput"][m][b] for m in ("oneiro-tree", "oneiro-suffix"))
@@ -1147,19 +1145,25 @@ def suffix_memory_credit() -> list[str]:
     for label, run in (("SmolLM2, command-line scripts, quiet", "suffix_memory/cli_smollm2_credit"),
                        ("SmolLM2, Spec-Bench, beside the next run on the other core", "suffix_memory/specbench_credit"),
                        ("the 1.5B, command-line scripts, beside that run and unit tests", "suffix_memory/cli_qwen15_credit")):
-        config, o = summary(run)["config"], overall(run)
-        tree, suffix = o["oneiro-tree"], o["oneiro-suffix"]
-        assert not summary(run)["lossless_violations"] and suffix["identical_to_greedy"] == tree["identical_to_greedy"] == 1.0
+        assert overall(run)["oneiro-tree"]["identical_to_greedy"] == 1.0
         calls = {m: drafter_calls_per_pass(run, m) for m in ("oneiro-tree", "oneiro-suffix")}
-        rows.append(f"| {label}, {config['n_questions']} x {config['max_new_tokens']} | {x(tree[SAME])} | "
-                    f"{x(suffix[SAME])} | **{x(suffix['tokens_per_s'] / tree['tokens_per_s'])}** | "
-                    f"{tree['mean_accepted_tokens']:.2f}, {suffix['mean_accepted_tokens']:.2f} | "
-                    f"{calls['oneiro-tree']:.2f}, {calls['oneiro-suffix']:.2f} |")
+        rows.append(f"{memory_row(label, run)} {calls['oneiro-tree']:.2f}, {calls['oneiro-suffix']:.2f} |")
     before = drafter_calls_per_pass("suffix_memory/cli_smollm2_fresh", "oneiro-suffix")
     rows.append(f"called it {before:.2f} times a pass")
     second = halves_ratio("suffix_memory/cli_qwen15_credit")[1]
     rows.append(f"{x(second)} on the second half of the 1.5B's scripts")
     return rows
+
+
+def memory_row(label: str, run: str) -> str:
+    """A suffix-memory run as a table row: questions x tokens, tree and suffix vs same-kernel greedy, suffix / tree,
+    tau of each; every suffix output identical to greedy's."""
+    config, o = summary(run)["config"], overall(run)
+    tree, suffix = o["oneiro-tree"], o["oneiro-suffix"]
+    assert not summary(run)["lossless_violations"] and suffix["identical_to_greedy"] == 1.0
+    return (f"| {label}, {config['n_questions']} x {config['max_new_tokens']} | {x(tree[SAME])} | "
+            f"{x(suffix[SAME])} | **{x(suffix['tokens_per_s'] / tree['tokens_per_s'])}** | "
+            f"{tree['mean_accepted_tokens']:.2f}, {suffix['mean_accepted_tokens']:.2f} |")
 
 
 def drafter_calls_per_pass(run: str, method: str) -> float:
