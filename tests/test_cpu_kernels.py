@@ -143,6 +143,33 @@ def test_a_bfloat16_target_runs_exact_with_every_linear_from_one_row(units: bool
     assert _is_stock(model)
 
 
+def test_an_exact_block_whose_linears_round_rows_by_row_count_is_not_exact_and_says_why(monkeypatch) -> None:
+    """`exact` is checked, not assumed: where a linear's rows get other bits in a call of three rows or more than
+    alone (a stand-in for a kernel chosen by row count), the block reports itself not exact and warns once, naming
+    the shapes and the fix; with the real kernels the same block is exact."""
+    model = make_model("llama")
+    with cpu_kernels(model, exact=True) as kernels:
+        assert kernels.exact
+    real = prepacked_linear._onednn_linear
+
+    def by_row_count(x, packed, bias):
+        out = real(x, packed, bias)
+        return out if x.shape[0] < 3 else out * (1 + torch.finfo(out.dtype).eps)
+
+    monkeypatch.setattr(prepacked_linear, "_onednn_linear", by_row_count)
+    monkeypatch.setattr(prepacked_linear, "_agree", {})
+    importlib.import_module("oneiro_hf.kernels.cpu")._said.discard(("rows", torch.float32))
+    shapes = sorted({(m.out_features, m.in_features) for m in _linears(model)})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            with cpu_kernels(model, exact=True) as kernels:
+                assert kernels.exact_attention and kernels.from_one_row == len(_linears(model)) and not kernels.exact
+    said = [str(w.message) for w in caught if "row count of the call" in str(w.message)]
+    assert len(said) == 1 and str(shapes) in said[0] and "Fix:" in said[0]
+    assert _is_stock(model)
+
+
 def test_without_the_16_bit_kernel_a_cpu_without_units_copies_to_float32_and_says_why(monkeypatch) -> None:
     monkeypatch.setattr(half_linear, "has_units", lambda dtype: dtype == torch.float32)
     broken = NativeKernel("half_linear.c", "oneiro_half_linear", [])

@@ -270,3 +270,23 @@ def test_a_16_bit_layer_without_units_rounds_once_and_keeps_each_rows_bits(dtype
     assert torch.allclose(out.float(), ref, atol=2e-2, rtol=2e-2)
     rows = torch.cat([prepacked_linear.prepacked_forward(layer, x[i:i + 1], 1) for i in range(9)])
     assert torch.equal(rows, out)
+
+
+def test_one_row_on_onednn_has_the_bits_it_has_inside_a_pass() -> None:
+    """oneDNN computes a single row on its matrix-vector kernel, which sums in another order than its kernel for
+    several rows (seen on an AVX-512 EPYC in float32 and bfloat16, these shapes included): a one-row call runs as two,
+    so a one-token step gives a row the bits a verification pass gives it, and `rows_agree` finds every probed row
+    count in agreement. bfloat16 runs oneDNN only where the CPU has bfloat16 units (elsewhere `half_linear`)."""
+    dtypes = [torch.float32] + [d for d in (torch.bfloat16,) if half_linear.has_units(d)]
+    for dtype in dtypes:
+        for in_features, out_features in ((576, 1536), (1536, 576)):
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(in_features, out_features)).to(dtype)
+            layer = model[0]
+            x = torch.randn(33, in_features).to(dtype)
+            with torch.no_grad(), decided_min_rows(lambda layer: 1), prepacked_linears(model):
+                assert "forward" in vars(layer), "the layer runs prepacked from one row"
+                whole = layer(x)
+                alone = torch.cat([layer(x[i:i + 1]) for i in range(x.shape[0])])
+                assert torch.equal(alone, whole), (dtype, in_features, out_features)
+                assert prepacked_linear.rows_agree(layer)

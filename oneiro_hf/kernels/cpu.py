@@ -12,7 +12,8 @@ that use "sdpa": a pass of several tokens reads each key/value head of the cache
 separates speculation from the kernels. Results differ from stock kernels' by float32 summation order only (a
 near-tie between two logits can break the other way). bfloat16 and float16 targets run exact instead: exact
 attention, and linears that give each row the same bits at every row count (oneDNN in their own dtype where the CPU
-has units for it, else `half_linear` over the stored weights: "exact attention + 16-bit linears (...)").
+has units for it, a single row run as two, else `half_linear` over the stored weights: "exact attention + 16-bit
+linears (...)"), checked per weight shape on the CPU they run on.
 docs/api.md (`cpu_kernels`) and docs/design.md give more.
 """
 
@@ -35,6 +36,7 @@ from .prepacked_linear import (
     prepacked_layers,
     prepacked_linears,
     release_packed,
+    rows_agree,
 )
 
 STOCK = "stock"
@@ -73,7 +75,9 @@ def cpu_kernels(model: torch.nn.Module, prepack: bool = True, max_memory: float 
     """Run `model` on oneiro-hf's kernels inside the block; yields what was applied. With `exact` (None: for
     bfloat16 and float16 targets) a CPU target's attention runs on `exact_attention` in every pass, one-token steps
     included, so each row of a verification pass has the bits a one-token step gives it, and a float32 target's
-    linears run prepacked from one row on (oneDNN's rows do not depend on the row count; MKL's do); otherwise
+    linears run prepacked from one row on (oneDNN's rows do not depend on the row count once a single row runs as
+    two; MKL's do); every linear's rows are then checked per shape (`rows_agree`): where they differ the block
+    says why and reports `exact` False; otherwise
     grouped attention, and on float32 CPU targets with `prepack` linears prepacked from the row count measured to
     pay, their copies capped at `max_memory` times the model's own bytes when given. The model is restored on exit
     and on error; blocks may nest and overlap across threads (the last one to end restores). Anything but a
@@ -94,8 +98,14 @@ def cpu_kernels(model: torch.nn.Module, prepack: bool = True, max_memory: float 
         half = bool(layers) and half_linear.applies(dtype)
         if layers and packed_dtype(dtype) != dtype and not half:
             _say_no_16_bit_units(dtype, layers)
-        # float32 F.linear (MKL) rounds one row differently from several; 16-bit F.linear and oneDNN's calls do not
+        # float32 F.linear (MKL) rounds one row differently from several; the rest is checked per shape on this CPU
         same_rows = from_one_row == len(layers) and (dtype != torch.float32 or len(layers) == linears)
+        if exact_on and same_rows:
+            differing = sorted({(m.out_features, m.in_features) for m in model.modules()
+                                if type(m) is torch.nn.Linear and not rows_agree(m)})
+            if differing:
+                _say_rows_differ(dtype, differing, prepacked=bool(layers))
+            same_rows = not differing
         yield Kernels(
             grouped_attention=getattr(model.config, "_attn_implementation", None) == ATTENTION_NAME,
             prepacked=len(layers),
@@ -107,7 +117,7 @@ def cpu_kernels(model: torch.nn.Module, prepack: bool = True, max_memory: float 
         )
 
 
-_said: set[torch.dtype] = set()
+_said: set = set()  # warnings given in this process: a dtype, or ("rows", dtype)
 
 
 def _say_no_16_bit_units(dtype: torch.dtype, layers) -> None:
@@ -128,6 +138,24 @@ def _say_no_16_bit_units(dtype: torch.dtype, layers) -> None:
         "install a C compiler with OpenMP (gcc) for the 16-bit kernel; or, to keep memory down, pass "
         "oneiro_prepack_cpu_weights=False (cpu_kernels(prepack=False)) or cap the copies with "
         "oneiro_prepack_max_memory.",
+        RuntimeWarning, stacklevel=3)
+
+
+def _say_rows_differ(dtype: torch.dtype, shapes: list[tuple[int, int]], prepacked: bool) -> None:
+    """Once per dtype and process: some linear layers give a row other bits alone than inside a pass here, so the
+    block is not exact (`Kernels.exact` is False)."""
+    if ("rows", dtype) in _said:
+        return
+    _said.add(("rows", dtype))
+    name = str(dtype).removeprefix("torch.")
+    route = "oneDNN's prepacked" if prepacked else "torch's"
+    fix = ("report the CPU and torch version to oneiro-hf; outputs stay exact where no near-tie occurs" if prepacked
+           else "leave prepacking on (oneiro_prepack_cpu_weights=True, cpu_kernels(prepack=True)), which runs one "
+           "row as two")
+    warnings.warn(
+        f"on this CPU {route} {name} linears of shape(s) {shapes} (out, in) round a row differently by the row "
+        "count of the call, so a verification pass does not give each token a one-token step's bits and, at a "
+        f"near-tie between two logits, a {name} output can part from greedy's. Fix: {fix}.",
         RuntimeWarning, stacklevel=3)
 
 

@@ -96,10 +96,21 @@ def _linear_on_packed(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor 
     """x (rows, in) @ weight.T + bias, weight reordered by `packed_weight`: (rows, out) in x's dtype."""
     if packed.dtype == x.dtype and half_linear.applies(x.dtype):
         return half_linear.half_linear(x, packed, bias)
-    if packed.dtype == x.dtype:
-        return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
-    bias = None if bias is None else bias.to(packed.dtype)
-    return torch.ops.mkldnn._linear_pointwise(x.to(packed.dtype), packed, bias, "none", [], "").to(x.dtype)
+    if packed.dtype != x.dtype:
+        bias = None if bias is None else bias.to(packed.dtype)
+        return _onednn_linear(x.to(packed.dtype), packed, bias).to(x.dtype)
+    return _onednn_linear(x, packed, bias)
+
+
+def _onednn_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """oneDNN's linear on a reordered weight, x (rows, in) -> (rows, out). One row runs as two (the row twice):
+    oneDNN computes a single row on a matrix-vector kernel that sums in another order than its kernel for several
+    rows (on an AVX-512 EPYC, float32 and bfloat16 alike), so a one-token step would round differently from the
+    same row in a verification pass; from two rows on each row's bits do not depend on the row count
+    (`rows_agree` checks it per shape)."""
+    if x.shape[0] == 1:
+        return torch.ops.mkldnn._linear_pointwise(x.expand(2, -1).contiguous(), packed, bias, "none", [], "")[:1]
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
 def _measured(layer: torch.nn.Linear) -> tuple[float, float]:
@@ -141,12 +152,36 @@ def decided_min_rows(rule: Callable[[torch.nn.Linear], float | None]) -> Iterato
 @contextmanager
 def every_row(model: torch.nn.Module) -> Iterator[None]:
     """Inside the block every linear layer of `model` that a `prepacked_linears` block entered inside it swaps in
-    runs prepacked from one row on, untimed: oneDNN's prepacked call gives each row the same bits whatever the row
-    count, where F.linear (MKL) computes one row differently from several, so one-token steps and verification
-    passes agree row for row (`cpu_kernels(exact=True)`). Other models' layers keep their rules or timings."""
+    runs prepacked from one row on, untimed: oneDNN's prepacked call (a single row run as two, `_onednn_linear`)
+    gives each row the same bits whatever the row count, where F.linear (MKL) computes one row differently from
+    several, so one-token steps and verification passes agree row for row (`cpu_kernels(exact=True)`, which checks
+    it per shape with `rows_agree`). Other models' layers keep their rules or timings."""
     layers = {id(m) for m in model.modules() if type(m) is torch.nn.Linear}
     with decided_min_rows(lambda layer: 1 if id(layer) in layers else None):
         yield
+
+
+PROBE_ROWS = 40  # rows of the reference call `rows_agree` compares smaller calls with
+PROBE_COUNTS = (1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 33)  # row counts it compares, at the start and further in
+_agree: dict[tuple[int, int, bool, int, torch.dtype, bool], bool] = {}
+
+
+@torch.no_grad()
+def rows_agree(layer: torch.nn.Linear) -> bool:
+    """Whether `layer`, as it runs now (its prepacked forward inside a block, else F.linear), gives each input row
+    the same bits whatever the row count of the call: every `PROBE_COUNTS` rows, taken at the start and further in
+    from one random input of `PROBE_ROWS` rows, against that input's rows in one call. What an exact block
+    (`cpu_kernels(exact=True)`) promises of its linears; kernels choose their code by row count, so it is checked
+    once per weight shape, dtype, thread count and route in a process, not assumed."""
+    key = (layer.out_features, layer.in_features, layer.bias is not None, torch.get_num_threads(),
+           layer.weight.dtype, "forward" in vars(layer))
+    if key not in _agree:
+        generator = torch.Generator().manual_seed(0)
+        x = torch.randn(PROBE_ROWS, layer.in_features, generator=generator).to(layer.weight.dtype)
+        whole = layer(x)
+        _agree[key] = all(torch.equal(layer(x[start:start + rows].clone()), whole[start:start + rows])
+                          for rows in PROBE_COUNTS for start in {0, min(rows + 1, PROBE_ROWS - rows)})
+    return _agree[key]
 
 
 def measured_min_rows(layer: torch.nn.Linear) -> float:
