@@ -1260,3 +1260,42 @@ def bfloat16_batches() -> list[str]:
         found += [f"{model}: {n} of {n} rows of each, and {_rows(min(alone), n)} prompts alone",
                   f"{model} {_rows(blocks['oneiro-greedy']['identical_rows_to_batched_greedy'], n)}"]
     return found
+
+
+ZEN5_MEMORY = (("SmolLM2, float32", "suffix_memory/zen5_cli_smollm2_f32"),
+               ("SmolLM2, bfloat16", "suffix_memory/zen5_cli_smollm2_bf16"),
+               ("the 1.5B, bfloat16", "suffix_memory/zen5_cli_qwen15_bf16"))
+
+
+@figures("docs/benchmarks.md", "Suffix memory on repeated tasks")
+def suffix_memory_zen5() -> list[str]:
+    """The memory on the Zen 5 EPYC with bfloat16 units (suffix_memory/README.md, its last section): a row per run, with
+    the halves, drafter calls and transformers' prompt lookup; every tree and memory output equal to same-kernel
+    greedy's."""
+    rows = []
+    for label, run in ZEN5_MEMORY:
+        config, o = summary(run)["config"], overall(run)
+        assert not {"oneiro-tree", "oneiro-suffix"} & set(summary(run)["lossless_violations"])
+        tree, suffix = o["oneiro-tree"], o["oneiro-suffix"]
+        first, second = halves_ratio(run)
+        calls = {m: drafter_calls_per_pass(run, m) for m in ("oneiro-tree", "oneiro-suffix")}
+        rows.append(f"| {label}, {config['n_questions']} x {config['max_new_tokens']} | {x(tree[SAME])} | "
+                    f"{x(suffix[SAME])} | **{x(suffix['tokens_per_s'] / tree['tokens_per_s'])}** "
+                    f"({first:.2f}, {second:.2f}) | {tree['mean_accepted_tokens']:.2f}, "
+                    f"{suffix['mean_accepted_tokens']:.2f} | {calls['oneiro-tree']:.2f}, {calls['oneiro-suffix']:.2f} | "
+                    f"{x(suffix['tokens_per_s'] / o['hf-lookup']['tokens_per_s'])} |")
+    qwen = overall("suffix_memory/zen5_cli_qwen15_bf16")
+    rows.append(f"ran {x(qwen['oneiro-suffix']['speedup_vs_greedy'])} stock bfloat16 greedy "
+                f"({qwen['oneiro-suffix']['tokens_per_s']:.2f} tokens/s against {qwen['greedy']['tokens_per_s']:.2f})")
+    t8 = [record(f"docs/benchmarks/{run}/profile.json")["ratios"]["8"] for _, run in ZEN5_MEMORY]
+    rows.append(f"(float32 on oneiro-hf's kernels: t(8) = {t8[0]:.2f}\nt(1) for SmolLM2; bfloat16 on the exact kernels: "
+                f"t(8) = {t8[1]:.2f} t(1) for SmolLM2 and {t8[2]:.2f} t(1) for the 1.5B)".replace("\n", " "))
+    ratio = [overall(run)["oneiro-suffix"]["tokens_per_s"] / overall(run)["oneiro-tree"]["tokens_per_s"]
+             for _, run in ZEN5_MEMORY]
+    rows += [f"so its ratio stays at {x(ratio[0])}\nand {x(ratio[1])}".replace("\n", " "),
+             (f"{x(halves_ratio(ZEN5_MEMORY[2][1])[1])} the tree on the run's second half; over the whole run "
+              f"{x(ratio[2])}, short of")]
+    parted = [len(summary(run)["lossless_violation_questions"]["hf-lookup"]) for _, run in ZEN5_MEMORY[1:]]
+    sizes = [summary(run)["config"]["n_questions"] for _, run in ZEN5_MEMORY[1:]]
+    rows.append(f"on {parted[0]} of {sizes[0]} and {parted[1]} of\n{sizes[1]} questions".replace("\n", " "))
+    return rows
