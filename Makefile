@@ -29,7 +29,7 @@ VLLM_STAMP := $(VLLM_VENV)/.oneiro-installed
 # thread pinning on a shared machine
 VLLM_ENV := LD_PRELOAD=$(abspath $(VLLM_VENV))/lib/libiomp5.so VLLM_CPU_KVCACHE_SPACE=2 VLLM_CPU_OMP_THREADS_BIND=nobind
 
-.PHONY: setup models models-large demo test test-fast test-large test-oldest test-vllm lint bench clean
+.PHONY: setup models models-large demo test test-fast test-large test-oldest test-vllm vllm-suffix lint bench clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -96,6 +96,21 @@ test-oldest: $(OLDEST_STAMP)
 test-vllm: $(VLLM_STAMP) models
 	$(VLLM_ENV) $(VLLM_PY) -m pytest -q -p no:cacheprovider tests_vllm
 
+# vLLM's `suffix` method (scripts/vllm_bench.py and vllm_load_bench.py, --modes suffix) needs arctic-inference, published
+# as a source distribution only; its setup imports torch and its one compiled part is the suffix tree (nanobind, C++20).
+# Built in a throwaway environment, the wheel goes into the vLLM lane without dependencies. Not part of `make test-vllm`.
+ARCTIC_PIN ?= arctic-inference==0.3.0
+ARCTIC_BUILD ?= $(abspath .venv-arctic-build)
+vllm-suffix: $(VLLM_STAMP)
+	$(PYTHON) -m venv $(ARCTIC_BUILD)
+	$(ARCTIC_BUILD)/bin/python -m pip install -q --upgrade pip
+	$(ARCTIC_BUILD)/bin/python -m pip install -q "$(TORCH_PIN)" nanobind==2.9.2 cmake ninja setuptools wheel grpcio-tools
+	rm -rf $(ARCTIC_BUILD)/wheel
+	PATH=$(ARCTIC_BUILD)/bin:$$PATH CMAKE_ARGS="-DPython_EXECUTABLE=$(ARCTIC_BUILD)/bin/python" \
+		$(ARCTIC_BUILD)/bin/python -m pip wheel -q --no-build-isolation --no-deps -w $(ARCTIC_BUILD)/wheel "$(ARCTIC_PIN)"
+	$(VLLM_PY) -m pip install -q --no-deps --force-reinstall $(ARCTIC_BUILD)/wheel/arctic_inference-*.whl
+	$(VLLM_PY) -c "from arctic_inference.suffix_decoding import SuffixDecodingCache"
+
 lint: setup
 	$(VENV)/bin/ruff check oneiro_hf tests examples scripts
 
@@ -103,4 +118,4 @@ bench: models
 	$(PY) -m oneiro_hf.bench --questions $(BENCH_QUESTIONS) --per-category 3 --max-new-tokens 128 --out runs/bench
 
 clean:
-	rm -rf $(VENV) $(OLDEST_VENV) $(VLLM_VENV) runs .pytest_cache
+	rm -rf $(VENV) $(OLDEST_VENV) $(VLLM_VENV) $(ARCTIC_BUILD) runs .pytest_cache

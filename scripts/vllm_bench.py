@@ -1,6 +1,6 @@
-"""docs/benchmarks.md, "In vLLM": vLLM plain vs vLLM `ngram` vs vLLM + an exported oneiro drafter on Spec-Bench
-questions, with acceptance by draft position and tokens/s, beside the same drafter's fixed-k latent drafting in
-transformers' generate on the same prompts (acceptance only).
+"""docs/benchmarks.md, "In vLLM": vLLM plain vs vLLM `ngram` (and `suffix`) vs vLLM + an exported oneiro
+drafter on Spec-Bench questions, with acceptance by draft position and tokens/s, beside the same drafter's fixed-k
+latent drafting in transformers' generate on the same prompts and dtype (acceptance only).
 
 Run with .venv-vllm (make test-vllm builds it) and the CPU environment of docs/serving.md:
 
@@ -66,7 +66,7 @@ def run_mode(target: str, spec: dict | None, prompts: list[list[int]], args) -> 
 
 
 def generate_fixed_k(target_name: str, drafter_dir: str, prompts: list[list[int]], k: int, max_new_tokens: int,
-                     threads: int) -> dict:
+                     threads: int, dtype: str) -> dict:
     """The drafter's fixed-k latent drafting in transformers' generate on the same prompts: acceptance only."""
     import torch
 
@@ -74,12 +74,14 @@ def generate_fixed_k(target_name: str, drafter_dir: str, prompts: list[list[int]
     from oneiro_hf.loading import load_target
 
     torch.set_num_threads(threads)
-    model, _ = load_target(target_name, "float32")
+    model, _ = load_target(target_name, dtype)
     return fixed_k_acceptance(model, OneiroDrafter.from_pretrained(drafter_dir, target=model), prompts, k,
                               max_new_tokens)
 
 
-MODES = ("plain", "ngram", "oneiro")  # what --modes may name; plain is the reference the others' texts are compared with
+# what --modes may name; plain is the reference the others' texts are compared with. `suffix` is vLLM's
+# SuffixDecoding (it needs the arctic-inference package; it picks its own draft length per step, up to its tree depth)
+MODES = ("plain", "ngram", "suffix", "oneiro")
 
 
 def summarize(result: dict, plain_tokens: list[list[int]] | None) -> dict:
@@ -139,11 +141,12 @@ def main() -> None:
             "plain": None,
             "ngram": {"method": "ngram", "num_speculative_tokens": args.k, "prompt_lookup_min": 2,
                       "prompt_lookup_max": 4},
+            "suffix": {"method": "suffix"},
             "oneiro": {"method": "eagle3", "model": str(folder), "num_speculative_tokens": args.k},
         }
         results = {name: run_mode(target_dir, spec, prompts, args) for name, spec in modes.items() if name in chosen}
     generate = generate_fixed_k(args.target, args.drafter, prompts, args.k, args.max_new_tokens,
-                                os.cpu_count() or 1)
+                                os.cpu_count() or 1, args.dtype)
     # texts are compared with plain's only where a plain engine ran in this invocation; without one, generate's
     # tokens are compared with the first mode that ran, and the record's field names which
     plain_tokens = results["plain"]["tokens"] if "plain" in results else None
@@ -152,8 +155,8 @@ def main() -> None:
     import vllm
 
     record = {
-        "what": "vLLM plain vs ngram vs the exported oneiro drafter, batch size 1, greedy; generate: the same "
-                "drafter's fixed-k latent drafting on the same prompts (acceptance only)",
+        "what": "vLLM plain vs ngram (and suffix) vs the exported oneiro drafter, batch size 1, greedy; generate: "
+                "the same drafter's fixed-k latent drafting on the same prompts and dtype (acceptance only)",
         "conditions": {
             "machine": f"{cpu_model()}, {os.cpu_count()} cores",
             "quiet": args.quiet,  # nothing else ran beside it (the caller says so; the load averages check it)
@@ -164,8 +167,8 @@ def main() -> None:
             "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE"),
             "target": args.target, "drafter": os.path.relpath(args.drafter, ROOT), "k": args.k,
             "drafter_weights_sha256": weights_sha256(args.drafter),
-            "ngram": modes["ngram"], "questions": f"Spec-Bench, first {args.per_category} of each category "
-                                                   f"({len(prompts)}), first turn",
+            "ngram": modes["ngram"], "suffix": modes["suffix"] if "suffix" in chosen else None,
+            "questions": f"Spec-Bench, first {args.per_category} of each category ({len(prompts)}), first turn",
             "max_new_tokens": args.max_new_tokens, "date": time.strftime("%Y-%m-%d"),
             "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # at start and end
         },
