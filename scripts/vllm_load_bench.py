@@ -89,6 +89,25 @@ def load_level(server: VllmServer, questions: list[str], clients: int, max_token
 
 
 def run_mode(name: str, spec: dict | None, target: str, questions: list[str], args, logs: Path) -> dict:
+    """One server per mode, every concurrency level on it in turn; with `--server-per-level` a new server for each
+    level, so that a method that remembers earlier requests (vLLM's `suffix` caches every response) does not answer
+    a level's questions from the level before, which sends the same ones."""
+    if args.server_per_level and len(args.clients) > 1:
+        parts = [run_levels(name, spec, target, questions, [clients], args, logs / f"{clients}") for clients in
+                 args.clients]
+        failed = next((part for part in parts if "unavailable" in part), None)
+        if failed:
+            return failed
+        return {"start_seconds": [part["start_seconds"] for part in parts],
+                "levels": [level for part in parts for level in part["levels"]],
+                "exit_status": [part["exit_status"] for part in parts], "speculative_config": spec,
+                "server_per_level": True}
+    return run_levels(name, spec, target, questions, args.clients, args, logs)
+
+
+def run_levels(name: str, spec: dict | None, target: str, questions: list[str], levels_to_run: list[int], args,
+               logs: Path) -> dict:
+    logs.mkdir(parents=True, exist_ok=True)
     server = VllmServer(sys.executable, target, logs / f"{name}.log", speculative_config=spec, dtype=args.dtype,
                         max_model_len=args.max_model_len, extra=server_extra(args),
                         eager=not args.compiled)
@@ -103,7 +122,7 @@ def run_mode(name: str, spec: dict | None, target: str, questions: list[str], ar
         started = round(time.perf_counter() - start, 1)
         server.chat([{"role": "user", "content": "Say hello."}], 8)  # warm-up, not counted
         levels = []
-        for clients in args.clients:
+        for clients in levels_to_run:
             level = load_level(server, questions, clients, args.max_new_tokens)
             print(f"[{name}] {clients:>2} clients: {level['output_tokens_per_s']} tok/s, latency p50 "
                   f"{level['latency_s']['p50']} s, spec {level['spec']}", flush=True)
@@ -194,9 +213,15 @@ def main() -> None:
                         help="keep vLLM's compiled graphs (a GPU); default: --enforce-eager (a CPU, short start)")
     parser.add_argument("--interleave", action="store_true",
                         help="every mode's server at once, levels run mode after mode (a machine whose load changes)")
+    parser.add_argument("--server-per-level", action="store_true",
+                        help="start a new server for each concurrency level (each level sends the same questions: "
+                             "a method with a cross-request cache, vLLM's suffix, would otherwise replay them)")
     parser.add_argument("--dry-run", action="store_true", help="check inputs, export, print commands; no server")
     args = parser.parse_args()
     args.clients = [int(c) for c in args.clients.split(",")]
+    if args.interleave and args.server_per_level:
+        parser.error("--interleave keeps one server per mode up for every level; --server-per-level starts one per "
+                     "level. Fix: choose one.")
     from transformers import AutoTokenizer  # noqa: F401  (fails early outside a transformers environment)
 
     from oneiro_hf import __version__
@@ -232,6 +257,7 @@ def main() -> None:
             "max_new_tokens": args.max_new_tokens, "clients": args.clients, "date": time.strftime("%Y-%m-%d %H:%M"),
             "LD_PRELOAD": os.path.basename(os.environ.get("LD_PRELOAD", "")) or None,
             "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
+            "server_per_level": args.server_per_level,
         }
         results: dict[str, dict] = {}
         if args.interleave:

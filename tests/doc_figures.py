@@ -1299,3 +1299,36 @@ def suffix_memory_zen5() -> list[str]:
     sizes = [summary(run)["config"]["n_questions"] for _, run in ZEN5_MEMORY[1:]]
     rows.append(f"on {parted[0]} of {sizes[0]} and {parted[1]} of\n{sizes[1]} questions".replace("\n", " "))
     return rows
+
+
+@figures("docs/benchmarks.md", "In vLLM")
+def vllm_qwen15_bf16_zen5() -> list[str]:
+    """The 1.5B in bfloat16 in vLLM on the Zen 5 EPYC: plain, ngram, suffix and the shipped drafter at k = 3, one
+    request at a time (vllm_qwen15_bf16_zen5.json), as a table and the sentences below it."""
+    modes, c = vllm_qwen15_run("vllm_qwen15_bf16_zen5", 3)
+    assert c["dtype"] == "bfloat16" and c["suffix"] == {"method": "suffix"}
+    plain = modes["plain"]["tokens_per_s"]
+    prompts = int(re.search(r"\((\d+)\)", c["questions"]).group(1))
+    names = {"plain": "plain", "ngram": "`ngram` (n-grams 2-4)", "suffix": "`suffix` (vLLM's SuffixDecoding)",
+             "oneiro": "the shipped drafter (`eagle3`)"}
+    rows = []
+    for mode, label in names.items():
+        m = modes[mode]
+        if mode == "plain":
+            rows.append(f"| {label} | {plain:.2f} | 1.00x | - | - | 1 | - |")
+            continue
+        by_position = ", ".join(f"{a:g}" for a in m["acceptance_by_position"][:3])
+        rows.append(f"| {label} | {m['tokens_per_s']:.2f} | {x(m['tokens_per_s'] / plain)} | {m['drafts']} | "
+                    f"{by_position} | {m['tokens_per_step']:g} | {m['identical_to_plain']}/{prompts} |")
+    best = max(modes["ngram"]["tokens_per_s"], modes["suffix"]["tokens_per_s"])
+    oneiro = modes["oneiro"]
+    rows += [f"{x(oneiro['tokens_per_s'] / plain)} vLLM plain",
+             f"{x(oneiro['tokens_per_s'] / best)} the best of vLLM's own",
+             f"a drafting step cost {step_cost(oneiro, modes['plain']):.2f} plain steps"]
+    parted = sorted({prompts - modes[m]["identical_to_plain"] for m in ("ngram", "suffix", "oneiro")})
+    rows += [f"the same {prompts} questions x {c['max_new_tokens']} new tokens",
+             f"at a near-tie on {' or '.join(map(str, parted))} of {prompts} questions"]
+    generate = record("docs/benchmarks/vllm_qwen15_bf16_zen5.json")["generate_fixed_k"]
+    rows.append("`generate` on the same prompts in bfloat16: "
+                + ", ".join(f"{a:g}" for a in generate["acceptance_by_position"]))
+    return rows

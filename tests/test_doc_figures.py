@@ -187,6 +187,8 @@ NOT_MEASURED = [
     ("docs/benchmarks.md", "In vLLM", "(the targets were >= 1.15x and >=", "goals"),
     ("docs/benchmarks.md", "In vLLM", "With k = 1 (record", "a setting"),
     ("docs/benchmarks.md", "Suffix memory on repeated tasks", "were priced with was taken on Dec 3", "a date"),
+    ("docs/benchmarks.md", "In vLLM", "on a 2-core Zen 5 EPYC with avx512_bf16, quiet",
+     "the machine: its core count and CPU generation (the record names it)"),
     ("docs/benchmarks.md", "Suffix memory on repeated tasks", "On a 2-core Zen 5 EPYC with bfloat16 units",
      "the machine: its core count and CPU generation (the records name it)"),
     ("docs/benchmarks.md", "In vLLM", "at a 200-token context ([Dec 3]", "a setting and a date"),
