@@ -1332,3 +1332,19 @@ def vllm_qwen15_bf16_zen5() -> list[str]:
     rows.append("`generate` on the same prompts in bfloat16: "
                 + ", ".join(f"{a:g}" for a in generate["acceptance_by_position"]))
     return rows
+
+
+@figures("docs/benchmarks.md", "Suffix memory on repeated tasks")
+def suffix_memory_zen5_specbench() -> list[str]:
+    """Spec-Bench single requests with the memory on, on the Zen 5 EPYC (suffix_memory/README.md, its last section):
+    the goal's `>= 0.98x` the tree without it; every tree and memory output equal to same-kernel greedy's."""
+    rows = []
+    for label, run in (("Spec-Bench, SmolLM2, float32", "suffix_memory/zen5_specbench_smollm2_f32"),
+                       ("Spec-Bench, the 1.5B, bfloat16", "suffix_memory/zen5_specbench_qwen15_bf16")):
+        config, o = summary(run)["config"], overall(run)
+        assert not {"oneiro-tree", "oneiro-suffix"} & set(summary(run)["lossless_violations"])
+        tree, suffix = o["oneiro-tree"], o["oneiro-suffix"]
+        rows.append(f"| {label}, {config['n_questions']} x {config['max_new_tokens']} | {x(tree[SAME])} | "
+                    f"{x(suffix[SAME])} | **{x(suffix['tokens_per_s'] / tree['tokens_per_s'])}** | "
+                    f"{tree['mean_accepted_tokens']:.2f}, {suffix['mean_accepted_tokens']:.2f} |")
+    return rows
