@@ -93,11 +93,11 @@ def run_mode(name: str, spec: dict | None, target: str, questions: list[str], ar
     level, so that a method that remembers earlier requests (vLLM's `suffix` caches every response) does not answer
     a level's questions from the level before, which sends the same ones."""
     if args.server_per_level and len(args.clients) > 1:
-        parts = [run_levels(name, spec, target, questions, [clients], args, logs / f"{clients}") for clients in
-                 args.clients]
-        failed = next((part for part in parts if "unavailable" in part), None)
-        if failed:
-            return failed
+        parts = []
+        for clients in args.clients:
+            parts.append(run_levels(name, spec, target, questions, [clients], args, logs / f"{clients}"))
+            if "unavailable" in parts[-1]:  # the next levels' servers would not start either
+                return parts[-1]
         return {"start_seconds": [part["start_seconds"] for part in parts],
                 "levels": [level for part in parts for level in part["levels"]],
                 "exit_status": [part["exit_status"] for part in parts], "speculative_config": spec,

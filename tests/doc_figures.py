@@ -1156,11 +1156,16 @@ def suffix_memory_credit() -> list[str]:
 
 
 def memory_row(label: str, run: str) -> str:
+    """A suffix-memory run as a table row (`memory_cells`); every suffix output identical to stock greedy's."""
+    assert not summary(run)["lossless_violations"] and overall(run)["oneiro-suffix"]["identical_to_greedy"] == 1.0
+    return memory_cells(label, run)
+
+
+def memory_cells(label: str, run: str) -> str:
     """A suffix-memory run as a table row: questions x tokens, tree and suffix vs same-kernel greedy, suffix / tree,
-    tau of each; every suffix output identical to greedy's."""
+    tau of each."""
     config, o = summary(run)["config"], overall(run)
     tree, suffix = o["oneiro-tree"], o["oneiro-suffix"]
-    assert not summary(run)["lossless_violations"] and suffix["identical_to_greedy"] == 1.0
     return (f"| {label}, {config['n_questions']} x {config['max_new_tokens']} | {x(tree[SAME])} | "
             f"{x(suffix[SAME])} | **{x(suffix['tokens_per_s'] / tree['tokens_per_s'])}** | "
             f"{tree['mean_accepted_tokens']:.2f}, {suffix['mean_accepted_tokens']:.2f} |")
@@ -1341,10 +1346,6 @@ def suffix_memory_zen5_specbench() -> list[str]:
     rows = []
     for label, run in (("Spec-Bench, SmolLM2, float32", "suffix_memory/zen5_specbench_smollm2_f32"),
                        ("Spec-Bench, the 1.5B, bfloat16", "suffix_memory/zen5_specbench_qwen15_bf16")):
-        config, o = summary(run)["config"], overall(run)
         assert not {"oneiro-tree", "oneiro-suffix"} & set(summary(run)["lossless_violations"])
-        tree, suffix = o["oneiro-tree"], o["oneiro-suffix"]
-        rows.append(f"| {label}, {config['n_questions']} x {config['max_new_tokens']} | {x(tree[SAME])} | "
-                    f"{x(suffix[SAME])} | **{x(suffix['tokens_per_s'] / tree['tokens_per_s'])}** | "
-                    f"{tree['mean_accepted_tokens']:.2f}, {suffix['mean_accepted_tokens']:.2f} |")
+        rows.append(memory_cells(label, run))
     return rows
