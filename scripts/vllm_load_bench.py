@@ -10,8 +10,9 @@ Run it with .venv-vllm and the CPU environment of docs/serving.md (the server ru
         --out runs/vllm_load_smollm2.json
 
 `--dry-run` checks the inputs, exports the drafter and prints each server's command without starting one (the
-script a device lease runs first). Each mode gets a fresh server on the loopback interface, a warm-up request
-that is not counted, then every concurrency level in turn; the server is stopped before the next mode starts.
+script a device lease runs first). Each mode gets a fresh server on the loopback interface, then every
+concurrency level in turn, each after a warm-up at its concurrency that is not counted; the server is stopped
+before the next mode starts.
 A mode vLLM cannot start (e.g. `suffix` without the arctic-inference package) is recorded with the reason.
 Spec-Bench is evaluation data only.
 """
@@ -70,6 +71,16 @@ def gained(after: dict, before: dict) -> dict:
     return out
 
 
+def warm_up(server: VllmServer, clients: int, max_tokens: int) -> None:
+    """`clients` concurrent requests of staggered lengths, not counted: the batch shrinks from `clients` to one as
+    they finish, so the kernels for every batch shape the level will run are built before it is timed (a fresh
+    server's first level otherwise pays for them). The prompts are not Spec-Bench questions."""
+    lengths = [max(4, max_tokens * (i + 1) // clients) for i in range(clients)]
+    calls = [lambda n=n, i=i: server.chat([{"role": "user", "content": f"Count from {i} to {i + 40}."}], n)
+             for i, n in enumerate(lengths)]
+    concurrently(calls, clients)
+
+
 def load_level(server: VllmServer, questions: list[str], clients: int, max_tokens: int) -> dict:
     """Every question once, from `clients` concurrent clients: throughput, latency, the texts, the counters."""
     before = server.metrics()
@@ -120,9 +131,9 @@ def run_levels(name: str, spec: dict | None, target: str, questions: list[str], 
         return {"unavailable": reasons[0]}
     try:
         started = round(time.perf_counter() - start, 1)
-        server.chat([{"role": "user", "content": "Say hello."}], 8)  # warm-up, not counted
         levels = []
         for clients in levels_to_run:
+            warm_up(server, clients, args.max_new_tokens)
             level = load_level(server, questions, clients, args.max_new_tokens)
             print(f"[{name}] {clients:>2} clients: {level['output_tokens_per_s']} tok/s, latency p50 "
                   f"{level['latency_s']['p50']} s, spec {level['spec']}", flush=True)
@@ -148,12 +159,12 @@ def run_interleaved(chosen: list[str], modes: dict, target: str, questions: list
                 reasons = error_lines(server.log_tail(10**6)) or [str(failed).splitlines()[0]]
                 results[name] = {"unavailable": reasons[0]}
                 continue
-            server.chat([{"role": "user", "content": "Say hello."}], 8)  # warm-up, not counted
             servers[name] = server
             results[name] = {"levels": [], "speculative_config": modes[name]}
         for index, clients in enumerate(args.clients):
             order = list(servers) if index % 2 == 0 else list(reversed(servers))
             for name in order:
+                warm_up(servers[name], clients, args.max_new_tokens)
                 level = load_level(servers[name], questions, clients, args.max_new_tokens)
                 level["order"] = order.index(name)
                 print(f"[{name}] {clients:>2} clients: {level['output_tokens_per_s']} tok/s, latency p50 "
@@ -258,6 +269,7 @@ def main() -> None:
             "LD_PRELOAD": os.path.basename(os.environ.get("LD_PRELOAD", "")) or None,
             "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
             "server_per_level": args.server_per_level,
+            "warm_up": "before each level, at its concurrency (not counted)",
         }
         results: dict[str, dict] = {}
         if args.interleave:
