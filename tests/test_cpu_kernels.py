@@ -170,6 +170,41 @@ def test_an_exact_block_whose_linears_round_rows_by_row_count_is_not_exact_and_s
     assert _is_stock(model)
 
 
+def test_16_bit_linears_whose_rows_differ_by_row_count_move_to_the_16_bit_kernel_and_stay_exact(monkeypatch) -> None:
+    """Where the route a 16-bit linear takes rounds its rows by row count (a stand-in that perturbs calls of three
+    rows or more), the exact block moves those layers to `half_linear` on their stored weights, whose rows never
+    depend on the count: the block stays exact, says so once, and a pass gives each row a one-token step's bits."""
+    model = make_model("llama", dtype=torch.bfloat16)
+    real = prepacked_linear._linear_on_packed
+
+    def by_row_count(x, packed, bias):
+        out = real(x, packed, bias)
+        return out if x.shape[0] < 3 else out * 2
+
+    monkeypatch.setattr(prepacked_linear, "_linear_on_packed", by_row_count)
+    monkeypatch.setattr(prepacked_linear, "_agree", {})
+    monkeypatch.setattr(prepacked_linear, "_rows_alone", set())
+    importlib.import_module("oneiro_hf.kernels.cpu")._said.discard(("alone", torch.bfloat16))
+    linears = _linears(model)
+    ids = random_prompt(6, seed=3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            with cpu_kernels(model) as kernels, torch.no_grad():
+                assert kernels.exact and kernels.rows_alone == len(linears) and "16-bit kernel" in str(kernels)
+                assert all(prepacked_linear.rows_agree(m) for m in linears)
+                whole = model(ids).logits[0]
+                steps = [model(ids[:, : i + 1]).logits[0, -1] for i in range(ids.shape[1])]
+                assert all(torch.equal(step, row) for step, row in zip(steps, whole)), "a pass kept its rows"
+    said = [str(w.message) for w in caught if "16-bit kernel over the stored weights" in str(w.message)]
+    assert len(said) == 1 and str(sorted({(m.out_features, m.in_features) for m in linears})) in said[0]
+    assert "Fix" in said[0]
+    with warnings.catch_warnings():  # float32 has no 16-bit kernel to move to: the block is not exact
+        warnings.simplefilter("ignore")
+        with cpu_kernels(make_model("llama"), exact=True) as kernels:
+            assert not kernels.exact and kernels.rows_alone == 0
+
+
 def test_without_the_16_bit_kernel_a_cpu_without_units_copies_to_float32_and_says_why(monkeypatch) -> None:
     monkeypatch.setattr(half_linear, "has_units", lambda dtype: dtype == torch.float32)
     broken = NativeKernel("half_linear.c", "oneiro_half_linear", [])

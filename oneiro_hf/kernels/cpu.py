@@ -13,7 +13,8 @@ separates speculation from the kernels. Results differ from stock kernels' by fl
 near-tie between two logits can break the other way). bfloat16 and float16 targets run exact instead: exact
 attention, and linears that give each row the same bits at every row count (oneDNN in their own dtype where the CPU
 has units for it, a single row run as two, else `half_linear` over the stored weights: "exact attention + 16-bit
-linears (...)"), checked per weight shape on the CPU they run on.
+linears (...)"), checked per weight shape on the CPU they run on (a shape whose oneDNN rows differ moves to
+`half_linear`).
 docs/api.md (`cpu_kernels`) and docs/design.md give more.
 """
 
@@ -37,6 +38,8 @@ from .prepacked_linear import (
     prepacked_linears,
     release_packed,
     rows_agree,
+    run_rows_alone,
+    runs_alone,
 )
 
 STOCK = "stock"
@@ -53,6 +56,7 @@ class Kernels:
     exact_attention: bool = False  # attention ran on `exact_attention`: every query row as a one-token step has it
     exact: bool = False  # and every linear layer too (one kernel at every row count): passes give steps' bits
     half_linears: bool = False  # the prepacked layers run `half_linear` on their stored 16-bit weights (no copies)
+    rows_alone: int = 0  # layers moved to `half_linear` because oneDNN rounded their rows by row count here
 
     @property
     def is_stock(self) -> bool:
@@ -65,7 +69,8 @@ class Kernels:
         if self.prepacked:
             parts.append(f"{'16-bit' if self.half_linears else 'prepacked'} linears ({self.prepacked} of "
                          f"{self.linears} layers; "
-                         f"{self.from_one_row} from one row)")
+                         f"{self.from_one_row} from one row"
+                         f"{f'; {self.rows_alone} on the 16-bit kernel' if self.rows_alone else ''})")
         return " + ".join(parts)
 
 
@@ -101,8 +106,13 @@ def cpu_kernels(model: torch.nn.Module, prepack: bool = True, max_memory: float 
         # float32 F.linear (MKL) rounds one row differently from several; the rest is checked per shape on this CPU
         same_rows = from_one_row == len(layers) and (dtype != torch.float32 or len(layers) == linears)
         if exact_on and same_rows:
-            differing = sorted({(m.out_features, m.in_features) for m in model.modules()
-                                if type(m) is torch.nn.Linear and not rows_agree(m)})
+            failing = [m for m in model.modules() if type(m) is torch.nn.Linear and not rows_agree(m)]
+            if failing and layers:  # 16-bit shapes move to half_linear, whose rows never depend on the count
+                moved = run_rows_alone([m for m in failing if m in layers])
+                failing = [m for m in failing if not rows_agree(m)]
+                if moved and not failing:
+                    _say_rows_alone(dtype, sorted({(m.out_features, m.in_features) for m in moved}))
+            differing = sorted({(m.out_features, m.in_features) for m in failing})
             if differing:
                 _say_rows_differ(dtype, differing, prepacked=bool(layers))
             same_rows = not differing
@@ -114,10 +124,11 @@ def cpu_kernels(model: torch.nn.Module, prepack: bool = True, max_memory: float 
             exact_attention=bool(exact_on),
             exact=bool(exact_on) and same_rows,
             half_linears=half,
+            rows_alone=sum(runs_alone(m) for m in layers),
         )
 
 
-_said: set = set()  # warnings given in this process: a dtype, or ("rows", dtype)
+_said: set = set()  # warnings given in this process: a dtype, or ("rows", dtype), or ("alone", dtype)
 
 
 def _say_no_16_bit_units(dtype: torch.dtype, layers) -> None:
@@ -156,6 +167,20 @@ def _say_rows_differ(dtype: torch.dtype, shapes: list[tuple[int, int]], prepacke
         f"on this CPU {route} {name} linears of shape(s) {shapes} (out, in) round a row differently by the row "
         "count of the call, so a verification pass does not give each token a one-token step's bits and, at a "
         f"near-tie between two logits, a {name} output can part from greedy's. Fix: {fix}.",
+        RuntimeWarning, stacklevel=3)
+
+
+def _say_rows_alone(dtype: torch.dtype, shapes: list[tuple[int, int]]) -> None:
+    """Once per dtype and process: some 16-bit linears moved to `half_linear` to stay exact (slower than oneDNN)."""
+    if ("alone", dtype) in _said:
+        return
+    _said.add(("alone", dtype))
+    name = str(dtype).removeprefix("torch.")
+    warnings.warn(
+        f"on this CPU oneDNN's {name} linears of shape(s) {shapes} (out, in) round a row differently by the row "
+        "count of the call, so oneiro-hf runs them on its 16-bit kernel over the stored weights, whose rows do not "
+        "depend on the count: outputs stay greedy's, these layers run slower than oneDNN's. Fix (for speed, giving "
+        "up exactness at near-ties): pass oneiro_exact_kernels=False (cpu_kernels(exact=False)).",
         RuntimeWarning, stacklevel=3)
 
 
