@@ -135,6 +135,17 @@ def readme_settings() -> list[str]:
     return [f"(at 0.45 a float32 Qwen2.5-Coder-1.5B ran {layers} linear layers prepacked)"]
 
 
+@figures("README.md", "Modes and settings")
+def readme_memory() -> list[str]:
+    """The suffix memory's longer jobs (benchmarks.md, `suffix_memory_zen5_long`): suffix / tree per target."""
+    (_, smol), (_, qwen) = ZEN5_LONG
+    ratio = {run: overall(run)["oneiro-suffix"]["tokens_per_s"] / overall(run)["oneiro-tree"]["tokens_per_s"]
+             for run in (smol, qwen)}
+    return [f"On a job of {summary(qwen)['config']['n_questions']} command-line scripts",
+            f"ran {x(ratio[qwen])} faster\nwith it than the tree without it".replace("\n", " "),
+            f"{x(ratio[smol])} over {summary(smol)['config']['n_questions']}"]
+
+
 @figures("README.md", "Reference targets (no Hub needed)")
 def readme_reference_targets() -> list[str]:
     profile = summary(f"{Q15}/xeon-run")["profile"]
@@ -1303,6 +1314,38 @@ def suffix_memory_zen5() -> list[str]:
     parted = [len(summary(run)["lossless_violation_questions"]["hf-lookup"]) for _, run in ZEN5_MEMORY[1:]]
     sizes = [summary(run)["config"]["n_questions"] for _, run in ZEN5_MEMORY[1:]]
     rows.append(f"on {parted[0]} of {sizes[0]} and {parted[1]} of\n{sizes[1]} questions".replace("\n", " "))
+    return rows
+
+
+ZEN5_LONG = (("SmolLM2", "suffix_memory/zen5_cli48_smollm2_bf16"),
+             ("the 1.5B", "suffix_memory/zen5_cli32_qwen15_bf16"))
+
+
+@figures("docs/benchmarks.md", "Suffix memory on repeated tasks")
+def suffix_memory_zen5_long() -> list[str]:
+    """The longer jobs on the Zen 5 EPYC (the cli questions continued): a row per run, the 1.5B against stock
+    greedy, its first half, and where SmolLM2's memory tokens came from."""
+    rows = []
+    for label, run in ZEN5_LONG:
+        config, o = summary(run)["config"], overall(run)
+        assert config["dtype"] == "bfloat16" and not {"oneiro-tree", "oneiro-suffix"} & set(summary(run)["lossless_violations"])
+        tree, suffix = o["oneiro-tree"], o["oneiro-suffix"]
+        first, second = halves_ratio(run)
+        calls = [drafter_calls_per_pass(run, m) for m in ("oneiro-tree", "oneiro-suffix")]
+        rows.append(f"| {label}, {config['n_questions']} x {config['max_new_tokens']} | {x(tree[SAME])} | "
+                    f"{x(suffix[SAME])} | **{x(suffix['tokens_per_s'] / tree['tokens_per_s'])}** "
+                    f"({first:.2f}, {second:.2f}) | {tree['mean_accepted_tokens']:.2f}, "
+                    f"{suffix['mean_accepted_tokens']:.2f} | {calls[0]:.2f}, {calls[1]:.2f} |")
+    qwen = overall(ZEN5_LONG[1][1])
+    rows += [f"Over {summary(ZEN5_LONG[1][1])['config']['n_questions']} questions",
+             f"at {x(qwen['oneiro-suffix']['speedup_vs_greedy'])} stock bfloat16 greedy",
+             f"its first {summary(ZEN5_LONG[1][1])['config']['n_questions'] // 2}",
+             f"gave {x(halves_ratio(ZEN5_LONG[1][1])[0])} here"]
+    smol = overall(ZEN5_LONG[0][1])
+    tree, suffix = (smol[m]["accepted_by_source"] for m in ("oneiro-tree", "oneiro-suffix"))
+    rows += [f"short of it over {summary(ZEN5_LONG[0][1])['config']['n_questions']}",
+             (f"its memory took {suffix['memory']} accepted tokens\nwhile the drafter's fell by "
+              f"{tree['latent'] - suffix['latent']} and lookup's by {tree['lookup'] - suffix['lookup']}").replace("\n", " ")]
     return rows
 
 
