@@ -193,6 +193,7 @@ def test_16_bit_linears_whose_rows_differ_by_row_count_move_to_the_16_bit_kernel
             with cpu_kernels(model) as kernels, torch.no_grad():
                 assert kernels.exact and kernels.rows_alone == len(linears) and "16-bit kernel" in str(kernels)
                 assert all(prepacked_linear.rows_agree(m) for m in linears)
+                assert not any(m in prepacked_linear._packed for m in linears), "the moved layers keep no copy"
                 whole = model(ids).logits[0]
                 steps = [model(ids[:, : i + 1]).logits[0, -1] for i in range(ids.shape[1])]
                 assert all(torch.equal(step, row) for step, row in zip(steps, whole)), "a pass kept its rows"

@@ -72,7 +72,7 @@ def packed_weight(layer: torch.nn.Linear) -> torch.Tensor:
     """`layer`'s weight reordered for oneDNN (in `packed_dtype` of its dtype): made once, again only if the weight
     changed (assigned or in place). A 16-bit weight that `half_linear` runs is its own: no copy."""
     weight = layer.weight
-    if half_linear.applies(weight.dtype):
+    if half_linear.applies(weight.dtype) or runs_alone(layer):
         return weight.detach()
     key = (weight.data_ptr(), weight._version)
     entry = _packed.get(layer)
@@ -108,12 +108,14 @@ def _shape(layer: torch.nn.Linear) -> tuple[int, int, bool, int, torch.dtype]:
 def run_rows_alone(layers: list[torch.nn.Linear]) -> list[torch.nn.Linear]:
     """Run the 16-bit ones of `layers` (shapes `rows_agree` found oneDNN to round by row count on this CPU) on
     `half_linear` over their stored weights from now on in this process, at this thread count: its rows have the
-    bits they have alone by construction, at some speed (on a Zen 5 EPYC the 1.5B's bfloat16 linears ran 1.2x
-    oneDNN's time at one row, 2.7x at eight). Returns the layers moved (none where the kernel cannot be built)."""
+    bits they have alone by construction, slower than oneDNN in passes of several rows where the CPU has 16-bit
+    units. Their reordered copies are dropped. Returns the layers moved (none where the kernel cannot be built)."""
     moved = [layer for layer in layers if layer.weight.dtype in half_linear.DTYPES]
     if not moved or not half_linear.KERNEL.available():
         return []
     _rows_alone.update(_shape(layer) for layer in moved)
+    for layer in moved:
+        _packed.pop(layer, None)
     return moved
 
 
@@ -229,7 +231,7 @@ def measured_saving(layer: torch.nn.Linear) -> float:
 def copy_bytes(layer: torch.nn.Linear) -> int:
     """Bytes of the reordered copy of `layer`'s weight (as many as the weight's own; twice as many for a 16-bit
     weight copied as float32; none for one that `half_linear` runs as stored)."""
-    if half_linear.applies(layer.weight.dtype):
+    if half_linear.applies(layer.weight.dtype) or runs_alone(layer):
         return 0
     return layer.weight.numel() * torch.empty((), dtype=packed_dtype(layer.weight.dtype)).element_size()
 
