@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -1391,4 +1392,43 @@ def suffix_memory_zen5_specbench() -> list[str]:
                        ("Spec-Bench, the 1.5B, bfloat16", "suffix_memory/zen5_specbench_qwen15_bf16")):
         assert not {"oneiro-tree", "oneiro-suffix"} & set(summary(run)["lossless_violations"])
         rows.append(memory_cells(label, run))
+    return rows
+
+
+LOAD_15 = "docs/benchmarks/vllm_load_qwen15_bf16"
+
+
+@figures("docs/serving.md", "Under load: vLLM's OpenAI server with 1, 4 and 16 concurrent clients")
+def serving_load_qwen15_bf16() -> list[str]:
+    """The 1.5B under load on the Zen 5 EPYC: the warmed server-per-level run's table, the priced schedule's row and
+    the sentences below it (record_warm, record_priced, record_interleaved, steps.json)."""
+    warm, priced, inter = (record(f"{LOAD_15}/record_{name}.json")["modes"]
+                           for name in ("warm", "priced", "interleaved"))
+    assert priced["oneiro-backoff"]["speculative_config"]["num_speculative_tokens_per_batch_size"] == [[1, 8, 1], [9, 16, 0]]
+
+    def ratios(levels: list[dict]) -> str:
+        return " | ".join(x(level["throughput_vs_plain"]) for level in levels)
+
+    rows = ["| plain (tokens/s) | " + " | ".join(f"{level['output_tokens_per_s']:.2f}" for level in warm["plain"]["levels"]) + " |"]
+    rows += [f"| {label} | {ratios(warm[mode]['levels'])} |" for label, mode in (
+        ("`ngram`", "ngram"), ("`suffix`", "suffix"), ("oneiro drafter, k 3 / 2 / 1 above 2 / 8 requests", "oneiro-backoff"))]
+    rows.append("| oneiro drafter, k priced from vLLM's steps (1 up to 8 requests, 0 beyond), another run | "
+                f"{ratios(priced['oneiro-backoff']['levels'])} |")
+    runs = json.loads((ROOT / LOAD_15 / "steps.json").read_text())["runs"]
+    plain16 = statistics.mean(run["steps"]["16"] for run in runs if run["k"] == 0)
+    k1 = next(run for run in runs if run["k"] == 1)
+    rows.append(f"a step with k = 1 cost {x(k1['steps']['16'] / plain16)} a\nplain one at 16 requests".replace("\n", " "))
+    spec = priced["oneiro-backoff"]["levels"][0]["spec"]
+    rows.append(f"drafted {1 + spec['accepted'] / spec['drafts']:.2f} tokens a step")
+    at16 = [run["oneiro-backoff"]["levels"][2]["throughput_vs_plain"] for run in (priced, inter)]
+    rows.append(f"({x(at16[0])};\n{x(at16[1])} with both servers up".replace("\n", " "))
+    plain1 = sorted(run["plain"]["levels"][0]["output_tokens_per_s"] for run in (warm, priced, inter))
+    rows.append(f"plain alone ran {plain1[0]:.2f} to {plain1[-1]:.2f} tokens/s at one client in three runs")
+    one = [run["oneiro-backoff"]["levels"][0]["throughput_vs_plain"] for run in (priced, inter)]
+    rows.append(f"measured {x(one[0])} in one run and {x(one[1])} in the interleaved one")
+    same = [level["identical_to_plain"] for run in (warm, priced, inter) for mode, result in run.items()
+            if mode != "plain" for level in result["levels"]]
+    total = {level["requests"] for run in (warm, priced, inter) for result in run.values() for level in result["levels"]}
+    assert len(total) == 1, total
+    rows.append(f"({min(same)} to {max(same)} of {total.pop()} equal)")
     return rows
