@@ -13,6 +13,9 @@ of their answers, which is what the suffix memory (`oneiro_suffix_memory`, bench
 * `cli`: the same functions, each to wrap in a command-line script in one house style (argparse, a `main()`,
   the result printed) that the instruction names but does not spell out: the skeleton the model writes is its
   own, repeated from one script to the next, and not in the prompt for lookup to copy.
+* `tools`: the same functions, each the subject of one agent step: the tool calls (one JSON object per line, three
+  tools the instruction declares) that read its source, run it on two inputs and add a test, as an agent loop emits
+  them request after request.
 
     python scripts/repeated_tasks.py --task extraction --count 40 --out runs/suffix/questions.jsonl
     oneiro-bench --target smollm2-135m-instruct --questions runs/suffix/questions.jsonl --per-category 0 \\
@@ -55,6 +58,16 @@ with self.assertEqual, then the usual `if __name__ == "__main__": unittest.main(
 """
 
 CLI = """Wrap the Python function below in a command-line script. Answer with one Python code block and nothing else: use argparse with one command-line argument per parameter of the function (with a help text each), put the parsing and the call in a main() function, print the result, and call main() under `if __name__ == "__main__":`.
+
+"""
+
+TOOLS = """You are a coding agent with these tools:
+- read_source(module, function): returns the function's source code
+- run_snippet(code): runs Python code and returns what it prints
+- add_test(module, function, calls): adds a unit test; calls is a list of [call, expected result] pairs of strings
+Answer with the tool calls that do the task below, one JSON object per line, each {"tool": ..., "arguments": {...}}, \
+and nothing else. Task: read the function's source, run it on two example inputs, then add a test with those two \
+calls and their results.
 
 """
 
@@ -128,7 +141,8 @@ def interleave(lists: list[list[str]]) -> list[str]:
     return out
 
 
-TASKS = {"extraction": extraction_texts, "tests": test_texts, "cli": lambda: test_texts(CLI)}
+TASKS = {"extraction": extraction_texts, "tests": test_texts, "cli": lambda: test_texts(CLI),
+         "tools": lambda: test_texts(TOOLS)}
 
 
 def main(argv: list[str] | None = None) -> int:

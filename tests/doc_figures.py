@@ -140,11 +140,13 @@ def readme_settings() -> list[str]:
 def readme_memory() -> list[str]:
     """The suffix memory's longer jobs (benchmarks.md, `suffix_memory_zen5_long`): suffix / tree per target."""
     (_, smol), (_, qwen) = ZEN5_LONG
+    tools = overall(ZEN5_TOOLS[1][1])
     ratio = {run: overall(run)["oneiro-suffix"]["tokens_per_s"] / overall(run)["oneiro-tree"]["tokens_per_s"]
              for run in (smol, qwen)}
     return [f"On a job of {summary(qwen)['config']['n_questions']} command-line scripts",
             f"ran {x(ratio[qwen])} faster\nwith it than the tree without it".replace("\n", " "),
-            f"{x(ratio[smol])} over {summary(smol)['config']['n_questions']}"]
+            f"{x(ratio[smol])} over {summary(smol)['config']['n_questions']} scripts",
+            f"and {x(tools['oneiro-suffix']['tokens_per_s'] / tools['oneiro-tree']['tokens_per_s'])} on an agent's"]
 
 
 @figures("README.md", "Reference targets (no Hub needed)")
@@ -1347,6 +1349,26 @@ def suffix_memory_zen5_long() -> list[str]:
     rows += [f"short of it over {summary(ZEN5_LONG[0][1])['config']['n_questions']}",
              (f"its memory took {suffix['memory']} accepted tokens\nwhile the drafter's fell by "
               f"{tree['latent'] - suffix['latent']} and lookup's by {tree['lookup'] - suffix['lookup']}").replace("\n", " ")]
+    return rows
+
+
+ZEN5_TOOLS = (("SmolLM2", "suffix_memory/zen5_tools24_smollm2_bf16"),
+              ("the 1.5B", "suffix_memory/zen5_tools24_qwen15_bf16"))
+
+
+@figures("docs/benchmarks.md", "Suffix memory on repeated tasks")
+def suffix_memory_zen5_tools() -> list[str]:
+    """The agent tool-call job (`repeated_tasks.py --task tools`) on the Zen 5 EPYC: a row per target."""
+    rows = []
+    for label, run in ZEN5_TOOLS:
+        config, o = summary(run)["config"], overall(run)
+        assert config["dtype"] == "bfloat16" and not {"oneiro-tree", "oneiro-suffix"} & set(summary(run)["lossless_violations"])
+        tree, suffix = o["oneiro-tree"], o["oneiro-suffix"]
+        first, second = halves_ratio(run)
+        rows.append(f"| {label}, {config['n_questions']} x {config['max_new_tokens']} | {x(tree[SAME])} | "
+                    f"{x(suffix[SAME])} | **{x(suffix['tokens_per_s'] / tree['tokens_per_s'])}** "
+                    f"({first:.2f}, {second:.2f}) | {tree['mean_accepted_tokens']:.2f}, "
+                    f"{suffix['mean_accepted_tokens']:.2f} | {suffix['accepted_by_source']['memory']} |")
     return rows
 
 
