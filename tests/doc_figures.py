@@ -1320,6 +1320,18 @@ def suffix_memory_zen5() -> list[str]:
     return rows
 
 
+def halved_bf16_row(label: str, run: str, last: str) -> str:
+    """A bfloat16 suffix-memory run as a table row: questions x tokens, tree and suffix vs same-kernel greedy,
+    suffix / tree with its halves, tau of each, then `last`; the tree and the memory lossless."""
+    config, o = summary(run)["config"], overall(run)
+    assert config["dtype"] == "bfloat16" and not {"oneiro-tree", "oneiro-suffix"} & set(summary(run)["lossless_violations"])
+    tree, suffix = o["oneiro-tree"], o["oneiro-suffix"]
+    first, second = halves_ratio(run)
+    return (f"| {label}, {config['n_questions']} x {config['max_new_tokens']} | {x(tree[SAME])} | "
+            f"{x(suffix[SAME])} | **{x(suffix['tokens_per_s'] / tree['tokens_per_s'])}** ({first:.2f}, {second:.2f}) | "
+            f"{tree['mean_accepted_tokens']:.2f}, {suffix['mean_accepted_tokens']:.2f} | {last} |")
+
+
 ZEN5_LONG = (("SmolLM2", "suffix_memory/zen5_cli48_smollm2_bf16"),
              ("the 1.5B", "suffix_memory/zen5_cli32_qwen15_bf16"))
 
@@ -1330,15 +1342,8 @@ def suffix_memory_zen5_long() -> list[str]:
     greedy, its first half, and where SmolLM2's memory tokens came from."""
     rows = []
     for label, run in ZEN5_LONG:
-        config, o = summary(run)["config"], overall(run)
-        assert config["dtype"] == "bfloat16" and not {"oneiro-tree", "oneiro-suffix"} & set(summary(run)["lossless_violations"])
-        tree, suffix = o["oneiro-tree"], o["oneiro-suffix"]
-        first, second = halves_ratio(run)
         calls = [drafter_calls_per_pass(run, m) for m in ("oneiro-tree", "oneiro-suffix")]
-        rows.append(f"| {label}, {config['n_questions']} x {config['max_new_tokens']} | {x(tree[SAME])} | "
-                    f"{x(suffix[SAME])} | **{x(suffix['tokens_per_s'] / tree['tokens_per_s'])}** "
-                    f"({first:.2f}, {second:.2f}) | {tree['mean_accepted_tokens']:.2f}, "
-                    f"{suffix['mean_accepted_tokens']:.2f} | {calls[0]:.2f}, {calls[1]:.2f} |")
+        rows.append(halved_bf16_row(label, run, f"{calls[0]:.2f}, {calls[1]:.2f}"))
     qwen = overall(ZEN5_LONG[1][1])
     rows += [f"Over {summary(ZEN5_LONG[1][1])['config']['n_questions']} questions",
              f"at {x(qwen['oneiro-suffix']['speedup_vs_greedy'])} stock bfloat16 greedy",
@@ -1359,17 +1364,8 @@ ZEN5_TOOLS = (("SmolLM2", "suffix_memory/zen5_tools24_smollm2_bf16"),
 @figures("docs/benchmarks.md", "Suffix memory on repeated tasks")
 def suffix_memory_zen5_tools() -> list[str]:
     """The agent tool-call job (`repeated_tasks.py --task tools`) on the Zen 5 EPYC: a row per target."""
-    rows = []
-    for label, run in ZEN5_TOOLS:
-        config, o = summary(run)["config"], overall(run)
-        assert config["dtype"] == "bfloat16" and not {"oneiro-tree", "oneiro-suffix"} & set(summary(run)["lossless_violations"])
-        tree, suffix = o["oneiro-tree"], o["oneiro-suffix"]
-        first, second = halves_ratio(run)
-        rows.append(f"| {label}, {config['n_questions']} x {config['max_new_tokens']} | {x(tree[SAME])} | "
-                    f"{x(suffix[SAME])} | **{x(suffix['tokens_per_s'] / tree['tokens_per_s'])}** "
-                    f"({first:.2f}, {second:.2f}) | {tree['mean_accepted_tokens']:.2f}, "
-                    f"{suffix['mean_accepted_tokens']:.2f} | {suffix['accepted_by_source']['memory']} |")
-    return rows
+    return [halved_bf16_row(label, run, str(overall(run)["oneiro-suffix"]["accepted_by_source"]["memory"]))
+            for label, run in ZEN5_TOOLS]
 
 
 @figures("docs/benchmarks.md", "In vLLM")
