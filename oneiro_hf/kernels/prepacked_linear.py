@@ -120,8 +120,9 @@ def run_rows_alone(layers: list[torch.nn.Linear]) -> list[torch.nn.Linear]:
 
 
 def runs_alone(layer: torch.nn.Linear) -> bool:
-    """Whether `layer`'s shape was moved to `half_linear` by `run_rows_alone` (in this process, at this thread count)."""
-    return _shape(layer) in _rows_alone
+    """Whether `layer`'s shape was moved to `half_linear` by `run_rows_alone` (in this process, at this thread count).
+    Asked on every prepacked call: with nothing moved (every CPU measured so far) it answers without building the key."""
+    return bool(_rows_alone) and _shape(layer) in _rows_alone
 
 
 def _linear_on_packed(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -153,7 +154,7 @@ def _measured(layer: torch.nn.Linear) -> tuple[float, float]:
         rows = rule(layer)
         if rows is not None:
             return float(rows), 0.0 if rows == NEVER else 1.0
-    key = (layer.out_features, layer.in_features, layer.bias is not None, torch.get_num_threads(), layer.weight.dtype)
+    key = _shape(layer)
     if key not in _min_rows:
         start = time.perf_counter()
         times = _time_rows(layer)
