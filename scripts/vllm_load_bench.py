@@ -268,6 +268,7 @@ def main() -> None:
             "max_new_tokens": args.max_new_tokens, "clients": args.clients, "date": time.strftime("%Y-%m-%d %H:%M"),
             "LD_PRELOAD": os.path.basename(os.environ.get("LD_PRELOAD", "")) or None,
             "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),  # None: vLLM's own choice (every core here)
             "server_per_level": args.server_per_level,
             "warm_up": "before each level, at its concurrency (not counted)",
         }
