@@ -1432,7 +1432,7 @@ def serving_load_qwen15_bf16() -> list[str]:
         ("`ngram`", "ngram"), ("`suffix`", "suffix"), ("oneiro drafter, k 3 / 2 / 1 above 2 / 8 requests", "oneiro-backoff"))]
     rows.append("| oneiro drafter, k priced from vLLM's steps (1 up to 8 requests, 0 beyond), another run | "
                 f"{ratios(priced['oneiro-backoff']['levels'])} |")
-    runs = json.loads((ROOT / LOAD_15 / "steps.json").read_text())["runs"]
+    runs = record(f"{LOAD_15}/steps.json")["runs"]
     plain16 = statistics.mean(run["steps"]["16"] for run in runs if run["k"] == 0)
     k1 = next(run for run in runs if run["k"] == 1)
     rows.append(f"a step with k = 1 cost {x(k1['steps']['16'] / plain16)} a\nplain one at 16 requests".replace("\n", " "))
