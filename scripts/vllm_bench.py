@@ -26,6 +26,7 @@ from pathlib import Path
 from oneiro_hf.serving.measure import counter_difference, fixed_k_acceptance, spec_counters
 
 ROOT = Path(__file__).resolve().parent.parent
+NGRAMS = (2, 4)  # the n-gram bounds of vLLM's `ngram` and of the hybrid's lookup (generate's defaults)
 
 
 def worker(request_path: str) -> None:
@@ -80,8 +81,10 @@ def generate_fixed_k(target_name: str, drafter_dir: str, prompts: list[list[int]
 
 
 # what --modes may name; plain is the reference the others' texts are compared with. `suffix` is vLLM's
-# SuffixDecoding (it needs the arctic-inference package; it picks its own draft length per step, up to its tree depth)
-MODES = ("plain", "ngram", "suffix", "oneiro")
+# SuffixDecoding (it needs the arctic-inference package; it picks its own draft length per step, up to its tree depth);
+# `oneiro-hybrid` is the drafter exported with `--hybrid` (prompt lookup where a request's text matches, its own
+# n-gram bounds those of `ngram`)
+MODES = ("plain", "ngram", "suffix", "oneiro", "oneiro-hybrid")
 
 
 def summarize(result: dict, plain_tokens: list[list[int]] | None) -> dict:
@@ -137,14 +140,18 @@ def main() -> None:
     prompts = [encode_prompt(tokenizer, q["turns"][0]) for q in questions]
     with tempfile.TemporaryDirectory() as tmp:
         folder = export_for_vllm(args.drafter, Path(tmp) / "drafter", args.target, args.k)
+        hybrid = (export_for_vllm(args.drafter, Path(tmp) / "hybrid", args.target, args.k, lookup=NGRAMS)
+                  if "oneiro-hybrid" in chosen else None)
         modes = {
             "plain": None,
-            "ngram": {"method": "ngram", "num_speculative_tokens": args.k, "prompt_lookup_min": 2,
-                      "prompt_lookup_max": 4},
+            "ngram": {"method": "ngram", "num_speculative_tokens": args.k, "prompt_lookup_min": NGRAMS[0],
+                      "prompt_lookup_max": NGRAMS[1]},
             "suffix": {"method": "suffix"},
             "oneiro": {"method": "eagle3", "model": str(folder), "num_speculative_tokens": args.k},
+            "oneiro-hybrid": {"method": "eagle3", "model": str(hybrid), "num_speculative_tokens": args.k},
         }
-        results = {name: run_mode(target_dir, spec, prompts, args) for name, spec in modes.items() if name in chosen}
+        # in the order --modes names them (a second run in the reverse order evens out a machine that drifts)
+        results = {name: run_mode(target_dir, modes[name], prompts, args) for name in chosen}
     generate = generate_fixed_k(args.target, args.drafter, prompts, args.k, args.max_new_tokens,
                                 os.cpu_count() or 1, args.dtype)
     # texts are compared with plain's only where a plain engine ran in this invocation; without one, generate's
@@ -168,6 +175,7 @@ def main() -> None:
             "target": args.target, "drafter": os.path.relpath(args.drafter, ROOT), "k": args.k,
             "drafter_weights_sha256": weights_sha256(args.drafter),
             "ngram": modes["ngram"], "suffix": modes["suffix"] if "suffix" in chosen else None,
+            "hybrid_lookup_ngrams": list(NGRAMS) if hybrid else None,
             "questions": f"Spec-Bench, first {args.per_category} of each category ({len(prompts)}), first turn",
             "max_new_tokens": args.max_new_tokens, "date": time.strftime("%Y-%m-%d"),
             "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # at start and end

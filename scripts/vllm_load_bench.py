@@ -1,5 +1,6 @@
 """vLLM's OpenAI server under load: plain, `ngram`, `suffix` and the exported oneiro drafter (fixed k, and k backed
-off by batch size with vLLM's `num_speculative_tokens_per_batch_size`), each driven by 1, 4 and 16 concurrent
+off by batch size with vLLM's `num_speculative_tokens_per_batch_size`; `oneiro-hybrid` and `oneiro-hybrid-backoff`,
+the same exported with `--hybrid`), each driven by 1, 4 and 16 concurrent
 clients over Spec-Bench questions (chat requests, greedy). Records output tokens/s, per-request latency, accepted
 drafts from the server's /metrics, and how many texts equal plain's at the same concurrency.
 
@@ -35,6 +36,7 @@ from oneiro_hf.serving.vllm_server import ServerFailed, VllmServer, concurrently
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTERS = ("drafts", "draft_tokens", "accepted", "generation_tokens")
+NGRAMS = (2, 4)  # the n-gram bounds of vLLM's `ngram` and of the hybrid's lookup (generate's defaults)
 
 
 def parse_schedule(text: str) -> list[list[int]]:
@@ -47,16 +49,23 @@ def parse_schedule(text: str) -> list[list[int]]:
     return schedule
 
 
-def mode_configs(args, folder: Path) -> dict[str, dict | None]:
+def mode_configs(args, folder: Path, hybrid: Path | None = None) -> dict[str, dict | None]:
+    """Each mode's speculative config; `hybrid` is the drafter exported with lookup on (`--hybrid`, the n-gram
+    bounds of `ngram`), for the `oneiro-hybrid` modes."""
     oneiro = {"method": "eagle3", "model": str(folder), "num_speculative_tokens": args.k}
-    return {
+    schedule = {"num_speculative_tokens_per_batch_size": parse_schedule(args.backoff)}
+    modes = {
         "plain": None,
-        "ngram": {"method": "ngram", "num_speculative_tokens": args.k, "prompt_lookup_min": 2,
-                  "prompt_lookup_max": 4},
+        "ngram": {"method": "ngram", "num_speculative_tokens": args.k, "prompt_lookup_min": NGRAMS[0],
+                  "prompt_lookup_max": NGRAMS[1]},
         "suffix": {"method": "suffix"},  # vLLM picks k per step (up to its tree depth); needs arctic-inference
         "oneiro": oneiro,
-        "oneiro-backoff": {**oneiro, "num_speculative_tokens_per_batch_size": parse_schedule(args.backoff)},
+        "oneiro-backoff": {**oneiro, **schedule},
     }
+    if hybrid is not None:
+        modes["oneiro-hybrid"] = {**oneiro, "model": str(hybrid)}
+        modes["oneiro-hybrid-backoff"] = {**oneiro, "model": str(hybrid), **schedule}
+    return modes
 
 
 def server_extra(args) -> list[str]:
@@ -246,7 +255,9 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         folder = export_for_vllm(args.drafter, Path(tmp) / "drafter", args.target, args.k)
-        modes = mode_configs(args, folder)
+        hybrid = (export_for_vllm(args.drafter, Path(tmp) / "hybrid", args.target, args.k, lookup=NGRAMS)
+                  if any(m.startswith("oneiro-hybrid") for m in chosen) else None)
+        modes = mode_configs(args, folder, hybrid)
         unknown = [m for m in chosen if m not in modes]
         if unknown:
             raise SystemExit(f"unknown modes {unknown}. Fix: choose from {', '.join(modes)}.")

@@ -26,6 +26,15 @@ def speculative(tmp_path_factory, target_dir, exported, prompt_ids):
 
 
 @pytest.fixture(scope="module")
+def hybrid(tmp_path_factory, target_dir, prompt_ids):
+    from oneiro_hf.serving.vllm_export import export_for_vllm
+
+    folder = export_for_vllm(DRAFTER, tmp_path_factory.mktemp("vllm-hybrid") / "smollm2-hybrid", TARGET_NAME, K,
+                             lookup=(2, 4))
+    return run_vllm(tmp_path_factory.mktemp("hybrid"), target_dir, folder, prompt_ids, [GREEDY])[0]
+
+
+@pytest.fixture(scope="module")
 def generate_fixed_k(prompt_ids):
     """Accepted drafts by position when the same drafter drafts fixed chains of K latent tokens in generate."""
     from oneiro_hf import OneiroDrafter
@@ -59,6 +68,17 @@ def test_acceptance_in_vllm_is_the_drafters_acceptance_in_generate(speculative, 
     for ours, theirs in zip(vllm_positions, hf_positions):
         assert abs(ours - theirs) <= max(2, 0.05 * theirs), (vllm_positions, hf_positions)
     assert abs(spec["drafts"] - generate_fixed_k["rounds"]) <= 2
+
+
+def test_the_hybrid_drafts_from_lookup_in_vllm_and_is_token_identical_to_plain_greedy(plain, speculative, hybrid):
+    assert hybrid["tokens"] == plain[0]["tokens"]
+    latent, ours = speculative["greedy"]["spec"], hybrid["spec"]
+    print(f"accepted by position: latent {latent['accepted_per_position']} over {latent['drafts']} drafts, hybrid "
+          f"{ours['accepted_per_position']} over {ours['drafts']} drafts, {hybrid['lookup_rows_replaced']} from "
+          "lookup")
+    # the runner's draft step went through the hook: some steps drafted from lookup, and not every step did
+    assert 0 < hybrid["lookup_rows_replaced"] < ours["drafts"]
+    assert "lookup_rows_replaced" not in speculative["greedy"]  # a folder without lookup leaves the drafts alone
 
 
 def test_sampling_with_the_drafter_runs(speculative):

@@ -3,7 +3,8 @@ configuration gets a fresh interpreter): `python vllm_worker.py REQUEST.json` pr
 
 REQUEST: target (model dir), draft (exported folder or null), k, dtype, prompts (token id lists), runs (a list of
 SamplingParams keyword dicts, run one after another). RESULT: per run, the output token ids and the speculative
-decoding counters vLLM's metrics gained during that run."""
+decoding counters vLLM's metrics gained during that run, and for a hybrid folder (exported with lookup) the rows
+whose drafts the lookup replaced (read from the engine's worker process)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,16 @@ import sys
 from oneiro_hf.serving.measure import counter_difference, spec_counters
 
 
+def rows_replaced(worker) -> int | None:
+    """Runs in vLLM's worker process: the hybrid's replaced rows so far (None: the draft model has no lookup)."""
+    lookup = getattr(worker.model_runner.drafter.model, "lookup", None)
+    return None if lookup is None else lookup.rows_replaced
+
+
 def main(path: str) -> None:
+    import os
+
+    os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc sends rows_replaced by pickle
     from vllm import LLM, SamplingParams
 
     with open(path, encoding="utf-8") as handle:
@@ -25,13 +35,16 @@ def main(path: str) -> None:
               enforce_eager=True, max_model_len=1024, seed=0, disable_log_stats=False)
     prompts = [{"prompt_token_ids": ids} for ids in request["prompts"]]
     runs = []
-    before = spec_counters(llm)
+    before, replaced = spec_counters(llm), llm.collective_rpc(rows_replaced)[0] if spec else None
     for params in request["runs"]:
         outputs = llm.generate(prompts, SamplingParams(**params), use_tqdm=False)
         after = spec_counters(llm)
         runs.append({"tokens": [list(o.outputs[0].token_ids) for o in outputs],
                      "spec": counter_difference(after, before)})
         before = after
+        if replaced is not None:
+            now = llm.collective_rpc(rows_replaced)[0]
+            runs[-1]["lookup_rows_replaced"], replaced = now - replaced, now
     print("RESULT " + json.dumps({"runs": runs}), flush=True)
 
 

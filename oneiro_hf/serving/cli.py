@@ -20,6 +20,13 @@ def _vllm_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                              "directory / Hub id")
     parser.add_argument("--num-speculative-tokens", type=int, default=3,
                         help="k in the serving commands the folder's README shows (default 3)")
+    parser.add_argument("--hybrid", action="store_true",
+                        help="serve the hybrid: each request's prompt-lookup continuation where its text has an "
+                             "n-gram match, the drafter's chain otherwise (docs/serving.md)")
+    parser.add_argument("--lookup-min-ngram", type=int, default=2,
+                        help="with --hybrid: the shortest n-gram a lookup draft must match (default 2)")
+    parser.add_argument("--lookup-max-ngram", type=int, default=4,
+                        help="with --hybrid: the longest n-gram tried (default 4)")
     return parser
 
 
@@ -72,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
-        out = export_for_vllm(args.drafter_dir, args.out_dir, args.target, args.num_speculative_tokens)
+        lookup = (args.lookup_min_ngram, args.lookup_max_ngram) if args.hybrid else None
+        out = export_for_vllm(args.drafter_dir, args.out_dir, args.target, args.num_speculative_tokens, lookup)
     except VllmExportRefused as err:
         print(f"oneiro-export: refused: {err}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ full mapping.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 
 import torch
@@ -26,6 +27,7 @@ from vllm.model_executor.models.llama_eagle3 import Eagle3LlamaForCausalLM
 from vllm.model_executor.models.utils import get_draft_quant_config, maybe_prefix
 
 from .vllm_export import VLLM_CONFIG_KEY, VLLM_FORMAT, VLLM_TARGET_TYPES, target_mismatch
+from .vllm_lookup import RequestLookup
 
 # HF tensor name part -> (vLLM fused parameter name part, shard): vLLM stacks q/k/v and gate/up
 _STACKED = {
@@ -160,6 +162,11 @@ class OneiroDrafterEagle3(Eagle3LlamaForCausalLM):
         self.register_buffer("draft_vocab_ids", torch.zeros(draft_vocab, dtype=torch.long), persistent=False)
         self.draft_id_to_target_id = None  # EAGLE-3's offsets: unused, compute_logits maps ids itself
         self.use_parallel_drafting = False
+        lookup = (getattr(self.config, VLLM_CONFIG_KEY, None) or {}).get("lookup")
+        # the hybrid (exported with --hybrid): the runner's draft step hands each step's rows to it
+        self.lookup = RequestLookup(int(lookup["min_ngram"]), int(lookup["max_ngram"])) if lookup else None
+        if self.lookup is not None:
+            install_lookup_hook()
 
     def embed_input_ids(self, input_ids: torch.Tensor, multimodal_embeddings=None,
                         is_multimodal=None) -> torch.Tensor:
@@ -221,3 +228,33 @@ class OneiroDrafterEagle3(Eagle3LlamaForCausalLM):
             raise ValueError("the draft folder lacks 'draft_vocab_ids'. Fix: export it again with oneiro-export vllm.")
         loaded.discard("draft_vocab_ids")
         return loaded
+
+
+def install_lookup_hook() -> None:
+    """Wrap vLLM's runner draft step (`GPUModelRunner.propose_draft_token_ids`, which vLLM's CPU runner inherits)
+    once per process: after the drafter proposes, a draft model with a `lookup` (`RequestLookup`) replaces the rows
+    of requests whose text has an n-gram match. Other draft models and methods pass through unchanged."""
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    original = GPUModelRunner.propose_draft_token_ids
+    if getattr(original, "oneiro_lookup_hook", False):
+        return
+
+    @functools.wraps(original)
+    def propose_draft_token_ids(self, scheduler_output, sampled_token_ids, *args, **kwargs):
+        drafts = original(self, scheduler_output, sampled_token_ids, *args, **kwargs)
+        lookup = getattr(getattr(self.drafter, "model", None), "lookup", None)
+        if lookup is None:
+            return drafts
+        if not torch.is_tensor(drafts):
+            raise RuntimeError(
+                f"vLLM's draft step returned {type(drafts).__name__}, not the (requests, k) tensor of its EAGLE-3 "
+                "path that the oneiro hybrid rewrites. Fix: serve the folder with vLLM's supported release "
+                "(oneiro_hf.serving.vllm_plugin.SUPPORTED_VLLM), or export it again without --hybrid."
+            )
+        batch = self.input_batch
+        return lookup.override(drafts, batch.req_ids, batch.token_ids_cpu, batch.num_tokens_no_spec,
+                               sampled_token_ids)
+
+    propose_draft_token_ids.oneiro_lookup_hook = True
+    GPUModelRunner.propose_draft_token_ids = propose_draft_token_ids

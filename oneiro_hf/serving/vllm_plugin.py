@@ -1,7 +1,7 @@
 """The `oneiro-hf[vllm]` plugin: vLLM calls `register` through its `vllm.general_plugins` entry point, in every
 process it starts, before models load. It checks that the installed vLLM is a release line the plugin was built
-for (the model class reaches into vLLM's decoder-layer constructors and its EAGLE-3 proposer's calls, which change
-between minor releases), then names the drafter's architecture lazily (a `module:class` string), so vLLM imports
+for (the model class reaches into vLLM's decoder-layer constructors and its EAGLE-3 proposer's calls, and a hybrid
+folder wraps its runner's draft step, all of which change between minor releases), then names the drafter's architecture lazily (a `module:class` string), so vLLM imports
 the model code only when a folder asks for it."""
 
 from __future__ import annotations

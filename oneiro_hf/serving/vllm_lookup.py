@@ -1,0 +1,83 @@
+"""The hybrid in vLLM: each request's prompt-lookup continuation where its text has a match, the latent drafter's
+chain otherwise, as `generate`'s `oneiro_mode="hybrid"` chooses per step.
+
+vLLM runs one proposer per server. With a folder exported with lookup on (`oneiro-export vllm --hybrid`), the
+plugin's model class wraps the runner's draft step (`vllm_model.install_lookup_hook`): the drafter proposes its k
+tokens for every request as before, then `RequestLookup.override` replaces a request's row by what followed the
+latest earlier occurrence of its suffix n-gram (`drafting.lookup.NgramIndex`, the index `generate` drafts from).
+The drafter still runs for every request, so its KV cache stays the one the next step's drafts need.
+
+Nothing here imports vLLM: the rows, the requests' committed tokens and this step's sampled tokens come in as
+tensors and arrays (unit-tested in the main lane).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ..drafting.lookup import NgramIndex
+
+
+def lookup_problem(min_ngram: int, max_ngram: int) -> str | None:
+    """Why these n-gram bounds cannot draft (naming the fix), or None."""
+    if not 1 <= int(min_ngram) <= int(max_ngram):
+        return (f"lookup needs 1 <= min_ngram <= max_ngram (got {min_ngram} and {max_ngram}). Fix: e.g. "
+                "--lookup-min-ngram 2 --lookup-max-ngram 4.")
+    return None
+
+
+@dataclass
+class RequestLookup:
+    """Per-request n-gram indexes over the requests' committed tokens, kept across steps (each token hashed once)."""
+
+    min_ngram: int = 2
+    max_ngram: int = 4
+    indexes: dict[str, NgramIndex] = field(default_factory=dict)
+    rows_replaced: int = 0  # rows whose latent draft a lookup continuation replaced (all steps)
+
+    def __post_init__(self) -> None:
+        problem = lookup_problem(self.min_ngram, self.max_ngram)
+        if problem is not None:
+            raise ValueError(problem)
+
+    def override(self, drafts: torch.Tensor, req_ids: Sequence[str], token_ids: np.ndarray,
+                 num_tokens: np.ndarray, sampled: torch.Tensor | Sequence[Sequence[int]]) -> torch.Tensor:
+        """`drafts` with each request's row replaced, from its first position, by its lookup continuation (up to k
+        tokens) where one exists; the positions after a shorter continuation keep the drafter's tokens (verified and
+        rejected like any wrong draft). Changes `drafts` in place and returns it.
+
+        drafts: (B, k) the drafter's tokens, row i for request `req_ids[i]`; token_ids: (>= B, L) each request's
+        committed tokens (prompt and output) in its first `num_tokens[i]` entries, before this step; sampled: this
+        step's tokens per row, (B, k + 1) with -1 where rejected, or lists of the kept tokens. Indexes of requests
+        no longer in the batch are dropped.
+        """
+        k = int(drafts.shape[1])
+        live = set(req_ids)
+        for gone in [r for r in self.indexes if r not in live]:
+            del self.indexes[gone]
+        rows: list[int] = []
+        continuations: list[list[int]] = []
+        for i, req_id in enumerate(req_ids):
+            index = self._index(req_id, token_ids[i], int(num_tokens[i]))
+            row = sampled[i].tolist() if torch.is_tensor(sampled) else list(sampled[i])
+            continuation, _ = index.lookup(k, after=[t for t in row if t >= 0])
+            if continuation:
+                rows.append(i)
+                continuations.append(continuation)
+        for i, continuation in zip(rows, continuations):
+            drafts[i, : len(continuation)] = torch.tensor(continuation, dtype=drafts.dtype, device=drafts.device)
+        self.rows_replaced += len(rows)
+        return drafts
+
+    def _index(self, req_id: str, tokens: np.ndarray, committed: int) -> NgramIndex:
+        """The request's index, extended to its `committed` tokens (rebuilt where vLLM took tokens back)."""
+        index = self.indexes.get(req_id)
+        if index is None or len(index.tokens) > committed:
+            index = self.indexes[req_id] = NgramIndex(self.min_ngram, self.max_ngram)
+        if len(index.tokens) < committed:
+            index.extend(tokens[len(index.tokens):committed].tolist())
+        return index
