@@ -98,12 +98,12 @@ def test_the_other_column_is_the_breakdowns_share_outside_verification_and_draft
     assert checked
 
 
-PAGES = ("README.md", "docs/benchmarks.md")
+PAGES = ("README.md", "docs/benchmarks.md", "docs/serving.md")
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*")
 # names and notations whose digits are not figures: model names and sizes, t(k), issue and session numbers, dtypes
 NOT_FIGURES = re.compile(
     r"SmolLM2-135M(?:-Instruct)?|smollm2-135m-instruct|gemma-3-270m|qwen2\.5-coder-[01]\.5b-instruct|Gemma-3-270M|Gemma 3|Qwen2\.5-Coder-[01]\.5B(?:-Instruct)?|\b[01]\.5B\b|SmolLM2|"
-    r"Qwen[23]|H200|\b(?:135|270)M\b|\bt\(\d+(?:\.\.\d+)?(?:, ?B)?\)|[Ii]ssues? \d+|[Ss]essions? \d+|b?float(?:16|32)|bf16|avx512\w*")
+    r"Qwen[23]|H200|vLLM 0\.32|EAGLE-3|127\.0\.0\.1|Zen 5|AVX-512|C\+\+20|\b(?:135|270)M\b|\bt\(\d+(?:\.\.\d+)?(?:, ?B)?\)|[Ii]ssues? \d+|[Ss]essions? \d+|b?float(?:16|32)|bf16|avx512\w*")
 
 # Numbers that are not measurements, so no record holds them: (page, section, text as shown, why).
 NOT_MEASURED = [
@@ -127,6 +127,31 @@ NOT_MEASURED = [
     ("docs/benchmarks.md", "Current figures", "the target was 1.15x: **missed**", "a goal"),
     ("docs/benchmarks.md", "Current figures", "at one row only the LM head can run prepacked", "a count of one"),
     ("docs/benchmarks.md", "In vLLM", "accepted by position (1, 2, 3)", "a table heading"),
+    ("docs/serving.md", "What is checked when the server starts", "(`vllm>=0.32,<0.33`", "the supported release range"),
+    ("docs/serving.md", "What runs where in vLLM", "(position t takes token t+1)", "notation"),
+    ("docs/serving.md", "What vLLM runs, and what it does not", "inclusive; k may be 0)", "a setting's range"),
+    ("docs/serving.md", "What vLLM runs, and what it does not", "window (1024 by default)", "a default setting"),
+    ("docs/serving.md", "The hybrid in vLLM", "an n-gram of 2 to 4 tokens", "the default lookup bounds"),
+    ("docs/serving.md", "The hybrid in vLLM", "(13 Spec-Bench questions, one request at a time",
+     "the run's setting; the figures are rendered in benchmarks.md"),
+    ("docs/serving.md", "Measured", "(three prompts, 48 new tokens, k = 3, float32)", "the vLLM lane's settings"),
+    ("docs/serving.md", "Measured", "(within 2 drafts, or 5%, per position)", "a test's tolerance"),
+    ("docs/serving.md", "Measured", "out of ascending order (3, 1, last)", "a test's setting"),
+    ("docs/serving.md", "Measured", "with status 0", "an exit status"),
+    ("docs/serving.md", "Measured", "(within 2e-4, float32)", "a test's tolerance"),
+    ("docs/serving.md", "Backing k off by batch size", "its forward at k = 0", "a setting"),
+    ("docs/serving.md", "The CPU environment (vLLM's community CPU build)", "without a GPU (2 cores here)", "the machine"),
+    ("docs/serving.md", "The CPU environment (vLLM's community CPU build)", "about three minutes on 2 cores", "an approximate build time, not a record"),
+    ("docs/serving.md", "Under load: vLLM's OpenAI server with 1, 4 and 16 concurrent clients", "with 1, 4 and 16 concurrent clients", "the levels"),
+    ("docs/serving.md", "Under load: vLLM's OpenAI server with 1, 4 and 16 concurrent clients", "output tok/s at 1 / 4 / 16 clients", "a table heading"),
+    ("docs/serving.md", "Under load: vLLM's OpenAI server with 1, 4 and 16 concurrent clients", "| mode | 1 client | 4 clients | 16 clients |", "a table heading"),
+    ("docs/serving.md", "Under load: vLLM's OpenAI server with 1, 4 and 16 concurrent clients", "([record](benchmarks/vllm_load_qwen15_bf16/README.md): 26 questions, 64 new tokens",
+     "the run's settings"),
+    ("docs/serving.md", "Under load: vLLM's OpenAI server with 1, 4 and 16 concurrent clients", "cached answers at 4 and 16 clients", "the levels"),
+    ("docs/serving.md", "Under load: vLLM's OpenAI server with 1, 4 and 16 concurrent clients", "up to 8 requests and almost nothing at 16, yet at 16 clients",
+     "the schedule's bound and the level"),
+    ("docs/serving.md", "Under load: vLLM's OpenAI server with 1, 4 and 16 concurrent clients", "pays at k = 0 too", "a setting"),
+    ("docs/serving.md", "Under load: vLLM's OpenAI server with 1, 4 and 16 concurrent clients", "at 16 clients is missed", "the goal's level"),
     ("docs/benchmarks.md", "What we tried and what it gave", "at their 200-token contexts", "the runs' setting"),
     ("docs/benchmarks.md", "What we tried and what it gave", "averaged over about 50 attempts", "the back-off's setting then"),
     ("docs/benchmarks.md", "What we tried and what it gave", "at 4,096 cached tokens t(2) fell", "the condition"),
