@@ -140,13 +140,15 @@ def readme_settings() -> list[str]:
 def readme_memory() -> list[str]:
     """The suffix memory's longer jobs (benchmarks.md, `suffix_memory_zen5_long`): suffix / tree per target."""
     (_, smol), (_, qwen) = ZEN5_LONG
-    tools = overall(ZEN5_TOOLS[1][1])
+    tools, unit_tests = overall(ZEN5_TOOLS[1][1]), overall(ZEN5_SMOL_MORE[0][1])
     ratio = {run: overall(run)["oneiro-suffix"]["tokens_per_s"] / overall(run)["oneiro-tree"]["tokens_per_s"]
              for run in (smol, qwen)}
     return [f"On a job of {summary(qwen)['config']['n_questions']} command-line scripts",
             f"ran {x(ratio[qwen])} faster\nwith it than the tree without it".replace("\n", " "),
             f"{x(ratio[smol])} over {summary(smol)['config']['n_questions']} scripts",
-            f"and {x(tools['oneiro-suffix']['tokens_per_s'] / tools['oneiro-tree']['tokens_per_s'])} on an agent's"]
+            f"and {x(tools['oneiro-suffix']['tokens_per_s'] / tools['oneiro-tree']['tokens_per_s'])} on an agent's",
+            f"and {x(unit_tests['oneiro-suffix']['tokens_per_s'] / unit_tests['oneiro-tree']['tokens_per_s'])} on unit "
+            "tests whose layout"]
 
 
 @figures("README.md", "Reference targets (no Hub needed)")
@@ -1411,6 +1413,18 @@ def suffix_memory_zen5_tools() -> list[str]:
     """The agent tool-call job (`repeated_tasks.py --task tools`) on the Zen 5 EPYC: a row per target."""
     return [halved_bf16_row(label, run, str(overall(run)["oneiro-suffix"]["accepted_by_source"]["memory"]))
             for label, run in ZEN5_TOOLS]
+
+
+ZEN5_SMOL_MORE = (("SmolLM2, unit tests in a stated layout", "suffix_memory/zen5_tests24_smollm2_bf16"),
+                  ("SmolLM2, extraction into a stated JSON schema", "suffix_memory/zen5_extraction24_smollm2_bf16"))
+
+
+@figures("docs/benchmarks.md", "Suffix memory on repeated tasks")
+def suffix_memory_zen5_smollm2_more() -> list[str]:
+    """SmolLM2 on the two workloads whose output layout the instruction states (`--task tests`, `--task extraction`),
+    on the Zen 5 EPYC, both at once: a row per workload."""
+    return [halved_bf16_row(label, run, str(overall(run)["oneiro-suffix"]["accepted_by_source"]["memory"]))
+            for label, run in ZEN5_SMOL_MORE]
 
 
 @figures("docs/benchmarks.md", "In vLLM")
