@@ -147,8 +147,8 @@ def readme_memory() -> list[str]:
             f"ran {x(ratio[qwen])} faster\nwith it than the tree without it".replace("\n", " "),
             f"{x(ratio[smol])} over {summary(smol)['config']['n_questions']} scripts",
             f"and {x(tools['oneiro-suffix']['tokens_per_s'] / tools['oneiro-tree']['tokens_per_s'])} on an agent's",
-            f"and {x(unit_tests['oneiro-suffix']['tokens_per_s'] / unit_tests['oneiro-tree']['tokens_per_s'])} on unit "
-            "tests whose layout"]
+            (f"and {x(unit_tests['oneiro-suffix']['tokens_per_s'] / unit_tests['oneiro-tree']['tokens_per_s'])} on "
+             "unit tests whose layout")]
 
 
 @figures("README.md", "Reference targets (no Hub needed)")
