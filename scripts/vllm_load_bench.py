@@ -227,7 +227,7 @@ def main() -> None:
                         help="oneiro-backoff's k by batch size, FROM-TO:K,... (vLLM's "
                              "num_speculative_tokens_per_batch_size)")
     parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--modes", default="plain,ngram,suffix,oneiro,oneiro-backoff")
+    parser.add_argument("--modes", default="plain,ngram,suffix,oneiro,oneiro-backoff,oneiro-hybrid")
     parser.add_argument("--out", help="the record (JSON); the servers' logs go beside it")
     parser.add_argument("--compiled", action="store_true",
                         help="keep vLLM's compiled graphs (a GPU); default: --enforce-eager (a CPU, short start)")

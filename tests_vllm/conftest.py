@@ -48,6 +48,15 @@ def exported(tmp_path_factory) -> Path:
     return export_for_vllm(DRAFTER, tmp_path_factory.mktemp("vllm") / "smollm2-drafter", TARGET_NAME, K)
 
 
+@pytest.fixture(scope="session")
+def exported_hybrid(tmp_path_factory) -> Path:
+    """The same drafter exported with `--hybrid` (lookup n-grams 2-4)."""
+    from oneiro_hf.serving.vllm_export import export_for_vllm
+
+    return export_for_vllm(DRAFTER, tmp_path_factory.mktemp("vllm-hybrid") / "smollm2-hybrid", TARGET_NAME, K,
+                           lookup=(2, 4))
+
+
 def run_vllm(tmp_path: Path, target: Path, draft: Path | None, prompts: list[list[int]], runs: list[dict]) -> list:
     """Each run's {"tokens": [...], "spec": {...}} from one vLLM engine in a fresh process."""
     request = tmp_path / f"request-{'spec' if draft else 'plain'}.json"

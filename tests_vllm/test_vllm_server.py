@@ -1,5 +1,6 @@
 """vLLM's OpenAI server as users run it (`python -m vllm.entrypoints.openai.api_server`, loopback only) with the
-exported SmolLM2 drafter: concurrent chat and completion requests get the plain server's greedy texts, the
+exported SmolLM2 drafter (and the same exported with `--hybrid`): concurrent chat and completion requests get the
+plain server's greedy texts, the
 server's /metrics count accepted drafts, it stops cleanly, and a drafter it cannot serve stops it at start-up
 with the reason."""
 
@@ -54,8 +55,14 @@ def oneiro_server(tmp_path_factory, target_dir, exported):
     return _session(tmp_path_factory.mktemp("oneiro-server"), target_dir, exported)
 
 
-def test_concurrent_requests_get_the_plain_servers_greedy_texts(plain_server, oneiro_server):
-    plain, ours = plain_server["replies"], oneiro_server["replies"]
+@pytest.fixture(scope="module")
+def hybrid_server(tmp_path_factory, target_dir, exported_hybrid):
+    return _session(tmp_path_factory.mktemp("hybrid-server"), target_dir, exported_hybrid)
+
+
+@pytest.mark.parametrize("speculative", ["oneiro_server", "hybrid_server"])
+def test_concurrent_requests_get_the_plain_servers_greedy_texts(plain_server, speculative, request):
+    plain, ours = plain_server["replies"], request.getfixturevalue(speculative)["replies"]
     assert len(ours) == len(CHATS) + len(COMPLETIONS)
     assert all(r.completion_tokens > 0 for r in plain)
     for asked, mine, theirs in zip(CHATS + COMPLETIONS, ours, plain):
@@ -74,8 +81,8 @@ def test_the_servers_metrics_count_the_drafters_accepted_drafts(oneiro_server, p
     assert "drafts" not in plain_server["after"]  # a plain server reports no speculative counters
 
 
-def test_the_servers_stop_cleanly(plain_server, oneiro_server):
-    for session in (plain_server, oneiro_server):
+def test_the_servers_stop_cleanly(plain_server, oneiro_server, hybrid_server):
+    for session in (plain_server, oneiro_server, hybrid_server):
         assert session["status"] == 0 and not session["left_behind"]
 
 

@@ -26,12 +26,8 @@ def speculative(tmp_path_factory, target_dir, exported, prompt_ids):
 
 
 @pytest.fixture(scope="module")
-def hybrid(tmp_path_factory, target_dir, prompt_ids):
-    from oneiro_hf.serving.vllm_export import export_for_vllm
-
-    folder = export_for_vllm(DRAFTER, tmp_path_factory.mktemp("vllm-hybrid") / "smollm2-hybrid", TARGET_NAME, K,
-                             lookup=(2, 4))
-    return run_vllm(tmp_path_factory.mktemp("hybrid"), target_dir, folder, prompt_ids, [GREEDY])[0]
+def hybrid(tmp_path_factory, target_dir, exported_hybrid, prompt_ids):
+    return run_vllm(tmp_path_factory.mktemp("hybrid"), target_dir, exported_hybrid, prompt_ids, [GREEDY])[0]
 
 
 @pytest.fixture(scope="module")

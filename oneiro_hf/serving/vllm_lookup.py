@@ -59,18 +59,20 @@ class RequestLookup:
         live = set(req_ids)
         for gone in [r for r in self.indexes if r not in live]:
             del self.indexes[gone]
-        rows: list[int] = []
-        continuations: list[list[int]] = []
+        kept = sampled.tolist() if torch.is_tensor(sampled) else [list(row) for row in sampled]  # one device read
+        found: dict[int, list[int]] = {}
         for i, req_id in enumerate(req_ids):
             index = self._index(req_id, token_ids[i], int(num_tokens[i]))
-            row = sampled[i].tolist() if torch.is_tensor(sampled) else list(sampled[i])
-            continuation, _ = index.lookup(k, after=[t for t in row if t >= 0])
+            continuation, _ = index.lookup(k, after=[t for t in kept[i] if t >= 0])
             if continuation:
-                rows.append(i)
-                continuations.append(continuation)
-        for i, continuation in zip(rows, continuations):
-            drafts[i, : len(continuation)] = torch.tensor(continuation, dtype=drafts.dtype, device=drafts.device)
-        self.rows_replaced += len(rows)
+                found[i] = continuation
+        if found:
+            host = drafts if drafts.device.type == "cpu" else drafts.cpu()  # on a GPU: one copy each way
+            for i, continuation in found.items():
+                host[i, : len(continuation)] = torch.tensor(continuation, dtype=host.dtype)
+            if host is not drafts:
+                drafts.copy_(host)
+        self.rows_replaced += len(found)
         return drafts
 
     def _index(self, req_id: str, tokens: np.ndarray, committed: int) -> NgramIndex:
