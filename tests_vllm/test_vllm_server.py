@@ -1,8 +1,7 @@
 """vLLM's OpenAI server as users run it (`python -m vllm.entrypoints.openai.api_server`, loopback only) with the
 exported SmolLM2 drafter (and the same exported with `--hybrid`): concurrent chat and completion requests get the
-plain server's greedy texts, the
-server's /metrics count accepted drafts, it stops cleanly, and a drafter it cannot serve stops it at start-up
-with the reason."""
+plain server's greedy texts, the server's /metrics count accepted drafts, it stops cleanly, and a drafter it cannot
+serve stops it at start-up with the reason."""
 
 from __future__ import annotations
 
