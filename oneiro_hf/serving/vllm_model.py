@@ -243,7 +243,10 @@ def install_lookup_hook() -> None:
     @functools.wraps(original)
     def propose_draft_token_ids(self, scheduler_output, sampled_token_ids, *args, **kwargs):
         drafts = original(self, scheduler_output, sampled_token_ids, *args, **kwargs)
-        lookup = getattr(getattr(self.drafter, "model", None), "lookup", None)
+        model = getattr(self.drafter, "model", None)
+        if hasattr(model, "unwrap"):  # a GPU runner wraps the draft model for CUDA graphs (vLLM's own propose does too)
+            model = model.unwrap()
+        lookup = getattr(model, "lookup", None)
         if lookup is None:
             return drafts
         if not torch.is_tensor(drafts):
