@@ -1133,95 +1133,6 @@ def backoff_accounting() -> list[str]:
             .replace("\n  ", " ")]
 
 
-@figures("docs/benchmarks.md", "Suffix memory on repeated tasks")
-def suffix_memory() -> list[str]:
-    runs = {"repeated": "suffix_memory/repeated", "specbench": "suffix_memory/specbench"}
-    out = [f"one thread, on a {machine(runs['repeated'])} whose other core"]
-    for run in runs.values():
-        config = summary(run)["config"]
-        out.append(f"{config['n_questions']} questions, {config['max_new_tokens']} new tokens")
-    for kind, run in runs.items():
-        o = overall(run)
-        ratio = o["oneiro-suffix"]["tokens_per_s"] / o["oneiro-tree"]["tokens_per_s"]
-        taus = f"{o['oneiro-suffix']['mean_accepted_tokens']:.2f} against {o['oneiro-tree']['mean_accepted_tokens']:.2f}"
-        where = "on the repeated tasks" if kind == "repeated" else "on Spec-Bench"
-        out.append(f"{x(ratio)}{' the tree without it' if kind == 'repeated' else ''} {where} (tau {taus})")
-    qwen = "suffix_memory/repeated_qwen15"
-    config, o = summary(qwen)["config"], overall(qwen)
-    ratio = o["oneiro-suffix"]["tokens_per_s"] / o["oneiro-tree"]["tokens_per_s"]
-    suffix, tree = o["oneiro-suffix"]["mean_accepted_tokens"], o["oneiro-tree"]["mean_accepted_tokens"]
-    out += [f"the first {config['n_questions']} questions of the same workload, {config['max_new_tokens']} new tokens",
-            (f"on the 1.5B target {x(ratio)} the tree without it on the repeated tasks (tau {suffix:.2f} against "
-             f"{tree:.2f}), on {config['n_questions']} questions")]
-    return out + suffix_memory_more()
-
-
-def suffix_memory_more() -> list[str]:
-    """The second workload, the 1.5B's 24 questions and the batches (suffix_memory/README.md, its last section)."""
-    rows = []
-    cli = "command-line scripts in a house style (`--task cli`)"
-    taus = []
-    for label, run in ((f"SmolLM2, {cli}", "suffix_memory/cli_smollm2"),
-                       ("the 1.5B, extraction", "suffix_memory/repeated24_qwen15"),
-                       (f"the 1.5B, {cli}", "suffix_memory/cli_qwen15"),
-                       (f"SmolLM2, {cli}, again, quiet, priced with a fresh profile", "suffix_memory/cli_smollm2_fresh")):
-        o = overall(run)
-        taus.append(o["oneiro-suffix"]["mean_accepted_tokens"] / o["oneiro-tree"]["mean_accepted_tokens"])
-        rows.append(memory_row(label, run))
-    batch = summary("suffix_memory/batch4_smollm2")
-    b = str(batch["batch_sizes"][0])
-    tree, suffix = (batch["throughput"][m][b] for m in ("oneiro-tree", "oneiro-suffix"))
-    assert tree["identical_rows_to_same_kernel_greedy"] == suffix["identical_rows_to_same_kernel_greedy"] == 1.0
-    rows += [(f"| SmolLM2, extraction, {batch['config']['n_questions']} x {batch['config']['max_new_tokens']}, "
-              f"batches of {b} (tokens/s) | {tree['tokens_per_s']:.2f} | {suffix['tokens_per_s']:.2f} | "
-              f"**{x(suffix['tokens_per_s'] / tree['tokens_per_s'])}** | — |"),
-             (f"| the same prompts as single calls, same run | {tree['separate_calls']['tokens_per_s']:.2f} | "
-              f"{suffix['separate_calls']['tokens_per_s']:.2f} | "
-              f"{x(suffix['separate_calls']['tokens_per_s'] / tree['separate_calls']['tokens_per_s'])} | — |")]
-    o = overall("suffix_memory/cli_qwen15")
-    second = halves_ratio("suffix_memory/cli_qwen15")[1]
-    rows += [f"(by {x(min(taus))} to {x(max(taus))} in the runs above)",
-             (f"1.5B writing command-line scripts, where it makes the same skeleton each time: "
-              f"{x(o['oneiro-suffix']['tokens_per_s'] / o['oneiro-tree']['tokens_per_s'])} the tree there, "
-              f"{x(second)} on the run's second half")]
-    qwen = "suffix_memory/repeated24_qwen15"
-    parts = {m: e["overall"] for m, e in record(f"docs/benchmarks/{qwen}/breakdown.json")["methods"].items()}
-    suffix, tree = parts["oneiro-suffix"], parts["oneiro-tree"]
-    rows += [(f"{suffix['nodes_per_pass']:.2f} nodes a pass against {tree['nodes_per_pass']:.2f} took "
-              f"{suffix['timed_verify_s_per_pass']:.3f} s a pass against {tree['timed_verify_s_per_pass']:.3f} s, "
-              f"where the profile's t(k) averages {suffix['mean_verify_cost']:.2f} t(1) against "
-              f"{tree['mean_verify_cost']:.2f}"),
-             f"the prefills, {suffix['untimed_s']:.0f} s and {tree['untimed_s']:.0f} s outside the timers there"]
-    then, now = (profile["ratios"] for profile in qwen15_profiles())
-    assert record(f"docs/benchmarks/{qwen}/profile.json")["ratios"] == then  # the runs were priced with it
-    rows.append(f"has t(2..5)/t(1) = {now['2']:.2f} to {now['5']:.2f}\nwhere that one had {then['2']:.2f} to "
-                f"{then['5']:.2f}".replace("\n", " "))
-    return rows
-
-
-@figures("docs/benchmarks.md", "Suffix memory on repeated tasks")
-def suffix_memory_credit() -> list[str]:
-    """The runs with the back-off that credits each drafter call with its own nodes' tokens (suffix_memory/README.md)."""
-    rows = []
-    for label, run in (("SmolLM2, command-line scripts, quiet", "suffix_memory/cli_smollm2_credit"),
-                       ("SmolLM2, Spec-Bench, beside the next run on the other core", "suffix_memory/specbench_credit"),
-                       ("the 1.5B, command-line scripts, beside that run and unit tests", "suffix_memory/cli_qwen15_credit")):
-        assert overall(run)["oneiro-tree"]["identical_to_greedy"] == 1.0
-        calls = {m: drafter_calls_per_pass(run, m) for m in ("oneiro-tree", "oneiro-suffix")}
-        rows.append(f"{memory_row(label, run)} {calls['oneiro-tree']:.2f}, {calls['oneiro-suffix']:.2f} |")
-    before = drafter_calls_per_pass("suffix_memory/cli_smollm2_fresh", "oneiro-suffix")
-    rows.append(f"called it {before:.2f} times a pass")
-    second = halves_ratio("suffix_memory/cli_qwen15_credit")[1]
-    rows.append(f"{x(second)} on the second half of the 1.5B's scripts")
-    return rows
-
-
-def memory_row(label: str, run: str) -> str:
-    """A suffix-memory run as a table row (`memory_cells`); every suffix output identical to stock greedy's."""
-    assert not summary(run)["lossless_violations"] and overall(run)["oneiro-suffix"]["identical_to_greedy"] == 1.0
-    return memory_cells(label, run)
-
-
 def memory_cells(label: str, run: str) -> str:
     """A suffix-memory run as a table row: questions x tokens, tree and suffix vs same-kernel greedy, suffix / tree,
     tau of each."""
@@ -1230,11 +1141,6 @@ def memory_cells(label: str, run: str) -> str:
     return (f"| {label}, {config['n_questions']} x {config['max_new_tokens']} | {x(tree[SAME])} | "
             f"{x(suffix[SAME])} | **{x(suffix['tokens_per_s'] / tree['tokens_per_s'])}** | "
             f"{tree['mean_accepted_tokens']:.2f}, {suffix['mean_accepted_tokens']:.2f} |")
-
-
-def drafter_calls_per_pass(run: str, method: str) -> float:
-    """A method's drafter calls per verification pass in a run, as `oneiro-bench breakdown` counted them."""
-    return record(f"docs/benchmarks/{run}/breakdown.json")["methods"][method]["overall"]["drafter_calls_per_pass"]
 
 
 def halves_ratio(run: str) -> tuple[float, float]:
@@ -1294,7 +1200,6 @@ def bfloat16_gemma() -> list[str]:
     return [*bfloat16_run("bf16_gemma"), f"matched its text on {stock[0]} of {stock[1]}"]
 
 
-
 @figures("docs/benchmarks.md", "bfloat16 (Qwen2.5-Coder-1.5B-Instruct)")
 def bfloat16_qwen15() -> list[str]:
     """The bfloat16 run, and how much a float32 step costs over a bfloat16 one on the kernels each gets."""
@@ -1328,45 +1233,6 @@ def bfloat16_batches() -> list[str]:
     return found
 
 
-ZEN5_MEMORY = (("SmolLM2, float32", "suffix_memory/zen5_cli_smollm2_f32"),
-               ("SmolLM2, bfloat16", "suffix_memory/zen5_cli_smollm2_bf16"),
-               ("the 1.5B, bfloat16", "suffix_memory/zen5_cli_qwen15_bf16"))
-
-
-@figures("docs/benchmarks.md", "Suffix memory on repeated tasks")
-def suffix_memory_zen5() -> list[str]:
-    """The memory on the Zen 5 EPYC with bfloat16 units (suffix_memory/README.md, its last section): a row per run, with
-    the halves, drafter calls and transformers' prompt lookup; every tree and memory output equal to same-kernel
-    greedy's."""
-    rows = []
-    for label, run in ZEN5_MEMORY:
-        config, o = summary(run)["config"], overall(run)
-        assert not {"oneiro-tree", "oneiro-suffix"} & set(summary(run)["lossless_violations"])
-        tree, suffix = o["oneiro-tree"], o["oneiro-suffix"]
-        first, second = halves_ratio(run)
-        calls = {m: drafter_calls_per_pass(run, m) for m in ("oneiro-tree", "oneiro-suffix")}
-        rows.append(f"| {label}, {config['n_questions']} x {config['max_new_tokens']} | {x(tree[SAME])} | "
-                    f"{x(suffix[SAME])} | **{x(suffix['tokens_per_s'] / tree['tokens_per_s'])}** "
-                    f"({first:.2f}, {second:.2f}) | {tree['mean_accepted_tokens']:.2f}, "
-                    f"{suffix['mean_accepted_tokens']:.2f} | {calls['oneiro-tree']:.2f}, {calls['oneiro-suffix']:.2f} | "
-                    f"{x(suffix['tokens_per_s'] / o['hf-lookup']['tokens_per_s'])} |")
-    qwen = overall("suffix_memory/zen5_cli_qwen15_bf16")
-    rows.append(f"ran {x(qwen['oneiro-suffix']['speedup_vs_greedy'])} stock bfloat16 greedy "
-                f"({qwen['oneiro-suffix']['tokens_per_s']:.2f} tokens/s against {qwen['greedy']['tokens_per_s']:.2f})")
-    t8 = [record(f"docs/benchmarks/{run}/profile.json")["ratios"]["8"] for _, run in ZEN5_MEMORY]
-    rows.append(f"(float32 on oneiro-hf's kernels: t(8) = {t8[0]:.2f}\nt(1) for SmolLM2; bfloat16 on the exact kernels: "
-                f"t(8) = {t8[1]:.2f} t(1) for SmolLM2 and {t8[2]:.2f} t(1) for the 1.5B)".replace("\n", " "))
-    ratio = [overall(run)["oneiro-suffix"]["tokens_per_s"] / overall(run)["oneiro-tree"]["tokens_per_s"]
-             for _, run in ZEN5_MEMORY]
-    rows += [f"so its ratio stays at {x(ratio[0])}\nand {x(ratio[1])}".replace("\n", " "),
-             (f"{x(halves_ratio(ZEN5_MEMORY[2][1])[1])} the tree on the run's second half; over the whole run "
-              f"{x(ratio[2])}, short of")]
-    parted = [len(summary(run)["lossless_violation_questions"]["hf-lookup"]) for _, run in ZEN5_MEMORY[1:]]
-    sizes = [summary(run)["config"]["n_questions"] for _, run in ZEN5_MEMORY[1:]]
-    rows.append(f"on {parted[0]} of {sizes[0]} and {parted[1]} of\n{sizes[1]} questions".replace("\n", " "))
-    return rows
-
-
 def halved_bf16_row(label: str, run: str, last: str) -> str:
     """A bfloat16 suffix-memory run as a table row: questions x tokens, tree and suffix vs same-kernel greedy,
     suffix / tree with its halves, tau of each, then `last`; the tree and the memory lossless."""
@@ -1379,52 +1245,38 @@ def halved_bf16_row(label: str, run: str, last: str) -> str:
             f"{tree['mean_accepted_tokens']:.2f}, {suffix['mean_accepted_tokens']:.2f} | {last} |")
 
 
-ZEN5_LONG = (("SmolLM2", "suffix_memory/zen5_cli48_smollm2_bf16"),
-             ("the 1.5B", "suffix_memory/zen5_cli32_qwen15_bf16"))
-
-
-@figures("docs/benchmarks.md", "Suffix memory on repeated tasks")
-def suffix_memory_zen5_long() -> list[str]:
-    """The longer jobs on the Zen 5 EPYC (the cli questions continued): a row per run, the 1.5B against stock
-    greedy, its first half, and where SmolLM2's memory tokens came from."""
-    rows = []
-    for label, run in ZEN5_LONG:
-        calls = [drafter_calls_per_pass(run, m) for m in ("oneiro-tree", "oneiro-suffix")]
-        rows.append(halved_bf16_row(label, run, f"{calls[0]:.2f}, {calls[1]:.2f}"))
-    qwen = overall(ZEN5_LONG[1][1])
-    rows += [f"Over {summary(ZEN5_LONG[1][1])['config']['n_questions']} questions",
-             f"at {x(qwen['oneiro-suffix']['speedup_vs_greedy'])} stock bfloat16 greedy",
-             f"its first {summary(ZEN5_LONG[1][1])['config']['n_questions'] // 2}",
-             f"gave {x(halves_ratio(ZEN5_LONG[1][1])[0])} here"]
-    smol = overall(ZEN5_LONG[0][1])
-    tree, suffix = (smol[m]["accepted_by_source"] for m in ("oneiro-tree", "oneiro-suffix"))
-    rows += [f"short of it over {summary(ZEN5_LONG[0][1])['config']['n_questions']}",
-             (f"its memory took {suffix['memory']} accepted tokens\nwhile the drafter's fell by "
-              f"{tree['latent'] - suffix['latent']} and lookup's by {tree['lookup'] - suffix['lookup']}").replace("\n", " ")]
-    return rows
-
-
-ZEN5_TOOLS = (("SmolLM2", "suffix_memory/zen5_tools24_smollm2_bf16"),
-              ("the 1.5B", "suffix_memory/zen5_tools24_qwen15_bf16"))
-
-
-@figures("docs/benchmarks.md", "Suffix memory on repeated tasks")
-def suffix_memory_zen5_tools() -> list[str]:
-    """The agent tool-call job (`repeated_tasks.py --task tools`) on the Zen 5 EPYC: a row per target."""
-    return [halved_bf16_row(label, run, str(overall(run)["oneiro-suffix"]["accepted_by_source"]["memory"]))
-            for label, run in ZEN5_TOOLS]
-
-
+ZEN5_LONG = (("SmolLM2, command-line scripts", "suffix_memory/zen5_cli48_smollm2_bf16"),
+             ("the 1.5B, command-line scripts", "suffix_memory/zen5_cli32_qwen15_bf16"))
+ZEN5_TOOLS = (("SmolLM2, an agent's tool calls", "suffix_memory/zen5_tools24_smollm2_bf16"),
+              ("the 1.5B, an agent's tool calls", "suffix_memory/zen5_tools24_qwen15_bf16"))
 ZEN5_SMOL_MORE = (("SmolLM2, unit tests in a stated layout", "suffix_memory/zen5_tests24_smollm2_bf16"),
                   ("SmolLM2, extraction into a stated JSON schema", "suffix_memory/zen5_extraction24_smollm2_bf16"))
 
 
 @figures("docs/benchmarks.md", "Suffix memory on repeated tasks")
-def suffix_memory_zen5_smollm2_more() -> list[str]:
-    """SmolLM2 on the two workloads whose output layout the instruction states (`--task tests`, `--task extraction`),
-    on the Zen 5 EPYC, both at once: a row per workload."""
-    return [halved_bf16_row(label, run, str(overall(run)["oneiro-suffix"]["accepted_by_source"]["memory"]))
-            for label, run in ZEN5_SMOL_MORE]
+def suffix_memory_workloads() -> list[str]:
+    """The memory on every repeated-task workload on the Zen 5 EPYC (suffix_memory/README.md): a row per run, then
+    the sentences under the table, where the memory's accepted tokens came from."""
+    runs = [ZEN5_LONG[1], ZEN5_TOOLS[1], ZEN5_LONG[0], ZEN5_TOOLS[0], *ZEN5_SMOL_MORE]
+    rows = [halved_bf16_row(label, run, str(overall(run)["oneiro-suffix"]["accepted_by_source"]["memory"]))
+            for label, run in runs]
+    ratio = {run: overall(run)["oneiro-suffix"]["tokens_per_s"] / overall(run)["oneiro-tree"]["tokens_per_s"]
+             for _, run in runs}
+    qwen_cli, qwen_tools = overall(ZEN5_LONG[1][1])["oneiro-suffix"], overall(ZEN5_TOOLS[1][1])["oneiro-suffix"]
+    rows.append(f"({x(ratio[ZEN5_LONG[1][1]])} and {x(ratio[ZEN5_TOOLS[1][1]])}; "
+                f"{x(qwen_cli['speedup_vs_greedy'])} and {x(qwen_tools['speedup_vs_greedy'])} stock bfloat16 greedy)")
+    smol = overall(ZEN5_LONG[0][1])
+    tree, suffix = (smol[m]["accepted_by_source"] for m in ("oneiro-tree", "oneiro-suffix"))
+    rows.append(f"SmolLM2's memory took {suffix['memory']} accepted tokens over the "
+                f"{summary(ZEN5_LONG[0][1])['config']['n_questions']} scripts while the drafter's fell by "
+                f"{tree['latent'] - suffix['latent']} and lookup's by {tree['lookup'] - suffix['lookup']}")
+    rows.append(f"(the unit tests, {x(ratio[ZEN5_SMOL_MORE[0][1]])})")
+    lookup = summary(ZEN5_LONG[0][1])
+    parted = len(lookup["lossless_violation_questions"]["hf-lookup"])
+    rows.append(f"ran {x(overall(ZEN5_LONG[0][1])['oneiro-suffix']['tokens_per_s'] / overall(ZEN5_LONG[0][1])['hf-lookup']['tokens_per_s'])} "
+                f"transformers' prompt lookup there, which parted from stock greedy's text on {parted} of "
+                f"{lookup['config']['n_questions']} questions")
+    return rows
 
 
 @figures("docs/benchmarks.md", "In vLLM")
