@@ -406,42 +406,48 @@ def in_vllm() -> list[str]:
 HYBRID_15 = "docs/benchmarks/vllm_hybrid_qwen15_bf16"
 
 
+HYBRID_RUNS = ("forward", "reverse", "forward2", "reverse2")  # the five modes in one order, then the reverse, twice
+
+
 @figures("docs/benchmarks.md", "In vLLM")
 def vllm_hybrid() -> list[str]:
-    """The hybrid in vLLM beside plain, `ngram`, `suffix` and the drafter alone: two runs of the five modes, the second
-    in the reverse order (forward.json, reverse.json); ratios from the two runs' summed seconds."""
-    first, second = (record(f"{HYBRID_15}/{name}.json") for name in ("forward", "reverse"))
-    assert list(first["vllm"]) == list(reversed(second["vllm"]))
-    for a, b in ((first, second), (second, first)):
-        assert a["conditions"]["drafter_weights_sha256"] == b["conditions"]["drafter_weights_sha256"]
-    modes = {mode: (first["vllm"][mode], second["vllm"][mode]) for mode in first["vllm"]}
-    seconds = {mode: a["seconds"] + b["seconds"] for mode, (a, b) in modes.items()}
-    both = {mode: 2 * a["tokens"] / seconds[mode] for mode, (a, _) in modes.items()}
+    """The hybrid in vLLM beside plain, `ngram`, `suffix` and the drafter alone: four runs of the five modes, every
+    other one in the reverse order (HYBRID_RUNS); ratios from the runs' summed seconds."""
+    runs = [record(f"{HYBRID_15}/{name}.json") for name in HYBRID_RUNS]
+    for one, other in zip(runs, runs[1:]):
+        assert list(one["vllm"]) == list(reversed(other["vllm"]))
+        assert one["conditions"]["drafter_weights_sha256"] == other["conditions"]["drafter_weights_sha256"]
+    first = runs[0]
+    modes = {mode: [run["vllm"][mode] for run in runs] for mode in first["vllm"]}
+    seconds = {mode: sum(m["seconds"] for m in ms) for mode, ms in modes.items()}
+    both = {mode: len(runs) * ms[0]["tokens"] / seconds[mode] for mode, ms in modes.items()}
     labels = {"plain": "plain", "ngram": "`ngram` (n-grams 2-4)", "suffix": "`suffix`",
               "oneiro": "the shipped drafter", "oneiro-hybrid": "the drafter, `--hybrid` (lookup n-grams 2-4)"}
+    questions = len(first["accepted_per_prompt"]["vllm"])
     rows = []
-    for mode, (a, b) in modes.items():
-        assert a.get("accepted_per_position") == b.get("accepted_per_position")  # the same drafts in both runs
-        cells = [labels[mode], f"{a['tokens_per_s']:.2f}", f"{b['tokens_per_s']:.2f}", f"{both[mode]:.2f}",
+    for mode, ms in modes.items():
+        assert all(m.get("accepted_per_position") == ms[0].get("accepted_per_position") for m in ms)  # same drafts
+        cells = [labels[mode], ", ".join(f"{m['tokens_per_s']:.2f}" for m in ms), f"{both[mode]:.2f}",
                  x(seconds["plain"] / seconds[mode])]
+        a = ms[0]
         if mode == "plain":
             cells += ["1", "-", "-"]
         else:
             cells += [f"{a['tokens_per_step']:.3f}", ", ".join(f"{v:.3f}" for v in a["acceptance_by_position"][:3]),
-                      f"{a['identical_to_plain']}/{len(first['accepted_per_prompt']['vllm'])}"]
+                      f"{a['identical_to_plain']}/{questions}"]
         rows.append("| " + " | ".join(cells) + " |")
     hybrid, latent = modes["oneiro-hybrid"][0], modes["oneiro"][0]
     best = max(("ngram", "suffix"), key=both.get)
     conditions = first["conditions"]
     rows += [
-        (f"drafter, {len(first['accepted_per_prompt']['vllm'])} questions x {conditions['max_new_tokens']} tokens and "
-         f"k = {conditions['k']}, nothing"),
+        (f"drafter, {questions} questions x {conditions['max_new_tokens']} tokens and k = {conditions['k']}, nothing"),
         f"accepted {hybrid['accepted']} draft tokens where the drafter alone accepted {latent['accepted']}",
         f"({hybrid['tokens_per_step']:.2f} tokens a step against {latent['tokens_per_step']:.2f})",
         f"in {hybrid['drafts']} drafting steps against {latent['drafts']}",
-        (f"the drafter alone ran {min(m['tokens_per_s'] for m in modes['oneiro']):.2f} and "
-         f"{max(m['tokens_per_s'] for m in modes['oneiro']):.2f} tokens/s in the two runs"),
-        f"({both['oneiro-hybrid']:.2f} against {both['oneiro']:.2f} tokens/s over both runs)",
+        (f"the drafter alone ran {min(m['tokens_per_s'] for m in modes['oneiro']):.2f} to "
+         f"{max(m['tokens_per_s'] for m in modes['oneiro']):.2f} tokens/s and plain "
+         f"{min(m['tokens_per_s'] for m in modes['plain']):.2f} to {max(m['tokens_per_s'] for m in modes['plain']):.2f}"),
+        f"({both['oneiro-hybrid']:.2f} against {both['oneiro']:.2f} tokens/s over all {len(runs)} runs)",
         (f"the hybrid ran {x(seconds['plain'] / seconds['oneiro-hybrid'])} plain (goal `1.5x`) and "
          f"{x(seconds[best] / seconds['oneiro-hybrid'])} `{best}`, the faster of vLLM's own here (goal `1.25x`)"),
     ]
@@ -1365,14 +1371,15 @@ def serving_load_qwen15_bf16() -> list[str]:
 
 @figures("docs/serving.md", "Measured")
 def serving_one_request() -> list[str]:
-    """The latest one-request figures of benchmarks.md's "In vLLM" (the hybrid's two runs), in serving.md's words."""
-    first, second = (record(f"{HYBRID_15}/{name}.json")["vllm"] for name in ("forward", "reverse"))
-    seconds = {mode: first[mode]["seconds"] + second[mode]["seconds"] for mode in first}
-    questions = len(record(f"{HYBRID_15}/forward.json")["accepted_per_prompt"]["vllm"])
+    """The latest one-request figures of benchmarks.md's "In vLLM" (the hybrid's runs), in serving.md's words."""
+    runs = [record(f"{HYBRID_15}/{name}.json")["vllm"] for name in HYBRID_RUNS]
+    seconds = {mode: sum(run[mode]["seconds"] for run in runs) for mode in runs[0]}
+    questions = len(record(f"{HYBRID_15}/{HYBRID_RUNS[0]}.json")["accepted_per_prompt"]["vllm"])
     vs = {mode: x(seconds["plain"] / seconds[mode]) for mode in seconds}
-    return [(f"the 1.5B target in bfloat16 on a 2-core Zen 5 EPYC, {questions} Spec-Bench questions, two runs of every "
-             f"mode in both orders: the drafter ran {vs['oneiro']} vLLM plain, the hybrid {vs['oneiro-hybrid']}, "
-             f"`ngram` {vs['ngram']} and `suffix` {vs['suffix']}, the drafter making "
+    first = runs[0]
+    return [(f"the 1.5B target in bfloat16 on a 2-core Zen 5 EPYC, {questions} Spec-Bench questions, {len(runs)} runs "
+             f"of every mode, every other one in the reverse order: the drafter ran {vs['oneiro']} vLLM plain, the "
+             f"hybrid {vs['oneiro-hybrid']}, `ngram` {vs['ngram']} and `suffix` {vs['suffix']}, the drafter making "
              f"{first['oneiro']['tokens_per_step']:.2f} tokens a step and the hybrid "
              f"{first['oneiro-hybrid']['tokens_per_step']:.2f}. Every mode stays short of the 1.5x plain this project "
              "aims for at one request there.")]
@@ -1388,7 +1395,7 @@ def serving_bf16() -> list[str]:
     smol = record("docs/benchmarks/vllm_bf16_smollm2.json")
     oneiro, generate = smol["vllm"]["oneiro"], smol["generate_fixed_k"]
     n = len(smol["accepted_per_prompt"]["vllm"])
-    q15 = record(f"{HYBRID_15}/forward.json")
+    q15 = record(f"{HYBRID_15}/{HYBRID_RUNS[0]}.json")
     n15 = len(q15["accepted_per_prompt"]["vllm"])
     same = {mode: q15["vllm"][mode]["identical_to_plain"] for mode in ("oneiro", "oneiro-hybrid", "ngram", "suffix")}
     assert same["oneiro"] == same["oneiro-hybrid"] and same["ngram"] == same["suffix"]
