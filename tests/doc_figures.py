@@ -12,6 +12,7 @@ from the record the sentence links to (CONTRIBUTING.md, "Figures in the docs").
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -414,7 +415,7 @@ def vllm_hybrid() -> list[str]:
     """The hybrid in vLLM beside plain, `ngram`, `suffix` and the drafter alone: four runs of the five modes, every
     other one in the reverse order (HYBRID_RUNS); ratios from the runs' summed seconds."""
     runs = [record(f"{HYBRID_15}/{name}.json") for name in HYBRID_RUNS]
-    for one, other in zip(runs, runs[1:]):
+    for one, other in itertools.pairwise(runs):
         assert list(one["vllm"]) == list(reversed(other["vllm"]))
         assert one["conditions"]["drafter_weights_sha256"] == other["conditions"]["drafter_weights_sha256"]
     first = runs[0]
@@ -1475,3 +1476,19 @@ def serving_load_smollm2() -> list[str]:
          "acceptance allows"),
     ]
     return rows
+
+
+@figures("docs/serving.md", "Under load: vLLM's OpenAI server with 1, 4 and 16 concurrent clients")
+def serving_idle_skip() -> list[str]:
+    """The scratch patch skipping the drafter's forward at k = 0, 16 clients (vllm_load_qwen15_bf16/idle_skip/):
+    mean tokens/s of two fresh servers per configuration, against plain's two."""
+    runs = {name: record(f"{LOAD_15}/idle_skip/{name}.json")["modes"] for name in "abcd"}
+
+    def mean(mode: str, names: str) -> float:
+        return statistics.mean(runs[n][mode]["levels"][0]["output_tokens_per_s"] for n in names)
+
+    assert all(runs[n]["oneiro-backoff"]["levels"][0]["clients"] == 16 for n in "abcd")
+    plain = mean("plain", "ab")
+    return [(f"ran {x(mean('oneiro-backoff', 'bd') / plain)} plain at 16 clients where the drafter without it ran "
+             f"{x(mean('oneiro-backoff', 'ac') / plain)} (two runs each)")]
+
