@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 from oneiro_hf.serving.measure import counter_difference, fixed_k_acceptance, spec_counters
+from oneiro_hf.serving.vllm_lookup import LOOKUP_NGRAMS
 
 ROOT = Path(__file__).resolve().parent.parent
-NGRAMS = (2, 4)  # the n-gram bounds of vLLM's `ngram` and of the hybrid's lookup (generate's defaults)
 
 
 def worker(request_path: str) -> None:
@@ -140,12 +140,12 @@ def main() -> None:
     prompts = [encode_prompt(tokenizer, q["turns"][0]) for q in questions]
     with tempfile.TemporaryDirectory() as tmp:
         folder = export_for_vllm(args.drafter, Path(tmp) / "drafter", args.target, args.k)
-        hybrid = (export_for_vllm(args.drafter, Path(tmp) / "hybrid", args.target, args.k, lookup=NGRAMS)
+        hybrid = (export_for_vllm(args.drafter, Path(tmp) / "hybrid", args.target, args.k, lookup=LOOKUP_NGRAMS)
                   if "oneiro-hybrid" in chosen else None)
         modes = {
             "plain": None,
-            "ngram": {"method": "ngram", "num_speculative_tokens": args.k, "prompt_lookup_min": NGRAMS[0],
-                      "prompt_lookup_max": NGRAMS[1]},
+            "ngram": {"method": "ngram", "num_speculative_tokens": args.k, "prompt_lookup_min": LOOKUP_NGRAMS[0],
+                      "prompt_lookup_max": LOOKUP_NGRAMS[1]},
             "suffix": {"method": "suffix"},
             "oneiro": {"method": "eagle3", "model": str(folder), "num_speculative_tokens": args.k},
             "oneiro-hybrid": {"method": "eagle3", "model": str(hybrid), "num_speculative_tokens": args.k},
@@ -172,10 +172,11 @@ def main() -> None:
             "LD_PRELOAD": os.path.basename(os.environ.get("LD_PRELOAD", "")) or None,
             "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
             "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE"),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),  # None: vLLM's own choice (every core here)
             "target": args.target, "drafter": os.path.relpath(args.drafter, ROOT), "k": args.k,
             "drafter_weights_sha256": weights_sha256(args.drafter),
             "ngram": modes["ngram"], "suffix": modes["suffix"] if "suffix" in chosen else None,
-            "hybrid_lookup_ngrams": list(NGRAMS) if hybrid else None,
+            "hybrid_lookup_ngrams": list(LOOKUP_NGRAMS) if hybrid else None,
             "questions": f"Spec-Bench, first {args.per_category} of each category ({len(prompts)}), first turn",
             "max_new_tokens": args.max_new_tokens, "date": time.strftime("%Y-%m-%d"),
             "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # at start and end

@@ -32,11 +32,11 @@ from pathlib import Path
 
 from oneiro_hf.bench.profile import cpu_model
 from oneiro_hf.bench.runner import weights_sha256
+from oneiro_hf.serving.vllm_lookup import LOOKUP_NGRAMS
 from oneiro_hf.serving.vllm_server import ServerFailed, VllmServer, concurrently, error_lines, server_command
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTERS = ("drafts", "draft_tokens", "accepted", "generation_tokens")
-NGRAMS = (2, 4)  # the n-gram bounds of vLLM's `ngram` and of the hybrid's lookup (generate's defaults)
 
 
 def parse_schedule(text: str) -> list[list[int]]:
@@ -56,8 +56,8 @@ def mode_configs(args, folder: Path, hybrid: Path | None = None) -> dict[str, di
     schedule = {"num_speculative_tokens_per_batch_size": parse_schedule(args.backoff)}
     modes = {
         "plain": None,
-        "ngram": {"method": "ngram", "num_speculative_tokens": args.k, "prompt_lookup_min": NGRAMS[0],
-                  "prompt_lookup_max": NGRAMS[1]},
+        "ngram": {"method": "ngram", "num_speculative_tokens": args.k, "prompt_lookup_min": LOOKUP_NGRAMS[0],
+                  "prompt_lookup_max": LOOKUP_NGRAMS[1]},
         "suffix": {"method": "suffix"},  # vLLM picks k per step (up to its tree depth); needs arctic-inference
         "oneiro": oneiro,
         "oneiro-backoff": {**oneiro, **schedule},
@@ -255,7 +255,7 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         folder = export_for_vllm(args.drafter, Path(tmp) / "drafter", args.target, args.k)
-        hybrid = (export_for_vllm(args.drafter, Path(tmp) / "hybrid", args.target, args.k, lookup=NGRAMS)
+        hybrid = (export_for_vllm(args.drafter, Path(tmp) / "hybrid", args.target, args.k, lookup=LOOKUP_NGRAMS)
                   if any(m.startswith("oneiro-hybrid") for m in chosen) else None)
         modes = mode_configs(args, folder, hybrid)
         unknown = [m for m in chosen if m not in modes]

@@ -410,17 +410,23 @@ HYBRID_15 = "docs/benchmarks/vllm_hybrid_qwen15_bf16"
 HYBRID_RUNS = ("forward", "reverse", "forward2", "reverse2")  # the five modes in one order, then the reverse, twice
 
 
-@figures("docs/benchmarks.md", "In vLLM")
-def vllm_hybrid() -> list[str]:
-    """The hybrid in vLLM beside plain, `ngram`, `suffix` and the drafter alone: four runs of the five modes, every
-    other one in the reverse order (HYBRID_RUNS); ratios from the runs' summed seconds."""
+def hybrid_runs() -> tuple[list[dict], dict[str, list[dict]], dict[str, float]]:
+    """The hybrid's one-request records (HYBRID_RUNS, checked to alternate the modes' order and share the drafter),
+    each mode's results over them, and each mode's summed seconds (the ratios both pages show)."""
     runs = [record(f"{HYBRID_15}/{name}.json") for name in HYBRID_RUNS]
     for one, other in itertools.pairwise(runs):
         assert list(one["vllm"]) == list(reversed(other["vllm"]))
         assert one["conditions"]["drafter_weights_sha256"] == other["conditions"]["drafter_weights_sha256"]
+    modes = {mode: [run["vllm"][mode] for run in runs] for mode in runs[0]["vllm"]}
+    return runs, modes, {mode: sum(m["seconds"] for m in ms) for mode, ms in modes.items()}
+
+
+@figures("docs/benchmarks.md", "In vLLM")
+def vllm_hybrid() -> list[str]:
+    """The hybrid in vLLM beside plain, `ngram`, `suffix` and the drafter alone: four runs of the five modes, every
+    other one in the reverse order (HYBRID_RUNS); ratios from the runs' summed seconds."""
+    runs, modes, seconds = hybrid_runs()
     first = runs[0]
-    modes = {mode: [run["vllm"][mode] for run in runs] for mode in first["vllm"]}
-    seconds = {mode: sum(m["seconds"] for m in ms) for mode, ms in modes.items()}
     both = {mode: len(runs) * ms[0]["tokens"] / seconds[mode] for mode, ms in modes.items()}
     labels = {"plain": "plain", "ngram": "`ngram` (n-grams 2-4)", "suffix": "`suffix`",
               "oneiro": "the shipped drafter", "oneiro-hybrid": "the drafter, `--hybrid` (lookup n-grams 2-4)"}
@@ -1373,11 +1379,10 @@ def serving_load_qwen15_bf16() -> list[str]:
 @figures("docs/serving.md", "Measured")
 def serving_one_request() -> list[str]:
     """The latest one-request figures of benchmarks.md's "In vLLM" (the hybrid's runs), in serving.md's words."""
-    runs = [record(f"{HYBRID_15}/{name}.json")["vllm"] for name in HYBRID_RUNS]
-    seconds = {mode: sum(run[mode]["seconds"] for run in runs) for mode in runs[0]}
-    questions = len(record(f"{HYBRID_15}/{HYBRID_RUNS[0]}.json")["accepted_per_prompt"]["vllm"])
+    runs, _, seconds = hybrid_runs()
+    questions = len(runs[0]["accepted_per_prompt"]["vllm"])
     vs = {mode: x(seconds["plain"] / seconds[mode]) for mode in seconds}
-    first = runs[0]
+    first = runs[0]["vllm"]
     return [(f"the 1.5B target in bfloat16 on a 2-core Zen 5 EPYC, {questions} Spec-Bench questions, {len(runs)} runs "
              f"of every mode, every other one in the reverse order: the drafter ran {vs['oneiro']} vLLM plain, the "
              f"hybrid {vs['oneiro-hybrid']}, `ngram` {vs['ngram']} and `suffix` {vs['suffix']}, the drafter making "

@@ -50,11 +50,12 @@ def exported(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def exported_hybrid(tmp_path_factory) -> Path:
-    """The same drafter exported with `--hybrid` (lookup n-grams 2-4)."""
+    """The same drafter exported with `--hybrid` (generate's lookup n-gram bounds)."""
     from oneiro_hf.serving.vllm_export import export_for_vllm
+    from oneiro_hf.serving.vllm_lookup import LOOKUP_NGRAMS
 
     return export_for_vllm(DRAFTER, tmp_path_factory.mktemp("vllm-hybrid") / "smollm2-hybrid", TARGET_NAME, K,
-                           lookup=(2, 4))
+                           lookup=LOOKUP_NGRAMS)
 
 
 def run_vllm(tmp_path: Path, target: Path, draft: Path | None, prompts: list[list[int]], runs: list[dict]) -> list:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from .vllm_export import VllmExportRefused, export_for_vllm
+from .vllm_lookup import LOOKUP_NGRAMS
 
 
 def _vllm_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
@@ -23,10 +24,10 @@ def _vllm_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--hybrid", action="store_true",
                         help="serve the hybrid: each request's prompt-lookup continuation where its text has an "
                              "n-gram match, the drafter's chain otherwise (docs/serving.md)")
-    parser.add_argument("--lookup-min-ngram", type=int, default=2,
-                        help="with --hybrid: the shortest n-gram a lookup draft must match (default 2)")
-    parser.add_argument("--lookup-max-ngram", type=int, default=4,
-                        help="with --hybrid: the longest n-gram tried (default 4)")
+    parser.add_argument("--lookup-min-ngram", type=int, default=LOOKUP_NGRAMS[0],
+                        help=f"with --hybrid: the shortest n-gram a lookup draft must match (default {LOOKUP_NGRAMS[0]})")
+    parser.add_argument("--lookup-max-ngram", type=int, default=LOOKUP_NGRAMS[1],
+                        help=f"with --hybrid: the longest n-gram tried (default {LOOKUP_NGRAMS[1]})")
     return parser
 
 

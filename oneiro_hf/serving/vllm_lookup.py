@@ -13,6 +13,7 @@ tensors and arrays (unit-tested in the main lane).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -20,6 +21,11 @@ import numpy as np
 import torch
 
 from ..drafting.lookup import NgramIndex
+from ..settings import DraftingSettings
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(DraftingSettings)}
+# the hybrid's n-gram bounds unless export says otherwise: generate's lookup defaults
+LOOKUP_NGRAMS = (int(_DEFAULTS["lookup_min_ngram"]), int(_DEFAULTS["lookup_max_ngram"]))
 
 
 def lookup_problem(min_ngram: int, max_ngram: int) -> str | None:
@@ -34,8 +40,8 @@ def lookup_problem(min_ngram: int, max_ngram: int) -> str | None:
 class RequestLookup:
     """Per-request n-gram indexes over the requests' committed tokens, kept across steps (each token hashed once)."""
 
-    min_ngram: int = 2
-    max_ngram: int = 4
+    min_ngram: int = LOOKUP_NGRAMS[0]
+    max_ngram: int = LOOKUP_NGRAMS[1]
     indexes: dict[str, NgramIndex] = field(default_factory=dict)
     rows_replaced: int = 0  # rows whose latent draft a lookup continuation replaced (all steps)
 
