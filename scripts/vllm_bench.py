@@ -83,8 +83,9 @@ def generate_fixed_k(target_name: str, drafter_dir: str, prompts: list[list[int]
 # what --modes may name; plain is the reference the others' texts are compared with. `suffix` is vLLM's
 # SuffixDecoding (it needs the arctic-inference package; it picks its own draft length per step, up to its tree depth);
 # `oneiro-hybrid` is the drafter exported with `--hybrid` (prompt lookup where a request's text matches, its own
-# n-gram bounds those of `ngram`)
-MODES = ("plain", "ngram", "suffix", "oneiro", "oneiro-hybrid")
+# n-gram bounds those of `ngram`); the `-priced` modes are exported with `--step-profile` (each step's draft length
+# per request priced from vLLM's engine steps, `serving.vllm_pricing`)
+MODES = ("plain", "ngram", "suffix", "oneiro", "oneiro-hybrid", "oneiro-priced", "oneiro-hybrid-priced")
 
 
 def summarize(result: dict, plain_tokens: list[list[int]] | None) -> dict:
@@ -113,6 +114,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=3, help="num_speculative_tokens for ngram and the drafter")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--out", required=False)
+    parser.add_argument("--step-profile", help="vLLM's engine steps (scripts/vllm_step_profile.py) for the -priced modes")
     parser.add_argument("--modes", default="plain,ngram,oneiro", help="vLLM modes to run (plain is the reference)")
     parser.add_argument("--quiet", action="store_true",
                         help="record that nothing else ran on the machine (else timings are marked indicative)")
@@ -123,6 +125,9 @@ def main() -> None:
     chosen = args.modes.split(",")
     if set(chosen) - set(MODES):
         parser.error(f"unknown --modes {sorted(set(chosen) - set(MODES))}: choose from {', '.join(MODES)}")
+    priced = [m for m in chosen if m.endswith("-priced")]
+    if priced and not args.step_profile:
+        parser.error(f"--modes {','.join(priced)} need --step-profile steps.json (scripts/vllm_step_profile.py)")
     from transformers import AutoTokenizer
 
     from oneiro_hf import __version__
@@ -142,6 +147,10 @@ def main() -> None:
         folder = export_for_vllm(args.drafter, Path(tmp) / "drafter", args.target, args.k)
         hybrid = (export_for_vllm(args.drafter, Path(tmp) / "hybrid", args.target, args.k, lookup=LOOKUP_NGRAMS)
                   if "oneiro-hybrid" in chosen else None)
+        profile = json.loads(Path(args.step_profile).read_text()) if priced else None
+        folders = {mode: export_for_vllm(args.drafter, Path(tmp) / mode, args.target, args.k, step_profile=profile,
+                                         lookup=LOOKUP_NGRAMS if mode.startswith("oneiro-hybrid") else None)
+                   for mode in priced}
         modes = {
             "plain": None,
             "ngram": {"method": "ngram", "num_speculative_tokens": args.k, "prompt_lookup_min": LOOKUP_NGRAMS[0],
@@ -149,6 +158,8 @@ def main() -> None:
             "suffix": {"method": "suffix"},
             "oneiro": {"method": "eagle3", "model": str(folder), "num_speculative_tokens": args.k},
             "oneiro-hybrid": {"method": "eagle3", "model": str(hybrid), "num_speculative_tokens": args.k},
+            **{mode: {"method": "eagle3", "model": str(folder), "num_speculative_tokens": args.k}
+               for mode, folder in folders.items()},
         }
         # in the order --modes names them (a second run in the reverse order evens out a machine that drifts)
         results = {name: run_mode(target_dir, modes[name], prompts, args) for name in chosen}
@@ -177,6 +188,7 @@ def main() -> None:
             "drafter_weights_sha256": weights_sha256(args.drafter),
             "ngram": modes["ngram"], "suffix": modes["suffix"] if "suffix" in chosen else None,
             "hybrid_lookup_ngrams": list(LOOKUP_NGRAMS) if hybrid else None,
+            "step_profile": os.path.relpath(args.step_profile, ROOT) if priced else None,
             "questions": f"Spec-Bench, first {args.per_category} of each category ({len(prompts)}), first turn",
             "max_new_tokens": args.max_new_tokens, "date": time.strftime("%Y-%m-%d"),
             "load_average_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],  # at start and end

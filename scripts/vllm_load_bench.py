@@ -49,9 +49,11 @@ def parse_schedule(text: str) -> list[list[int]]:
     return schedule
 
 
-def mode_configs(args, folder: Path, hybrid: Path | None = None) -> dict[str, dict | None]:
+def mode_configs(args, folder: Path, hybrid: Path | None = None,
+                 priced: dict[str, Path] | None = None) -> dict[str, dict | None]:
     """Each mode's speculative config; `hybrid` is the drafter exported with lookup on (`--hybrid`, the n-gram
-    bounds of `ngram`), for the `oneiro-hybrid` modes."""
+    bounds of `ngram`), for the `oneiro-hybrid` modes; `priced`: mode -> the drafter exported with `--step-profile`
+    (and lookup, for `oneiro-hybrid-priced`)."""
     oneiro = {"method": "eagle3", "model": str(folder), "num_speculative_tokens": args.k}
     schedule = {"num_speculative_tokens_per_batch_size": parse_schedule(args.backoff)}
     modes = {
@@ -65,6 +67,8 @@ def mode_configs(args, folder: Path, hybrid: Path | None = None) -> dict[str, di
     if hybrid is not None:
         modes["oneiro-hybrid"] = {**oneiro, "model": str(hybrid)}
         modes["oneiro-hybrid-backoff"] = {**oneiro, "model": str(hybrid), **schedule}
+    for mode, path in (priced or {}).items():
+        modes[mode] = {**oneiro, "model": str(path)}
     return modes
 
 
@@ -227,6 +231,8 @@ def main() -> None:
                         help="oneiro-backoff's k by batch size, FROM-TO:K,... (vLLM's "
                              "num_speculative_tokens_per_batch_size)")
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--step-profile", help="vLLM's engine steps (scripts/vllm_step_profile.py) for the "
+                                               "oneiro-priced and oneiro-hybrid-priced modes")
     parser.add_argument("--modes", default="plain,ngram,suffix,oneiro,oneiro-backoff,oneiro-hybrid")
     parser.add_argument("--out", help="the record (JSON); the servers' logs go beside it")
     parser.add_argument("--compiled", action="store_true",
@@ -257,7 +263,15 @@ def main() -> None:
         folder = export_for_vllm(args.drafter, Path(tmp) / "drafter", args.target, args.k)
         hybrid = (export_for_vllm(args.drafter, Path(tmp) / "hybrid", args.target, args.k, lookup=LOOKUP_NGRAMS)
                   if any(m.startswith("oneiro-hybrid") for m in chosen) else None)
-        modes = mode_configs(args, folder, hybrid)
+        wanted = [m for m in chosen if m in ("oneiro-priced", "oneiro-hybrid-priced")]
+        if wanted and not args.step_profile:
+            raise SystemExit(f"modes {wanted} need --step-profile. Fix: pass the steps.json of "
+                             "scripts/vllm_step_profile.py.")
+        profile = json.loads(Path(args.step_profile).read_text()) if wanted else None
+        priced = {mode: export_for_vllm(args.drafter, Path(tmp) / mode, args.target, args.k, step_profile=profile,
+                                        lookup=LOOKUP_NGRAMS if mode == "oneiro-hybrid-priced" else None)
+                  for mode in wanted}
+        modes = mode_configs(args, folder, hybrid, priced)
         unknown = [m for m in chosen if m not in modes]
         if unknown:
             raise SystemExit(f"unknown modes {unknown}. Fix: choose from {', '.join(modes)}.")
@@ -275,6 +289,7 @@ def main() -> None:
             "target": args.target, "drafter": os.path.relpath(args.drafter, ROOT),
             "drafter_weights_sha256": weights_sha256(args.drafter), "exported_sha256": weights_sha256(str(folder)),
             "k": args.k, "backoff": parse_schedule(args.backoff),
+            "step_profile": os.path.relpath(args.step_profile, ROOT) if wanted else None,
             "questions": f"Spec-Bench, first {args.per_category} of each category ({len(questions)}), first turn",
             "max_new_tokens": args.max_new_tokens, "clients": args.clients, "date": time.strftime("%Y-%m-%d %H:%M"),
             "LD_PRELOAD": os.path.basename(os.environ.get("LD_PRELOAD", "")) or None,

@@ -61,7 +61,7 @@ def test_the_command_prints_the_speculative_config_field(tmp_path, capsys) -> No
     out = json.loads(capsys.readouterr().out)
     assert out == {"num_speculative_tokens": 2, "num_speculative_tokens_per_batch_size": [[1, 8, 2]]}
     assert main(["vllm-schedule", "--profile", str(tmp_path / "none.json"), "--acceptance", "0.5"]) == 2
-    assert "Fix: pass a file written by oneiro-bench profile" in capsys.readouterr().err
+    assert "Fix: pass a JSON file written by" in capsys.readouterr().err
 
 
 def test_a_batch_size_between_measured_ones_is_priced_at_the_next_one_up() -> None:

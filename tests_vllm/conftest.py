@@ -58,6 +58,17 @@ def exported_hybrid(tmp_path_factory) -> Path:
                            lookup=LOOKUP_NGRAMS)
 
 
+@pytest.fixture(scope="session")
+def exported_priced(tmp_path_factory) -> Path:
+    """The same drafter exported with `--step-profile`: SmolLM2's engine steps measured in vLLM on a CPU
+    (docs/benchmarks/vllm_engine_schedule_smollm2/profile.json), whose steps grow fast with the drafts."""
+    from oneiro_hf.serving.vllm_export import export_for_vllm
+
+    profile = json.loads((ROOT / "docs" / "benchmarks" / "vllm_engine_schedule_smollm2" / "profile.json").read_text())
+    return export_for_vllm(DRAFTER, tmp_path_factory.mktemp("vllm-priced") / "smollm2-priced", TARGET_NAME, K,
+                           step_profile=profile)
+
+
 def run_vllm(tmp_path: Path, target: Path, draft: Path | None, prompts: list[list[int]], runs: list[dict]) -> list:
     """Each run's {"tokens": [...], "spec": {...}} from one vLLM engine in a fresh process."""
     request = tmp_path / f"request-{'spec' if draft else 'plain'}.json"

@@ -31,6 +31,13 @@ def hybrid(tmp_path_factory, target_dir, exported_hybrid, prompt_ids):
 
 
 @pytest.fixture(scope="module")
+def priced(tmp_path_factory, target_dir, exported_priced, prompt_ids):
+    greedy, sampled = run_vllm(tmp_path_factory.mktemp("priced"), target_dir, exported_priced, prompt_ids,
+                               [GREEDY, SAMPLING])
+    return {"greedy": greedy, "sampling": sampled}
+
+
+@pytest.fixture(scope="module")
 def generate_fixed_k(prompt_ids):
     """Accepted drafts by position when the same drafter drafts fixed chains of K latent tokens in generate."""
     from oneiro_hf import OneiroDrafter
@@ -75,6 +82,21 @@ def test_the_hybrid_drafts_from_lookup_in_vllm_and_is_token_identical_to_plain_g
     # the runner's draft step went through the hook: some steps drafted from lookup, and not every step did
     assert 0 < hybrid["lookup_rows_replaced"] < ours["drafts"]
     assert "lookup_rows_replaced" not in speculative["greedy"]  # a folder without lookup leaves the drafts alone
+
+
+def test_the_priced_draft_length_verifies_drafts_of_their_own_length_and_is_token_identical(plain, priced):
+    greedy = priced["greedy"]
+    assert greedy["tokens"] == plain[0]["tokens"]
+    spec = greedy["spec"]
+    print(f"priced: {spec['draft_tokens']} draft tokens in {spec['drafts']} drafts (k = {K}), accepted by position "
+          f"{spec['accepted_per_position']}; {greedy['drafts_cut']} cut, {greedy['calls_skipped']} drafter calls "
+          "skipped")
+    # the cut reached vLLM's scheduler: fewer tokens verified than k per draft, and the pricer both cut and skipped
+    assert 0 < spec["draft_tokens"] < K * spec["drafts"]
+    assert greedy["drafts_cut"] > 0 and greedy["calls_skipped"] > 0
+    assert spec["accepted"] > 0
+    sampled = priced["sampling"]
+    assert all(0 < len(t) <= MAX_TOKENS for t in sampled["tokens"]) and sampled["spec"]["drafts"] > 0
 
 
 def test_sampling_with_the_drafter_runs(speculative):

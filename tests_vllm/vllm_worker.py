@@ -3,8 +3,9 @@ configuration gets a fresh interpreter): `python vllm_worker.py REQUEST.json` pr
 
 REQUEST: target (model dir), draft (exported folder or null), k, dtype, prompts (token id lists), runs (a list of
 SamplingParams keyword dicts, run one after another). RESULT: per run, the output token ids and the speculative
-decoding counters vLLM's metrics gained during that run, and for a hybrid folder (exported with lookup) the rows
-whose drafts the lookup replaced (read from the engine's worker process)."""
+decoding counters vLLM's metrics gained during that run, and for a folder with a draft hook (exported with
+`--hybrid` or `--step-profile`) what the hook did: the rows whose drafts the lookup replaced, the draft tokens the
+pricer cut and the drafter calls it skipped (read from the engine's worker process)."""
 
 from __future__ import annotations
 
@@ -14,16 +15,20 @@ import sys
 from oneiro_hf.serving.measure import counter_difference, spec_counters
 
 
-def rows_replaced(worker) -> int | None:
-    """Runs in vLLM's worker process: the hybrid's replaced rows so far (None: the draft model has no lookup)."""
-    lookup = getattr(worker.model_runner.drafter.model, "lookup", None)
-    return None if lookup is None else lookup.rows_replaced
+def hook_counts(worker) -> dict[str, int]:
+    """Runs in vLLM's worker process: the draft hook's counts so far (empty: the folder has no hook)."""
+    model = worker.model_runner.drafter.model
+    lookup, pricer = getattr(model, "lookup", None), getattr(model, "pricer", None)
+    counts = {} if lookup is None else {"lookup_rows_replaced": lookup.rows_replaced}
+    if pricer is not None:
+        counts.update(drafts_cut=pricer.drafts_cut, calls_skipped=pricer.calls_skipped)
+    return counts
 
 
 def main(path: str) -> None:
     import os
 
-    os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc sends rows_replaced by pickle
+    os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"  # collective_rpc sends hook_counts by pickle
     from vllm import LLM, SamplingParams
 
     with open(path, encoding="utf-8") as handle:
@@ -35,16 +40,17 @@ def main(path: str) -> None:
               enforce_eager=True, max_model_len=1024, seed=0, disable_log_stats=False)
     prompts = [{"prompt_token_ids": ids} for ids in request["prompts"]]
     runs = []
-    before, replaced = spec_counters(llm), llm.collective_rpc(rows_replaced)[0] if spec else None
+    before, hooked = spec_counters(llm), llm.collective_rpc(hook_counts)[0] if spec else {}
     for params in request["runs"]:
         outputs = llm.generate(prompts, SamplingParams(**params), use_tqdm=False)
         after = spec_counters(llm)
         runs.append({"tokens": [list(o.outputs[0].token_ids) for o in outputs],
                      "spec": counter_difference(after, before)})
         before = after
-        if replaced is not None:
-            now = llm.collective_rpc(rows_replaced)[0]
-            runs[-1]["lookup_rows_replaced"], replaced = now - replaced, now
+        if hooked:
+            now = llm.collective_rpc(hook_counts)[0]
+            runs[-1].update({name: now[name] - hooked[name] for name in now})
+            hooked = now
     print("RESULT " + json.dumps({"runs": runs}), flush=True)
 
 

@@ -28,7 +28,18 @@ def _vllm_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         help=f"with --hybrid: the shortest n-gram a lookup draft must match (default {LOOKUP_NGRAMS[0]})")
     parser.add_argument("--lookup-max-ngram", type=int, default=LOOKUP_NGRAMS[1],
                         help=f"with --hybrid: the longest n-gram tried (default {LOOKUP_NGRAMS[1]})")
+    parser.add_argument("--step-profile",
+                        help="vLLM's engine steps (scripts/vllm_step_profile.py's steps.json): each step, verify per "
+                             "request the part of its draft that promises the most tokens per second (docs/serving.md)")
     return parser
+
+
+def _read_profile(path: str) -> dict:
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise VllmExportRefused(f"cannot read the profile {path} ({err}). Fix: pass a JSON file written by "
+                                "scripts/vllm_step_profile.py or oneiro-bench profile.") from err
 
 
 def _schedule_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -57,14 +68,10 @@ def _schedule_main(args: argparse.Namespace) -> int:
     from .schedule import ScheduleInputError, k_schedule
 
     try:
-        profile = json.loads(Path(args.profile).read_text(encoding="utf-8"))
+        profile = _read_profile(args.profile)
         acceptance = [float(a) for a in args.acceptance.split(",") if a.strip()]
         schedule = k_schedule(profile, acceptance, args.max_k, args.max_batch)
-    except (OSError, json.JSONDecodeError) as err:
-        print(f"oneiro-export: cannot read the profile {args.profile} ({err}). Fix: pass a file written by "
-              "oneiro-bench profile.", file=sys.stderr)
-        return 2
-    except (ValueError, ScheduleInputError) as err:
+    except (ValueError, ScheduleInputError, VllmExportRefused) as err:
         print(f"oneiro-export: {err}", file=sys.stderr)
         return 2
     print(json.dumps({"num_speculative_tokens": args.max_k, "num_speculative_tokens_per_batch_size": schedule}))
@@ -81,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         lookup = (args.lookup_min_ngram, args.lookup_max_ngram) if args.hybrid else None
-        out = export_for_vllm(args.drafter_dir, args.out_dir, args.target, args.num_speculative_tokens, lookup)
+        profile = _read_profile(args.step_profile) if args.step_profile else None
+        out = export_for_vllm(args.drafter_dir, args.out_dir, args.target, args.num_speculative_tokens, lookup,
+                              profile)
     except VllmExportRefused as err:
         print(f"oneiro-export: refused: {err}", file=sys.stderr)
         return 2

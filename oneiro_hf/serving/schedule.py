@@ -11,8 +11,8 @@ size the profile did not measure is priced at the next measured one above it, so
 sizes cannot make k flap between them nor draft more than a measurement supports.
 
 The profile is either oneiro-hf's own (`generate`'s kernels, the drafter priced apart) or one measured inside the
-engine (`step_profile`: whole engine steps with k drafts, drafter included; `scripts/vllm_load_bench.py
---step-profile` writes it), which prices what the engine really pays per step.
+engine (`step_profile`: whole engine steps with k drafts, drafter included; `scripts/vllm_step_profile.py` writes
+it), which prices what the engine really pays per step.
 
     oneiro-export vllm-schedule --profile profile.json --acceptance 0.44,0.17,0.06 --max-k 3
 """
@@ -29,7 +29,8 @@ class ScheduleInputError(ValueError):
     """A profile or acceptance list the schedule cannot be priced from."""
 
 
-def _policy(profile: dict) -> DraftPolicyState:
+def pinned_policy(profile: dict) -> DraftPolicyState:
+    """A policy that prices as the profile says (`DraftPolicyState.pin_profile`), its t(k, B) included."""
     missing = [key for key in ("ratios", "t1_s") if key not in profile]
     if missing:
         raise ScheduleInputError(f"the latency profile lacks {missing}. Fix: pass a profile written by "
@@ -83,7 +84,7 @@ def step_profile(step_seconds: Mapping[int, Mapping[int, float]]) -> dict:
             "drafter_step_ratio": 0.0, "batch": tables}
 
 
-def _measured_at_or_above(profile: dict, rows: int) -> int:
+def measured_batch(profile: dict, rows: int) -> int:
     """The smallest batch size >= rows the profile measured (rows itself beyond the largest measured)."""
     measured = sorted({1, *(int(b) for b in profile.get("batch") or {})})
     return next((size for size in measured if size >= rows), rows)
@@ -92,12 +93,12 @@ def _measured_at_or_above(profile: dict, rows: int) -> int:
 def k_schedule(profile: dict, acceptance: Sequence[float], max_k: int, max_batch: int = 256) -> list[list[int]]:
     """`num_speculative_tokens_per_batch_size` for vLLM: `[[first, last, k], ...]` covering batch sizes
     1..max_batch, consecutive sizes with the same best k in one range."""
-    policy, values = _policy(profile), _check_acceptance(acceptance, max_k)
+    policy, values = pinned_policy(profile), _check_acceptance(acceptance, max_k)
     if max_batch < 1:
         raise ScheduleInputError(f"max_batch must be >= 1 (got {max_batch}). Fix: pass vLLM's --max-num-seqs.")
     schedule: list[list[int]] = []
     for rows in range(1, max_batch + 1):
-        k = best_k(policy, values, _measured_at_or_above(profile, rows))
+        k = best_k(policy, values, measured_batch(profile, rows))
         if schedule:
             k = min(k, schedule[-1][2])
         if schedule and schedule[-1][2] == k:

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from .vllm_lookup import lookup_problem
+from .vllm_pricing import profile_problem
 
 VLLM_ARCHITECTURE = "OneiroDrafterEagle3"  # ends in "Eagle3": vLLM's EAGLEConfig keeps such a name as it is
 VLLM_METHOD = "eagle3"  # the hidden-state path whose target passes return the drafter's input layers
@@ -143,7 +144,8 @@ def target_mismatch(info: dict[str, Any], target_config: dict[str, Any]) -> str 
     )
 
 
-def _readme(out_dir: Path, target: str, base: str | None, k: int, lookup: tuple[int, int] | None) -> str:
+def _readme(out_dir: Path, target: str, base: str | None, k: int, lookup: tuple[int, int] | None,
+            priced: bool) -> str:
     spec = json.dumps({"method": VLLM_METHOD, "model": str(out_dir), "num_speculative_tokens": k})
     drafts = (
         f"the hybrid: a request's prompt-lookup continuation ({lookup[0]} to {lookup[1]}-token n-gram matches) where "
@@ -151,14 +153,19 @@ def _readme(out_dir: Path, target: str, base: str | None, k: int, lookup: tuple[
         "`--hybrid`)" if lookup else "chain drafts of `num_speculative_tokens` latent tokens (`--hybrid` at export "
         "adds prompt lookup)"
     )
+    length = (
+        "Each step a request verifies the part of its draft that its priced length keeps (the engine step profile "
+        "given at export, `--step-profile`); `num_speculative_tokens` is the most it drafts"
+        if priced else "Every request verifies `num_speculative_tokens` drafts each step (`--step-profile` at export "
+        "prices the length per step and request)"
+    )
     return f"""# OneiroDraft drafter for vLLM
 
 Exported by `oneiro-export vllm` for the target `{base or target}` (exported against `{target}`). It is a draft
 model for that target only: serve the same target weights it was made from.
 
 Needs `pip install 'oneiro-hf[vllm]'` in vLLM's environment: its plugin registers the `{VLLM_ARCHITECTURE}`
-architecture. vLLM runs {drafts}; tree drafting and the cost-aware draft length are transformers-side
-(`generate`) features.
+architecture. vLLM runs {drafts}. {length}. Tree drafting is a transformers-side (`generate`) feature.
 
 ```python
 from vllm import LLM, SamplingParams
@@ -179,13 +186,16 @@ hands a draft model the target's intermediate states. See oneiro-hf's docs/servi
 
 
 def export_for_vllm(drafter_dir: str | Path, out_dir: str | Path, target: str,
-                    num_speculative_tokens: int = 3, lookup: tuple[int, int] | None = None) -> Path:
+                    num_speculative_tokens: int = 3, lookup: tuple[int, int] | None = None,
+                    step_profile: dict | None = None) -> Path:
     """Write `out_dir`, a folder vLLM loads as a draft model for `target` (a reference model name or a model
     directory / Hub id): config.json, model.safetensors and README.md. The drafter is loaded and bound to the
     target first (its identity checked; a target-relative one rebuilt). `num_speculative_tokens` is the k the
     README's commands use. `lookup` (min_ngram, max_ngram) serves the hybrid: a request's prompt-lookup
-    continuation replaces the drafter's chain where its text has a match (`vllm_lookup`). Raises VllmExportRefused
-    for a drafter vLLM cannot run exactly, bad lookup bounds, or a non-empty `out_dir`."""
+    continuation replaces the drafter's chain where its text has a match (`vllm_lookup`). `step_profile` (vLLM's
+    engine steps, `scripts/vllm_step_profile.py`) prices each step's draft length per request (`vllm_pricing`).
+    Raises VllmExportRefused for a drafter vLLM cannot run exactly, bad lookup bounds, a profile that cannot price
+    vLLM's steps, or a non-empty `out_dir`."""
     from safetensors.torch import save_file
 
     from ..configuration_oneiro import OneiroDrafterConfig
@@ -197,6 +207,8 @@ def export_for_vllm(drafter_dir: str | Path, out_dir: str | Path, target: str,
         raise VllmExportRefused(f"{out} exists and is not empty. Fix: pass a new or empty OUT_DIR.")
     if lookup is not None and lookup_problem(*lookup) is not None:
         raise VllmExportRefused(lookup_problem(*lookup))
+    if step_profile is not None and profile_problem(step_profile) is not None:
+        raise VllmExportRefused(profile_problem(step_profile))
     reason = vllm_refusal(OneiroDrafterConfig.from_pretrained(drafter_dir))
     if reason is not None:
         raise VllmExportRefused(f"{drafter_dir} cannot be served by vLLM: {reason}")
@@ -208,11 +220,12 @@ def export_for_vllm(drafter_dir: str | Path, out_dir: str | Path, target: str,
     config[VLLM_CONFIG_KEY]["lookup"] = (
         {"min_ngram": int(lookup[0]), "max_ngram": int(lookup[1])} if lookup is not None else None
     )
+    config[VLLM_CONFIG_KEY]["step_profile"] = step_profile
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     readme = _readme(out.resolve(), str(target), drafter.config.base_model_name_or_path, num_speculative_tokens,
-                     lookup)
+                     lookup, step_profile is not None)
     (out / "README.md").write_text(readme, encoding="utf-8")
     drafter.unbind()
     return out

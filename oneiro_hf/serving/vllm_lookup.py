@@ -2,7 +2,7 @@
 chain otherwise, as `generate`'s `oneiro_mode="hybrid"` chooses per step.
 
 vLLM runs one proposer per server. With a folder exported with lookup on (`oneiro-export vllm --hybrid`), the
-plugin's model class wraps the runner's draft step (`vllm_model.install_lookup_hook`): the drafter proposes its k
+plugin's model class wraps the runner's draft step (`vllm_model.install_draft_hook`): the drafter proposes its k
 tokens for every request as before, then `RequestLookup.override` replaces a request's row by what followed the
 latest earlier occurrence of its suffix n-gram (`drafting.lookup.NgramIndex`, the index `generate` drafts from).
 The drafter still runs for every request, so its KV cache stays the one the next step's drafts need.
@@ -61,21 +61,33 @@ class RequestLookup:
         step's tokens per row, (B, k + 1) with -1 where rejected, or lists of the kept tokens. Indexes of requests
         no longer in the batch are dropped.
         """
-        k = int(drafts.shape[1])
+        found = self.continuations(req_ids, token_ids, num_tokens, kept_rows(sampled), int(drafts.shape[1]))
+        return self.apply(drafts, found)
+
+    def continuations(self, req_ids: Sequence[str], token_ids: np.ndarray, num_tokens: np.ndarray,
+                      kept: Sequence[Sequence[int]], k: int) -> dict[int, tuple[list[int], int]]:
+        """Row -> (its lookup continuation of at most k tokens, the matched n-gram length), for the rows whose text
+        (committed tokens, then this step's kept ones: `kept[i]`, -1 where rejected) ends in an n-gram seen before.
+        Indexes of requests no longer in the batch are dropped."""
         live = set(req_ids)
         for gone in [r for r in self.indexes if r not in live]:
             del self.indexes[gone]
-        kept = sampled.tolist() if torch.is_tensor(sampled) else [list(row) for row in sampled]  # one device read
-        found: dict[int, list[int]] = {}
+        found: dict[int, tuple[list[int], int]] = {}
         for i, req_id in enumerate(req_ids):
             index = self._index(req_id, token_ids[i], int(num_tokens[i]))
-            continuation, _ = index.lookup(k, after=[t for t in kept[i] if t >= 0])
+            continuation, ngram = index.lookup(k, after=[t for t in kept[i] if t >= 0])
             if continuation:
-                found[i] = continuation
+                found[i] = (continuation, ngram)
+        return found
+
+    def apply(self, drafts: torch.Tensor, found: dict[int, tuple[list[int], int]]) -> torch.Tensor:
+        """Write each found continuation (`continuations`) over its row of `drafts` (B, k), from the first position
+        and at most k tokens; in place, returned."""
         if found:
+            k = int(drafts.shape[1])
             host = drafts if drafts.device.type == "cpu" else drafts.cpu()  # on a GPU: one copy each way
-            for i, continuation in found.items():
-                host[i, : len(continuation)] = torch.tensor(continuation, dtype=host.dtype)
+            for i, (continuation, _) in found.items():
+                host[i, : min(k, len(continuation))] = torch.tensor(continuation[:k], dtype=host.dtype)
             if host is not drafts:
                 drafts.copy_(host)
         self.rows_replaced += len(found)
@@ -89,3 +101,8 @@ class RequestLookup:
         if len(index.tokens) < committed:
             index.extend(tokens[len(index.tokens):committed].tolist())
         return index
+
+
+def kept_rows(sampled: torch.Tensor | Sequence[Sequence[int]]) -> list[list[int]]:
+    """A step's sampled tokens per row as lists (-1 where rejected): one device read for a tensor."""
+    return sampled.tolist() if torch.is_tensor(sampled) else [list(row) for row in sampled]

@@ -27,7 +27,8 @@ from vllm.model_executor.models.llama_eagle3 import Eagle3LlamaForCausalLM
 from vllm.model_executor.models.utils import get_draft_quant_config, maybe_prefix
 
 from .vllm_export import VLLM_CONFIG_KEY, VLLM_FORMAT, VLLM_TARGET_TYPES, target_mismatch
-from .vllm_lookup import RequestLookup
+from .vllm_lookup import RequestLookup, kept_rows
+from .vllm_pricing import DraftPricer
 
 # HF tensor name part -> (vLLM fused parameter name part, shard): vLLM stacks q/k/v and gate/up
 _STACKED = {
@@ -162,11 +163,14 @@ class OneiroDrafterEagle3(Eagle3LlamaForCausalLM):
         self.register_buffer("draft_vocab_ids", torch.zeros(draft_vocab, dtype=torch.long), persistent=False)
         self.draft_id_to_target_id = None  # EAGLE-3's offsets: unused, compute_logits maps ids itself
         self.use_parallel_drafting = False
-        lookup = (getattr(self.config, VLLM_CONFIG_KEY, None) or {}).get("lookup")
-        # the hybrid (exported with --hybrid): the runner's draft step hands each step's rows to it
+        info = getattr(self.config, VLLM_CONFIG_KEY, None) or {}
+        lookup, profile = info.get("lookup"), info.get("step_profile")
+        # the hybrid (exported with --hybrid) and the priced draft length (--step-profile): the runner's draft step
+        # hands each step's rows to them
         self.lookup = RequestLookup(int(lookup["min_ngram"]), int(lookup["max_ngram"])) if lookup else None
-        if self.lookup is not None:
-            install_lookup_hook()
+        self.pricer = DraftPricer(profile) if profile else None
+        if self.lookup is not None or self.pricer is not None:
+            install_draft_hook()
 
     def embed_input_ids(self, input_ids: torch.Tensor, multimodal_embeddings=None,
                         is_multimodal=None) -> torch.Tensor:
@@ -174,15 +178,24 @@ class OneiroDrafterEagle3(Eagle3LlamaForCausalLM):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, hidden_states: torch.Tensor,
                 inputs_embeds: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.pricer is not None and not self.pricer.wants_call():
+            # no request verifies what this call would draft (`DraftPricer.wants_call`): skip the layers
+            empty = hidden_states.new_zeros((hidden_states.shape[0], self.model.hidden_size))
+            return empty, empty
         return self.model(input_ids, positions, hidden_states, inputs_embeds)
 
     def combine_hidden_states(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.model.combine(hidden_states)
 
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
+        pricer = self.pricer
+        if pricer is not None and pricer.active and pricer.skipping:  # a skipped call's tokens are cut unread
+            return hidden_states.new_zeros((hidden_states.shape[0], self.vocab_size), dtype=torch.float32)
         logits = self.logits_processor(self.lm_head, hidden_states)
         if logits is None:
             return None
+        if pricer is not None and pricer.active:
+            pricer.record(logits.float().softmax(-1).amax(-1))
         full = logits.new_full((logits.shape[0], self.vocab_size), float("-inf"))
         full[:, self.draft_vocab_ids] = logits
         return full
@@ -230,34 +243,54 @@ class OneiroDrafterEagle3(Eagle3LlamaForCausalLM):
         return loaded
 
 
-def install_lookup_hook() -> None:
+def install_draft_hook() -> None:
     """Wrap vLLM's runner draft step (`GPUModelRunner.propose_draft_token_ids`, which vLLM's CPU runner inherits)
-    once per process: after the drafter proposes, a draft model with a `lookup` (`RequestLookup`) replaces the rows
-    of requests whose text has an n-gram match. Other draft models and methods pass through unchanged."""
+    once per process, for a draft model with a `lookup` (`RequestLookup`: the hybrid) or a `pricer` (`DraftPricer`:
+    the priced draft length). Before the drafter proposes, the lookup finds the rows whose text has an n-gram match
+    and the pricer learns from the step's verdicts; after it, those rows take their lookup continuation and the
+    pricer cuts each row to its priced length (a list per request, as vLLM's n-gram path returns). Other draft
+    models and methods pass through unchanged."""
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     original = GPUModelRunner.propose_draft_token_ids
-    if getattr(original, "oneiro_lookup_hook", False):
+    if getattr(original, "oneiro_draft_hook", False):
         return
 
     @functools.wraps(original)
     def propose_draft_token_ids(self, scheduler_output, sampled_token_ids, *args, **kwargs):
-        drafts = original(self, scheduler_output, sampled_token_ids, *args, **kwargs)
         model = getattr(self.drafter, "model", None)
         if hasattr(model, "unwrap"):  # a GPU runner wraps the draft model for CUDA graphs (vLLM's own propose does too)
             model = model.unwrap()
-        lookup = getattr(model, "lookup", None)
-        if lookup is None:
-            return drafts
-        if not torch.is_tensor(drafts):
+        lookup, pricer = getattr(model, "lookup", None), getattr(model, "pricer", None)
+        if lookup is None and pricer is None:
+            return original(self, scheduler_output, sampled_token_ids, *args, **kwargs)
+        if pricer is not None and self.use_async_scheduling:
             raise RuntimeError(
-                f"vLLM's draft step returned {type(drafts).__name__}, not the (requests, k) tensor of its EAGLE-3 "
-                "path that the oneiro hybrid rewrites. Fix: serve the folder with vLLM's supported release "
-                "(oneiro_hf.serving.vllm_plugin.SUPPORTED_VLLM), or export it again without --hybrid."
+                "the oneiro drafter's priced draft length returns a draft per request of its own length, which "
+                "vLLM's asynchronous scheduling cannot take. Fix: start vLLM with --no-async-scheduling, or export "
+                "the folder again without --step-profile."
             )
         batch = self.input_batch
-        return lookup.override(drafts, batch.req_ids, batch.token_ids_cpu, batch.num_tokens_no_spec,
-                               sampled_token_ids)
+        req_ids, kept = list(batch.req_ids), kept_rows(sampled_token_ids)
+        found = (lookup.continuations(req_ids, batch.token_ids_cpu, batch.num_tokens_no_spec, kept,
+                                      self.num_spec_tokens) if lookup is not None else {})
+        if pricer is not None:
+            pricer.begin(req_ids, kept, found)
+        try:
+            drafts = original(self, scheduler_output, sampled_token_ids, *args, **kwargs)
+            if not torch.is_tensor(drafts):
+                raise RuntimeError(
+                    f"vLLM's draft step returned {type(drafts).__name__}, not the (requests, k) tensor of its "
+                    "EAGLE-3 path that the oneiro hybrid and priced draft length rewrite. Fix: serve the folder with "
+                    "vLLM's supported release (oneiro_hf.serving.vllm_plugin.SUPPORTED_VLLM), or export it again "
+                    "without --hybrid and --step-profile."
+                )
+            if lookup is not None:
+                drafts = lookup.apply(drafts, found)
+            return pricer.cut(drafts.tolist()) if pricer is not None else drafts
+        finally:
+            if pricer is not None:
+                pricer.finish()
 
-    propose_draft_token_ids.oneiro_lookup_hook = True
+    propose_draft_token_ids.oneiro_draft_hook = True
     GPUModelRunner.propose_draft_token_ids = propose_draft_token_ids
