@@ -31,7 +31,7 @@ def _table(memory: SuffixMemory) -> dict:
 
 def _rebuilt(memory: SuffixMemory) -> dict:
     """The table a memory holding only `memory`'s kept tokens would have."""
-    fresh = SuffixMemory(10**9)
+    fresh = SuffixMemory(10**9, max_context=memory.max_context)
     for document in memory._documents:
         learned = max(document.learn_from - document.start, 0)
         tokens = list(document.tokens)
@@ -39,6 +39,15 @@ def _rebuilt(memory: SuffixMemory) -> dict:
         copy.learn_from = learned
         fresh.extend(copy, tokens)
     return _table(fresh)
+
+
+def test_contexts_longer_than_max_context_are_neither_counted_nor_matched() -> None:
+    memory = SuffixMemory(1000, max_context=2)
+    memory.extend(memory.open([1, 2, 3], learn_prompt=True), [4, 1, 2, 3, 5])
+    assert max(len(key) for key in _table(memory)) == 2
+    assert memory.continuations([1, 2, 3]) == ({4: 1, 5: 1}, 2)  # "2 3" only: the 3-token context is not kept
+    with pytest.raises(ValueError, match="Fix"):
+        SuffixMemory(10, max_context=0)
 
 
 def test_counts_continuations_of_the_longest_matching_context() -> None:
@@ -61,16 +70,17 @@ def test_prompts_are_learned_only_when_asked() -> None:
     assert memory.continuations([3]) == ({4: 2}, 1)
 
 
+@pytest.mark.parametrize("max_context", [2, MAX_CONTEXT])
 @pytest.mark.parametrize("budget", [1, 7, 40])
-def test_eviction_keeps_the_bound_and_exactly_the_kept_tokens_counts(budget: int) -> None:
+def test_eviction_keeps_the_bound_and_exactly_the_kept_tokens_counts(budget: int, max_context: int) -> None:
     rng = random.Random(budget)
-    memory = SuffixMemory(budget)
+    memory = SuffixMemory(budget, max_context=max_context)
     documents = [memory.open([rng.randrange(6) for _ in range(rng.randrange(1, 12))]) for _ in range(3)]
     for step in range(300):
         memory.extend(rng.choice(documents), [rng.randrange(6) for _ in range(rng.randrange(1, 5))])
         assert memory.kept <= budget
         assert memory.kept == sum(len(d.tokens) for d in memory._documents)
-        assert memory.entries <= MAX_CONTEXT * memory.kept
+        assert memory.entries <= max_context * memory.kept
         if step % 25 == 0:
             assert _table(memory) == _rebuilt(memory)
     assert _table(memory) == _rebuilt(memory)

@@ -25,7 +25,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-MAX_CONTEXT = 8  # longest context counted; the longest one the sequence ends with is matched first
+# longest context counted by default; the longest one the sequence ends with is matched first. Longer contexts do
+# not draft better: replaying a 48-question job (docs/benchmarks/suffix_memory, `replay.py --max-context 16` and 32)
+# gave the same hit rates and the same chain bound as 8
+MAX_CONTEXT = 8
 Counts = dict[tuple[int, ...], dict[int, int]]  # context -> next token -> how often
 
 
@@ -45,17 +48,19 @@ class MemoryDocument:
 
 
 class SuffixMemory:
-    """Continuation counts of every context of 1..MAX_CONTEXT tokens in the kept tokens, at most `max_tokens` kept."""
+    """Continuation counts of every context of 1..`max_context` tokens in the kept tokens, at most `max_tokens` kept."""
 
-    def __init__(self, max_tokens: int) -> None:
-        self.max_tokens = int(max_tokens)
+    def __init__(self, max_tokens: int, max_context: int = MAX_CONTEXT) -> None:
+        if int(max_context) < 1:
+            raise ValueError(f"max_context must be >= 1 (got {max_context}). Fix: e.g. max_context={MAX_CONTEXT}.")
+        self.max_tokens, self.max_context = int(max_tokens), int(max_context)
         self._next: dict[tuple[int, ...], dict[int, int]] = {}
         self._documents: deque[MemoryDocument] = deque()  # oldest first
         self.kept = 0  # tokens held over all documents
 
     @property
     def entries(self) -> int:
-        """Distinct contexts counted (what the memory's size grows with; at most MAX_CONTEXT per kept token)."""
+        """Distinct contexts counted (what the memory's size grows with; at most `max_context` per kept token)."""
         return len(self._next)
 
     def resize(self, max_tokens: int) -> None:
@@ -66,8 +71,8 @@ class SuffixMemory:
     # -------------------------------------------------------------- writing
     def open(self, prompt: list[int], learn_prompt: bool = False, own: Counts | None = None) -> MemoryDocument:
         """A new document for one sequence, starting with its `prompt`: every token of it counted
-        (`learn_prompt`), or only its last MAX_CONTEXT tokens kept as the context of the first output token."""
-        tokens = list(prompt) if learn_prompt else list(prompt[-MAX_CONTEXT:])
+        (`learn_prompt`), or only its last `max_context` tokens kept as the context of the first output token."""
+        tokens = list(prompt) if learn_prompt else list(prompt[-self.max_context:])
         document = MemoryDocument(learn_from=0 if learn_prompt else len(tokens))
         self._documents.append(document)
         self.extend(document, tokens, own)
@@ -85,7 +90,7 @@ class SuffixMemory:
             index = document.end
             doc.append(token)
             if index >= document.learn_from:
-                for n in range(1, min(MAX_CONTEXT, index - document.start) + 1):
+                for n in range(1, min(self.max_context, index - document.start) + 1):
                     key = tuple(doc[i] for i in range(len(doc) - 1 - n, len(doc) - 1))
                     counts = table.setdefault(key, {})
                     counts[token] = counts.get(token, 0) + 1
@@ -107,7 +112,7 @@ class SuffixMemory:
     def _drop_first(self, document: MemoryDocument) -> None:
         """Forget `document`'s oldest token: the counts whose context starts there."""
         doc, start = document.tokens, document.start
-        for n in range(1, MAX_CONTEXT + 1):
+        for n in range(1, self.max_context + 1):
             index = start + n  # the continuation of the n-token context starting at `start`
             if index >= document.end:
                 break
@@ -132,7 +137,7 @@ class SuffixMemory:
         `exclude`: counts to leave out (a sequence's own, as `extend(..., own=...)` recorded them: what the
         sequence itself wrote is prompt lookup's to draft; once its own tokens are evicted they may hide a few of
         the others' counts, which costs acceptance, never correctness)."""
-        for n in range(min(MAX_CONTEXT, len(tail)), 0, -1):
+        for n in range(min(self.max_context, len(tail)), 0, -1):
             key = tuple(tail[len(tail) - n:])
             counts = self._next.get(key)
             mine = exclude.get(key) if exclude is not None and counts else None

@@ -29,7 +29,7 @@ from .build import LatentBranches, add_lookup_after_latent, add_lookup_branches,
 from .cost import drafting_pays, latent_levels_below_root
 from .draft import Draft, Verdict
 from .lookup import NgramIndex
-from .memory import MAX_CONTEXT, Counts, MemoryDocument, SuffixMemory
+from .memory import Counts, MemoryDocument, SuffixMemory
 from .policy import DraftPolicyState
 from .tree import TokenTree
 from .view import EngineView
@@ -174,7 +174,7 @@ class MemorySource:
         if draft_round.depth > 0:
             settings = self.settings
             depth = draft_round.depth if settings.chain else min(MEMORY_DEPTH * settings.max_depth, draft_round.room)
-            add_memory_branches(tree, self.memory, draft_round.index.tokens[-MAX_CONTEXT:], max_depth=depth,
+            add_memory_branches(tree, self.memory, draft_round.index.tokens[-self.memory.max_context:], max_depth=depth,
                                 max_nodes=settings.max_nodes, min_value=min_value, policy=self.policy,
                                 eos_ids=self.eos_ids, exclude=self.own)
 

@@ -36,7 +36,7 @@ def lookup_next(seq: list[int]) -> int | None:
 
 
 def memory_next(memory: SuffixMemory, seq: list[int]) -> tuple[int | None, int]:
-    counts, context = memory.continuations(seq[-MAX_CONTEXT:])
+    counts, context = memory.continuations(seq[-memory.max_context:])
     return (max(counts, key=counts.get), context) if counts else (None, 0)
 
 
@@ -64,13 +64,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a record folder with questions.jsonl and answers.tar.gz")
     parser.add_argument("--depth", type=int, default=16)
+    parser.add_argument("--max-context", type=int, default=MAX_CONTEXT,
+                        help=f"the longest context the memory counts (the library's: {MAX_CONTEXT})")
     args = parser.parse_args()
     config = json.loads((args.run / "run_config.json").read_text())
     tokenizer = AutoTokenizer.from_pretrained(reference_model_dir(config["target"]))
     questions = {q["question_id"]: q for q in map(json.loads, (args.run / "questions.jsonl").read_text().splitlines())}
     with tarfile.open(args.run / "answers.tar.gz") as tar:
         rows = [json.loads(line) for line in tar.extractfile("answers/greedy.jsonl").read().decode().splitlines()]
-    memory = SuffixMemory(1 << 30)
+    memory = SuffixMemory(1 << 30, max_context=args.max_context)
     right: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     tokens, steps = 0, {"lookup": 0, "lookup or memory": 0}
     for row in rows:
