@@ -64,7 +64,8 @@ def worker(request_path: str) -> None:
     request = json.loads(Path(request_path).read_text())
     batches, prompts = request["batches"], request["prompts"]
     llm = LLM(model=request["target"], speculative_config=request["speculative_config"], dtype=request["dtype"],
-              enforce_eager=True, max_model_len=2048, seed=0, disable_log_stats=False, max_num_seqs=max(batches))
+              enforce_eager=not request.get("compiled"), max_model_len=2048, seed=0, disable_log_stats=False,
+              max_num_seqs=max(batches))
     llm.generate([{"prompt_token_ids": prompts[0]}], SamplingParams(temperature=0.0, max_tokens=8),
                  use_tqdm=False)  # warm-up, not counted
     before = spec_counters(llm)
@@ -83,7 +84,7 @@ def run_worker(target: str, spec: dict | None, prompts: list[list[int]], args) -
         request = Path(tmp) / "request.json"
         request.write_text(json.dumps({"target": target, "speculative_config": spec, "dtype": args.dtype,
                                        "batches": args.batches, "tokens": args.tokens, "repeats": args.repeats,
-                                       "prompts": prompts}))
+                                       "prompts": prompts, "compiled": args.compiled}))
         done = subprocess.run([sys.executable, __file__, "--worker", str(request)], capture_output=True, text=True,
                               check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -104,6 +105,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="runs per batch size (their steps pooled)")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--out", help="the profile (JSON)")
+    parser.add_argument("--compiled", action="store_true",
+                        help="keep vLLM's compiled graphs (a GPU, as it serves); default: enforce_eager (a CPU)")
     args = parser.parse_args()
     if args.worker:
         worker(args.worker)
@@ -149,7 +152,7 @@ def main() -> None:
     profile = {**step_profile(steps), "acceptance": acceptance, "runs": runs, "conditions": {
         "what": "vLLM engine steps with B decoding requests and k draft tokens each (k = 0: plain), median seconds",
         "cpu": f"{cpu_model()}, {os.cpu_count()} cores", "vllm": vllm.__version__, "oneiro_hf": __version__,
-        "dtype": args.dtype, "enforce_eager": True, "target": args.target,
+        "dtype": args.dtype, "enforce_eager": not args.compiled, "target": args.target,
         "drafter": os.path.relpath(args.drafter, ROOT), "drafter_weights_sha256": weights_sha256(args.drafter),
         "tokens": args.tokens, "repeats": args.repeats, "batches": args.batches, "order_of_k": [r["k"] for r in runs],
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"), "date": time.strftime("%Y-%m-%d %H:%M"),
