@@ -72,8 +72,11 @@ def mode_configs(args, folder: Path, hybrid: Path | None = None,
     return modes
 
 
-def server_extra(args) -> list[str]:
-    return ["--max-num-seqs", str(max(args.clients))]  # every client's request in one batch
+def server_extra(args, mode: str) -> list[str]:
+    """Every client's request in one batch; a priced folder's drafts of their own lengths need vLLM's synchronous
+    scheduling (on by default where vLLM runs EAGLE asynchronously, as on a GPU)."""
+    extra = ["--max-num-seqs", str(max(args.clients))]
+    return extra + (["--no-async-scheduling"] if mode.endswith("-priced") else [])
 
 
 def gained(after: dict, before: dict) -> dict:
@@ -133,7 +136,7 @@ def run_levels(name: str, spec: dict | None, target: str, questions: list[str], 
                logs: Path) -> dict:
     logs.mkdir(parents=True, exist_ok=True)
     server = VllmServer(sys.executable, target, logs / f"{name}.log", speculative_config=spec, dtype=args.dtype,
-                        max_model_len=args.max_model_len, extra=server_extra(args),
+                        max_model_len=args.max_model_len, extra=server_extra(args, name),
                         eager=not args.compiled)
     start = time.perf_counter()
     try:
@@ -164,7 +167,7 @@ def run_interleaved(chosen: list[str], modes: dict, target: str, questions: list
     try:
         for name in chosen:
             server = VllmServer(sys.executable, target, logs / f"{name}.log", speculative_config=modes[name],
-                                dtype=args.dtype, max_model_len=args.max_model_len, extra=server_extra(args),
+                                dtype=args.dtype, max_model_len=args.max_model_len, extra=server_extra(args, name),
                                 eager=not args.compiled)
             try:
                 server.start()
@@ -278,7 +281,7 @@ def main() -> None:
         if args.dry_run:
             for name in chosen:
                 command = server_command(sys.executable, target, 0, modes[name], args.dtype, args.max_model_len,
-                                         server_extra(args), eager=not args.compiled)
+                                         server_extra(args, name), eager=not args.compiled)
                 print(f"{name}: {shlex.join(command)}")
             print(f"{len(questions)} questions, clients {args.clients}, drafter sha256 {weights_sha256(args.drafter)}")
             return
