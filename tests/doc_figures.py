@@ -1542,13 +1542,15 @@ def serving_hybrid_and_priced_load() -> list[str]:
         "oneiro-hybrid-backoff": "the hybrid, the same k by batch size"})
     priced_labels = {"plain": "plain (tokens/s)", "oneiro-priced": "the drafter, priced per step and request",
                      "oneiro-backoff": "the drafter, k by batch size (1 up to 8 requests, 0 beyond)"}
-    for name, order in (("load", ["oneiro-priced", "oneiro-backoff", "plain"]),
-                        ("load_reverse", ["plain", "oneiro-backoff", "oneiro-priced"])):
-        assert list(record(f"{PRICED_15}/{name}.json")["modes"]) == order  # the order the table's label names
-        label = "the run with plain first" if order[0] == "plain" else "the run with plain last"
+    priced_runs = {"load": ("the run with plain last", "vllm_load_qwen15_bf16/steps.json"),
+                   "load_reverse": ("the run with plain first", "vllm_load_qwen15_bf16/steps.json"),
+                   "load_fresh": ("the run priced from the day's steps", "vllm_priced_qwen15_bf16/steps.json")}
+    for name, (label, steps) in priced_runs.items():
+        run = record(f"{PRICED_15}/{name}.json")
+        assert run["conditions"]["step_profile"] == f"docs/benchmarks/{steps}"
         rows += [row.replace("| plain (tokens/s)", f"| plain, {label} (tokens/s)", 1)
                  for row in load_rows(f"{PRICED_15}/{name}.json", priced_labels)]
-    runs = [record(f"{PRICED_15}/{name}.json")["modes"] for name in ("load", "load_reverse")]
+    runs = [record(f"{PRICED_15}/{name}.json")["modes"] for name in priced_runs]
     levels = runs[0]["oneiro-priced"]["levels"]
     spec = [level["spec"] for level in levels]
     rows.append(", ".join(f"{s['draft_tokens']} draft tokens in {s['drafts']} drafts at {level['clients']} "
@@ -1559,7 +1561,7 @@ def serving_hybrid_and_priced_load() -> list[str]:
     rows.append(f"against the schedule's {schedule_spec['draft_tokens']} at 4 clients")
     mean = {mode: [statistics.mean(run[mode]["levels"][i]["throughput_vs_plain"] for run in runs) for i in range(3)]
             for mode in ("oneiro-priced", "oneiro-backoff")}
-    rows.append("averaged over the two runs, the priced length ran " + " / ".join(x(v) for v in mean["oneiro-priced"])
+    rows.append(f"averaged over the {len(runs)} runs, the priced length ran " + " / ".join(x(v) for v in mean["oneiro-priced"])
                 + " plain at 1 / 4 / 16 clients and the schedule " + " / ".join(x(v) for v in mean["oneiro-backoff"]))
     at16 = sorted([record(f"{LOAD_15}/record_hybrid.json")["modes"]["oneiro-backoff"]["levels"][2]["throughput_vs_plain"]]
                   + [run["oneiro-backoff"]["levels"][2]["throughput_vs_plain"] for run in runs]
@@ -1571,7 +1573,7 @@ def serving_hybrid_and_priced_load() -> list[str]:
     rows.append(f"{1 + spec1['accepted'] / spec1['drafts']:.2f} tokens a step at one client")
     rows.append(f"lost to plain at {hybrid_levels[2]['clients']} clients ({x(hybrid_levels[2]['throughput_vs_plain'])})")
     plain1 = sorted(run["modes"]["plain"]["levels"][0]["output_tokens_per_s"]
-                    for run in (hybrid, *(record(f"{PRICED_15}/{n}.json") for n in ("load", "load_reverse"))))
+                    for run in (hybrid, *(record(f"{PRICED_15}/{n}.json") for n in priced_runs)))
     rows.append(f"ran {plain1[0]:.2f} to {plain1[-1]:.2f} tokens/s at one client across these runs")
     return rows
 
