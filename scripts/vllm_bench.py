@@ -23,7 +23,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from oneiro_hf.serving.measure import counter_difference, fixed_k_acceptance, spec_counters
+from oneiro_hf.serving.measure import (
+    BENCHMARK_MODES,
+    benchmark_modes,
+    counter_difference,
+    fixed_k_acceptance,
+    spec_counters,
+)
 from oneiro_hf.serving.vllm_lookup import LOOKUP_NGRAMS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,12 +86,9 @@ def generate_fixed_k(target_name: str, drafter_dir: str, prompts: list[list[int]
                               max_new_tokens)
 
 
-# what --modes may name; plain is the reference the others' texts are compared with. `suffix` is vLLM's
-# SuffixDecoding (it needs the arctic-inference package; it picks its own draft length per step, up to its tree depth);
-# `oneiro-hybrid` is the drafter exported with `--hybrid` (prompt lookup where a request's text matches, its own
-# n-gram bounds those of `ngram`); the `-priced` modes are exported with `--step-profile` (each step's draft length
-# per request priced from vLLM's engine steps, `serving.vllm_pricing`)
-MODES = ("plain", "ngram", "suffix", "oneiro", "oneiro-hybrid", "oneiro-priced", "oneiro-hybrid-priced")
+# what --modes may name (`serving.measure.BENCHMARK_MODES` but the batch-size schedules: one request at a time); plain
+# is the reference the others' texts are compared with
+MODES = tuple(mode for mode in BENCHMARK_MODES if not mode.endswith("-backoff"))
 
 
 def summarize(result: dict, plain_tokens: list[list[int]] | None) -> dict:
@@ -125,9 +128,9 @@ def main() -> None:
     chosen = args.modes.split(",")
     if set(chosen) - set(MODES):
         parser.error(f"unknown --modes {sorted(set(chosen) - set(MODES))}: choose from {', '.join(MODES)}")
-    priced = [m for m in chosen if m.endswith("-priced")]
+    priced = any(m.endswith("-priced") for m in chosen)
     if priced and not args.step_profile:
-        parser.error(f"--modes {','.join(priced)} need --step-profile steps.json (scripts/vllm_step_profile.py)")
+        parser.error("the -priced modes need --step-profile steps.json (scripts/vllm_step_profile.py)")
     from transformers import AutoTokenizer
 
     from oneiro_hf import __version__
@@ -135,7 +138,6 @@ def main() -> None:
     from oneiro_hf.bench.profile import cpu_model
     from oneiro_hf.bench.runner import weights_sha256
     from oneiro_hf.chat import encode_prompt
-    from oneiro_hf.serving.vllm_export import export_for_vllm
     from oneiro_hf.storage.reference_models import fetch_reference_model
 
     load_before = os.getloadavg()[0]
@@ -144,23 +146,8 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(target_dir)
     prompts = [encode_prompt(tokenizer, q["turns"][0]) for q in questions]
     with tempfile.TemporaryDirectory() as tmp:
-        folder = export_for_vllm(args.drafter, Path(tmp) / "drafter", args.target, args.k)
-        hybrid = (export_for_vllm(args.drafter, Path(tmp) / "hybrid", args.target, args.k, lookup=LOOKUP_NGRAMS)
-                  if "oneiro-hybrid" in chosen else None)
         profile = json.loads(Path(args.step_profile).read_text()) if priced else None
-        folders = {mode: export_for_vllm(args.drafter, Path(tmp) / mode, args.target, args.k, step_profile=profile,
-                                         lookup=LOOKUP_NGRAMS if mode.startswith("oneiro-hybrid") else None)
-                   for mode in priced}
-        modes = {
-            "plain": None,
-            "ngram": {"method": "ngram", "num_speculative_tokens": args.k, "prompt_lookup_min": LOOKUP_NGRAMS[0],
-                      "prompt_lookup_max": LOOKUP_NGRAMS[1]},
-            "suffix": {"method": "suffix"},
-            "oneiro": {"method": "eagle3", "model": str(folder), "num_speculative_tokens": args.k},
-            "oneiro-hybrid": {"method": "eagle3", "model": str(hybrid), "num_speculative_tokens": args.k},
-            **{mode: {"method": "eagle3", "model": str(folder), "num_speculative_tokens": args.k}
-               for mode, folder in folders.items()},
-        }
+        modes = benchmark_modes(chosen, args.drafter, args.target, args.k, tmp, step_profile=profile)
         # in the order --modes names them (a second run in the reverse order evens out a machine that drifts)
         results = {name: run_mode(target_dir, modes[name], prompts, args) for name in chosen}
     generate = generate_fixed_k(args.target, args.drafter, prompts, args.k, args.max_new_tokens,
@@ -186,7 +173,7 @@ def main() -> None:
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS"),  # None: vLLM's own choice (every core here)
             "target": args.target, "drafter": os.path.relpath(args.drafter, ROOT), "k": args.k,
             "drafter_weights_sha256": weights_sha256(args.drafter),
-            "ngram": modes["ngram"], "suffix": modes["suffix"] if "suffix" in chosen else None,
+            "ngram": modes.get("ngram"), "suffix": modes.get("suffix"),
             "hybrid_lookup_ngrams": (list(LOOKUP_NGRAMS) if any(m.startswith("oneiro-hybrid") for m in chosen)
                                      else None),
             "step_profile": os.path.relpath(args.step_profile, ROOT) if priced else None,

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from oneiro_hf.bench.profile import cpu_model
 from oneiro_hf.bench.runner import weights_sha256
-from oneiro_hf.serving.vllm_lookup import LOOKUP_NGRAMS
+from oneiro_hf.serving.measure import benchmark_modes
 from oneiro_hf.serving.vllm_server import ServerFailed, VllmServer, concurrently, error_lines, server_command
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,29 +47,6 @@ def parse_schedule(text: str) -> list[list[int]]:
         low, high = sizes.split("-")
         schedule.append([int(low), int(high), int(k)])
     return schedule
-
-
-def mode_configs(args, folder: Path, hybrid: Path | None = None,
-                 priced: dict[str, Path] | None = None) -> dict[str, dict | None]:
-    """Each mode's speculative config; `hybrid` is the drafter exported with lookup on (`--hybrid`, the n-gram
-    bounds of `ngram`), for the `oneiro-hybrid` modes; `priced`: mode -> the drafter exported with `--step-profile`
-    (and lookup, for `oneiro-hybrid-priced`)."""
-    oneiro = {"method": "eagle3", "model": str(folder), "num_speculative_tokens": args.k}
-    schedule = {"num_speculative_tokens_per_batch_size": parse_schedule(args.backoff)}
-    modes = {
-        "plain": None,
-        "ngram": {"method": "ngram", "num_speculative_tokens": args.k, "prompt_lookup_min": LOOKUP_NGRAMS[0],
-                  "prompt_lookup_max": LOOKUP_NGRAMS[1]},
-        "suffix": {"method": "suffix"},  # vLLM picks k per step (up to its tree depth); needs arctic-inference
-        "oneiro": oneiro,
-        "oneiro-backoff": {**oneiro, **schedule},
-    }
-    if hybrid is not None:
-        modes["oneiro-hybrid"] = {**oneiro, "model": str(hybrid)}
-        modes["oneiro-hybrid-backoff"] = {**oneiro, "model": str(hybrid), **schedule}
-    for mode, path in (priced or {}).items():
-        modes[mode] = {**oneiro, "model": str(path)}
-    return modes
 
 
 def server_extra(args, mode: str) -> list[str]:
@@ -255,7 +232,6 @@ def main() -> None:
 
     from oneiro_hf import __version__
     from oneiro_hf.bench.answers import load_questions
-    from oneiro_hf.serving.vllm_export import export_for_vllm
     from oneiro_hf.storage.reference_models import fetch_reference_model
 
     target = str(fetch_reference_model(args.target)) if "/" not in args.target else args.target
@@ -263,21 +239,13 @@ def main() -> None:
     chosen = args.modes.split(",")
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        folder = export_for_vllm(args.drafter, Path(tmp) / "drafter", args.target, args.k)
-        hybrid = (export_for_vllm(args.drafter, Path(tmp) / "hybrid", args.target, args.k, lookup=LOOKUP_NGRAMS)
-                  if any(m.startswith("oneiro-hybrid") for m in chosen) else None)
-        wanted = [m for m in chosen if m in ("oneiro-priced", "oneiro-hybrid-priced")]
-        if wanted and not args.step_profile:
-            raise SystemExit(f"modes {wanted} need --step-profile. Fix: pass the steps.json of "
-                             "scripts/vllm_step_profile.py.")
-        profile = json.loads(Path(args.step_profile).read_text()) if wanted else None
-        priced = {mode: export_for_vllm(args.drafter, Path(tmp) / mode, args.target, args.k, step_profile=profile,
-                                        lookup=LOOKUP_NGRAMS if mode == "oneiro-hybrid-priced" else None)
-                  for mode in wanted}
-        modes = mode_configs(args, folder, hybrid, priced)
-        unknown = [m for m in chosen if m not in modes]
-        if unknown:
-            raise SystemExit(f"unknown modes {unknown}. Fix: choose from {', '.join(modes)}.")
+        profile = json.loads(Path(args.step_profile).read_text()) if args.step_profile else None
+        try:
+            modes = benchmark_modes(chosen, args.drafter, args.target, args.k, tmp,
+                                    schedule=parse_schedule(args.backoff), step_profile=profile)
+        except ValueError as err:
+            raise SystemExit(str(err)) from err
+        folder = Path(tmp) / "drafter"
         if args.dry_run:
             for name in chosen:
                 command = server_command(sys.executable, target, 0, modes[name], args.dtype, args.max_model_len,
@@ -292,7 +260,7 @@ def main() -> None:
             "target": args.target, "drafter": os.path.relpath(args.drafter, ROOT),
             "drafter_weights_sha256": weights_sha256(args.drafter), "exported_sha256": weights_sha256(str(folder)),
             "k": args.k, "backoff": parse_schedule(args.backoff),
-            "step_profile": os.path.relpath(args.step_profile, ROOT) if wanted else None,
+            "step_profile": os.path.relpath(args.step_profile, ROOT) if profile else None,
             "questions": f"Spec-Bench, first {args.per_category} of each category ({len(questions)}), first turn",
             "max_new_tokens": args.max_new_tokens, "clients": args.clients, "date": time.strftime("%Y-%m-%d %H:%M"),
             "LD_PRELOAD": os.path.basename(os.environ.get("LD_PRELOAD", "")) or None,

@@ -8,6 +8,7 @@ import itertools
 import json
 from itertools import accumulate
 from operator import mul
+from pathlib import Path
 
 import pytest
 import torch
@@ -130,3 +131,28 @@ def test_export_writes_the_step_profile_and_refuses_what_cannot_price(tmp_path, 
     with pytest.raises(VllmExportRefused, match="engine_steps.*Fix"):
         export_for_vllm(drafter_dir, tmp_path / "bad", str(target_dir), step_profile={"ratios": {"1": 1}, "t1_s": 1})
     assert not (tmp_path / "bad").exists()
+
+
+def test_the_benchmarks_modes_serve_folders_exported_once_each_with_their_settings(tmp_path):
+    from oneiro_hf.serving.measure import benchmark_modes
+    from oneiro_hf.serving.vllm_lookup import LOOKUP_NGRAMS
+
+    target_dir, drafter_dir, _ = _saved(tmp_path)
+    chosen = ["plain", "ngram", "oneiro", "oneiro-backoff", "oneiro-hybrid", "oneiro-priced", "oneiro-hybrid-priced"]
+    modes = benchmark_modes(chosen, drafter_dir, str(target_dir), K, tmp_path / "folders", schedule=[[1, 8, 1]],
+                            step_profile=STEEP)
+    assert list(modes) == chosen and modes["plain"] is None
+    assert (modes["ngram"]["prompt_lookup_min"], modes["ngram"]["prompt_lookup_max"]) == LOOKUP_NGRAMS
+    assert modes["oneiro-backoff"] == {**modes["oneiro"], "num_speculative_tokens_per_batch_size": [[1, 8, 1]]}
+    sections = {mode: json.loads((Path(spec["model"]) / "config.json").read_text())[VLLM_CONFIG_KEY]
+                for mode, spec in modes.items() if spec and spec["method"] == "eagle3"}
+    assert len({modes[m]["model"] for m in sections}) == 4  # backoff serves the plain folder
+    for mode, section in sections.items():
+        assert (section["lookup"] is not None) == ("hybrid" in mode)
+        assert section["step_profile"] == (STEEP if mode.endswith("-priced") else None)
+    with pytest.raises(ValueError, match="unknown modes.*Fix"):
+        benchmark_modes(["eagle"], drafter_dir, str(target_dir), K, tmp_path / "x")
+    with pytest.raises(ValueError, match="step-profile"):
+        benchmark_modes(["oneiro-priced"], drafter_dir, str(target_dir), K, tmp_path / "y")
+    with pytest.raises(ValueError, match="backoff"):
+        benchmark_modes(["oneiro-backoff"], drafter_dir, str(target_dir), K, tmp_path / "z")

@@ -6,6 +6,7 @@ use these, so their figures agree by construction."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 # vLLM's metric name -> our counter name
@@ -67,3 +68,56 @@ def fixed_k_acceptance(model: Any, drafter: Any, prompts: Sequence[Sequence[int]
         drafter.record_draft_rounds = record
     return {"rounds": rounds, "accepted_per_position": per_position, "accepted": sum(per_position),
             "tokens": tokens, "accepted_per_prompt": per_prompt, "short_drafts_fully_accepted": short_full}
+
+
+# the vLLM benchmarks' modes (scripts/vllm_bench.py, scripts/vllm_load_bench.py): plain, vLLM's own proposers, and the
+# drafter exported as it is, with `--hybrid`, backed off by batch size (`-backoff`), priced per step (`-priced`)
+BENCHMARK_MODES = ("plain", "ngram", "suffix", "oneiro", "oneiro-backoff", "oneiro-hybrid", "oneiro-hybrid-backoff",
+                   "oneiro-priced", "oneiro-hybrid-priced")
+
+
+def benchmark_modes(chosen: Sequence[str], drafter: str, target: str, k: int, folders: str | Path,
+                    schedule: list[list[int]] | None = None, step_profile: dict | None = None) -> dict[str, Any]:
+    """Each chosen mode's speculative config (None: plain), exporting the folders the oneiro modes serve under
+    `folders` (a directory): the drafter as it is (`folders/drafter`, always), with lookup (`--hybrid`, the n-gram
+    bounds vLLM's `ngram` mode gets too) and with `step_profile` for the `-priced` modes; `-backoff` modes add
+    `schedule` (vLLM's `num_speculative_tokens_per_batch_size`). Raises ValueError, naming the fix, for an unknown
+    mode or a mode whose schedule or profile is missing."""
+    from .vllm_export import export_for_vllm
+    from .vllm_lookup import LOOKUP_NGRAMS
+
+    unknown = [mode for mode in chosen if mode not in BENCHMARK_MODES]
+    if unknown:
+        raise ValueError(f"unknown modes {unknown}. Fix: choose from {', '.join(BENCHMARK_MODES)}.")
+    if schedule is None and any(mode.endswith("-backoff") for mode in chosen):
+        raise ValueError("the -backoff modes need a k by batch size. Fix: pass --backoff FROM-TO:K,...")
+    if step_profile is None and any(mode.endswith("-priced") for mode in chosen):
+        raise ValueError("the -priced modes need vLLM's engine steps. Fix: pass --step-profile with the steps.json "
+                         "of scripts/vllm_step_profile.py.")
+    base = Path(folders)
+    exported: dict[tuple[bool, bool], str] = {}
+
+    def folder(hybrid: bool, priced: bool) -> str:
+        if (hybrid, priced) not in exported:
+            name = "-".join(["drafter", *(["hybrid"] if hybrid else []), *(["priced"] if priced else [])])
+            exported[hybrid, priced] = str(export_for_vllm(
+                drafter, base / name, target, k, lookup=LOOKUP_NGRAMS if hybrid else None,
+                step_profile=step_profile if priced else None))
+        return exported[hybrid, priced]
+
+    folder(False, False)
+    modes: dict[str, Any] = {}
+    for mode in chosen:
+        if mode == "plain":
+            modes[mode] = None
+        elif mode == "ngram":
+            modes[mode] = {"method": "ngram", "num_speculative_tokens": k, "prompt_lookup_min": LOOKUP_NGRAMS[0],
+                           "prompt_lookup_max": LOOKUP_NGRAMS[1]}
+        elif mode == "suffix":
+            modes[mode] = {"method": "suffix"}  # vLLM picks k per step (up to its tree depth); needs arctic-inference
+        else:
+            modes[mode] = {"method": "eagle3", "model": folder("hybrid" in mode, mode.endswith("-priced")),
+                           "num_speculative_tokens": k}
+            if mode.endswith("-backoff"):
+                modes[mode]["num_speculative_tokens_per_batch_size"] = schedule
+    return modes
