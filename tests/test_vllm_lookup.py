@@ -1,4 +1,4 @@
-"""The hybrid in vLLM without vLLM: `RequestLookup.override` rewrites a step's draft rows as `generate`'s hybrid
+"""The hybrid in vLLM without vLLM: `RequestLookup.continuations` and `apply` rewrite a step's draft rows as `generate`'s hybrid
 chooses (the lookup continuation where a request's text has an n-gram match, the drafter's chain otherwise), from
 the committed tokens and this step's sampled tokens as vLLM's runner holds them; `--hybrid` exports the setting."""
 
@@ -14,9 +14,15 @@ from test_vllm_export import _saved
 from oneiro_hf.drafting.lookup import NgramIndex
 from oneiro_hf.serving import cli
 from oneiro_hf.serving.vllm_export import VLLM_CONFIG_KEY, VllmExportRefused, export_for_vllm
-from oneiro_hf.serving.vllm_lookup import RequestLookup
+from oneiro_hf.serving.vllm_lookup import RequestLookup, kept_rows
 
 K = 3
+
+
+def _override(lookup: RequestLookup, drafts: torch.Tensor, req_ids, token_ids, counts, sampled) -> torch.Tensor:
+    """One draft step as the plugin's hook runs it: find the rows' continuations, then write them over the drafts."""
+    found = lookup.continuations(req_ids, token_ids, counts, kept_rows(sampled), int(drafts.shape[1]))
+    return lookup.apply(drafts, found)
 
 
 def _batch(histories: list[list[int]], width: int = 32) -> tuple[np.ndarray, np.ndarray]:
@@ -34,7 +40,7 @@ def test_rows_with_a_match_take_the_lookup_continuation_and_the_others_keep_the_
     sampled = torch.tensor([[8, -1, -1, -1], [11, 12, -1, -1]])  # row 0 kept one token, row 1 two
     latent = torch.tensor([[50, 51, 52], [60, 61, 62]], dtype=torch.int32)
     lookup = RequestLookup(min_ngram=2, max_ngram=4)
-    drafts = lookup.override(latent.clone(), ["a", "b"], token_ids, counts, sampled)
+    drafts = _override(lookup, latent.clone(), ["a", "b"], token_ids, counts, sampled)
     # what generate's lookup proposes for the same text (prompt lookup over the sequence so far)
     index = NgramIndex(2, 4)
     index.extend(histories[0] + [8])
@@ -48,7 +54,7 @@ def test_rows_with_a_match_take_the_lookup_continuation_and_the_others_keep_the_
 def test_a_short_continuation_replaces_only_its_positions():
     histories = [[4, 5, 6, 4]]  # "... 4 5" -> 6, then the history ends
     token_ids, counts = _batch(histories)
-    drafts = RequestLookup(2, 4).override(torch.tensor([[70, 71, 72]]), ["a"], token_ids, counts, [[5]])
+    drafts = _override(RequestLookup(2, 4), torch.tensor([[70, 71, 72]]), ["a"], token_ids, counts, [[5]])
     assert drafts.tolist() == [[6, 4, 72]]
 
 
@@ -56,18 +62,18 @@ def test_indexes_follow_each_request_across_steps_and_drop_finished_ones():
     lookup = RequestLookup(2, 3)
     history = [3, 1, 4, 1, 5, 9, 2, 6]
     token_ids, counts = _batch([history[:5]])
-    lookup.override(torch.zeros(1, K, dtype=torch.long), ["a"], token_ids, counts, [[9]])
+    _override(lookup, torch.zeros(1, K, dtype=torch.long), ["a"], token_ids, counts, [[9]])
     # the next step: vLLM committed the sampled 9 and a further token; the index grows by those only
     token_ids, counts = _batch([history[:6] + [3, 1]])
-    drafts = lookup.override(torch.zeros(1, K, dtype=torch.long), ["a"], token_ids, counts, [[4]])
+    drafts = _override(lookup, torch.zeros(1, K, dtype=torch.long), ["a"], token_ids, counts, [[4]])
     assert lookup.indexes["a"].tokens == history[:6] + [3, 1]
     assert drafts.tolist() == [[1, 5, 9]]  # "3 1 4" occurred at the start: 1 5 9 followed it
     # vLLM took tokens back (a preempted request recomputed): the index is rebuilt from the committed tokens
     token_ids, counts = _batch([history[:4]])
-    lookup.override(torch.zeros(1, K, dtype=torch.long), ["a"], token_ids, counts, [[]])
+    _override(lookup, torch.zeros(1, K, dtype=torch.long), ["a"], token_ids, counts, [[]])
     assert lookup.indexes["a"].tokens == history[:4]
     token_ids, counts = _batch([[1, 2]])
-    lookup.override(torch.zeros(1, K, dtype=torch.long), ["b"], token_ids, counts, [[3]])
+    _override(lookup, torch.zeros(1, K, dtype=torch.long), ["b"], token_ids, counts, [[3]])
     assert set(lookup.indexes) == {"b"}
 
 

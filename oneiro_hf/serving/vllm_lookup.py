@@ -2,9 +2,10 @@
 chain otherwise, as `generate`'s `oneiro_mode="hybrid"` chooses per step.
 
 vLLM runs one proposer per server. With a folder exported with lookup on (`oneiro-export vllm --hybrid`), the
-plugin's model class wraps the runner's draft step (`vllm_model.install_draft_hook`): the drafter proposes its k
-tokens for every request as before, then `RequestLookup.override` replaces a request's row by what followed the
-latest earlier occurrence of its suffix n-gram (`drafting.lookup.NgramIndex`, the index `generate` drafts from).
+plugin's model class wraps the runner's draft step (`vllm_model.install_draft_hook`): `RequestLookup.continuations`
+finds, for each request, what followed the latest earlier occurrence of its suffix n-gram (`drafting.lookup.
+NgramIndex`, the index `generate` drafts from); the drafter proposes its k tokens for every request as before; then
+`RequestLookup.apply` writes each continuation over its request's row.
 The drafter still runs for every request, so its KV cache stays the one the next step's drafts need.
 
 Nothing here imports vLLM: the rows, the requests' committed tokens and this step's sampled tokens come in as
@@ -50,25 +51,12 @@ class RequestLookup:
         if problem is not None:
             raise ValueError(problem)
 
-    def override(self, drafts: torch.Tensor, req_ids: Sequence[str], token_ids: np.ndarray,
-                 num_tokens: np.ndarray, sampled: torch.Tensor | Sequence[Sequence[int]]) -> torch.Tensor:
-        """`drafts` with each request's row replaced, from its first position, by its lookup continuation (up to k
-        tokens) where one exists; the positions after a shorter continuation keep the drafter's tokens (verified and
-        rejected like any wrong draft). Changes `drafts` in place and returns it.
-
-        drafts: (B, k) the drafter's tokens, row i for request `req_ids[i]`; token_ids: (>= B, L) each request's
-        committed tokens (prompt and output) in its first `num_tokens[i]` entries, before this step; sampled: this
-        step's tokens per row, (B, k + 1) with -1 where rejected, or lists of the kept tokens. Indexes of requests
-        no longer in the batch are dropped.
-        """
-        found = self.continuations(req_ids, token_ids, num_tokens, kept_rows(sampled), int(drafts.shape[1]))
-        return self.apply(drafts, found)
-
     def continuations(self, req_ids: Sequence[str], token_ids: np.ndarray, num_tokens: np.ndarray,
                       kept: Sequence[Sequence[int]], k: int) -> dict[int, tuple[list[int], int]]:
         """Row -> (its lookup continuation of at most k tokens, the matched n-gram length), for the rows whose text
-        (committed tokens, then this step's kept ones: `kept[i]`, -1 where rejected) ends in an n-gram seen before.
-        Indexes of requests no longer in the batch are dropped."""
+        ends in an n-gram seen before. Row i is request `req_ids[i]`; token_ids: (>= B, L) each request's committed
+        tokens (prompt and output) in its first `num_tokens[i]` entries, before this step; kept[i]: this step's
+        sampled tokens, -1 where rejected (`kept_rows`). Indexes of requests no longer in the batch are dropped."""
         live = set(req_ids)
         for gone in [r for r in self.indexes if r not in live]:
             del self.indexes[gone]
@@ -82,7 +70,8 @@ class RequestLookup:
 
     def apply(self, drafts: torch.Tensor, found: dict[int, tuple[list[int], int]]) -> torch.Tensor:
         """Write each found continuation (`continuations`) over its row of `drafts` (B, k), from the first position
-        and at most k tokens; in place, returned."""
+        and at most k tokens; the positions after a shorter continuation keep the drafter's tokens (verified and
+        rejected like any wrong draft). In place, returned."""
         if found:
             k = int(drafts.shape[1])
             host = drafts if drafts.device.type == "cpu" else drafts.cpu()  # on a GPU: one copy each way
