@@ -16,6 +16,9 @@ of their answers, which is what the suffix memory (`oneiro_suffix_memory`, bench
 * `tools`: the same functions, each the subject of one agent step: the tool calls (one JSON object per line, three
   tools the instruction declares) that read its source, run it on two inputs and add a test, as an agent loop emits
   them request after request.
+* `wrapper`, `docstring`: the same functions, each to wrap in a small class (`__init__`, `run()`, `__repr__`), or
+  to restate with a Google-style docstring (summary, Args, Returns, Example): boilerplate of the model's own, as in
+  `cli`, in two more shapes.
 
     python scripts/repeated_tasks.py --task extraction --count 40 --out runs/suffix/questions.jsonl
     oneiro-bench --target smollm2-135m-instruct --questions runs/suffix/questions.jsonl --per-category 0 \\
@@ -68,6 +71,17 @@ TOOLS = """You are a coding agent with these tools:
 Answer with the tool calls that do the task below, one JSON object per line, each {"tool": ..., "arguments": {...}}, \
 and nothing else. Task: read the function's source, run it on two example inputs, then add a test with those two \
 calls and their results.
+
+"""
+
+WRAPPER = """Write a small Python class that wraps the function below: a class with an __init__ that stores the \
+function's arguments, a run() method that calls the function with them, and a __repr__. Answer with one Python code \
+block and nothing else.
+
+"""
+
+DOCSTRING = """Write a Google-style docstring for the Python function below. Answer with one Python code block and \
+nothing else: the def line and its docstring (a summary line, Args, Returns, Example).
 
 """
 
@@ -142,7 +156,8 @@ def interleave(lists: list[list[str]]) -> list[str]:
 
 
 TASKS = {"extraction": extraction_texts, "tests": test_texts, "cli": lambda: test_texts(CLI),
-         "tools": lambda: test_texts(TOOLS)}
+         "tools": lambda: test_texts(TOOLS), "wrapper": lambda: test_texts(WRAPPER),
+         "docstring": lambda: test_texts(DOCSTRING)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1267,7 +1267,9 @@ ZEN5_LONG = (("SmolLM2, command-line scripts", "suffix_memory/zen5_cli48_smollm2
 ZEN5_TOOLS = (("SmolLM2, an agent's tool calls", "suffix_memory/zen5_tools24_smollm2_bf16"),
               ("the 1.5B, an agent's tool calls", "suffix_memory/zen5_tools24_qwen15_bf16"))
 ZEN5_SMOL_MORE = (("SmolLM2, unit tests in a stated layout", "suffix_memory/zen5_tests24_smollm2_bf16"),
-                  ("SmolLM2, extraction into a stated JSON schema", "suffix_memory/zen5_extraction24_smollm2_bf16"))
+                  ("SmolLM2, extraction into a stated JSON schema", "suffix_memory/zen5_extraction24_smollm2_bf16"),
+                  ("SmolLM2, functions wrapped in a class", "suffix_memory/zen5_wrapper24_smollm2_bf16"),
+                  ("SmolLM2, functions restated with a docstring", "suffix_memory/zen5_docstring24_smollm2_bf16"))
 
 
 @figures("docs/benchmarks.md", "Suffix memory on repeated tasks")
@@ -1293,6 +1295,32 @@ def suffix_memory_workloads() -> list[str]:
     rows.append(f"ran {x(overall(ZEN5_LONG[0][1])['oneiro-suffix']['tokens_per_s'] / overall(ZEN5_LONG[0][1])['hf-lookup']['tokens_per_s'])} "
                 f"transformers' prompt lookup there, which parted from stock greedy's text on {parted} of "
                 f"{lookup['config']['n_questions']} questions")
+    return rows
+
+
+@figures("docs/benchmarks.md", "Suffix memory on repeated tasks")
+def suffix_memory_versus_arctic() -> list[str]:
+    """The replay of every workload's greedy answers with no model (suffix_memory/versus_arctic.py, each run's
+    versus_arctic.json): tokens per pass of oneiro-hf's lookup and memory branches and of arctic-inference's
+    SuffixDecoding tree, as a table, then the ranges the sentence below it names."""
+    runs = [ZEN5_LONG[1], ZEN5_TOOLS[1], ZEN5_LONG[0], ZEN5_TOOLS[0], *ZEN5_SMOL_MORE]
+    names = ("oneiro lookup", "oneiro memory", "oneiro lookup and memory", "arctic, vLLM's defaults",
+             "arctic, max_spec_factor 4")
+    replays = {run: record(f"docs/benchmarks/{run}/versus_arctic.json") for _, run in runs}
+    assert {r["nodes"] for r in replays.values()} == {16}
+    rows = [f"| {label} | " + " | ".join(f"{replays[run]['tokens_per_pass'][n]:.2f}" for n in names) + " |"
+            for label, run in runs]
+    ours_over_arctic = [r["tokens_per_pass"][names[2]] / max(r["tokens_per_pass"][n] for n in names[3:])
+                        for r in replays.values()]
+    rows.append(f"trees of at most {replays[runs[0][1]]['nodes']} draft tokens")
+    rows.append(f"by {min(ours_over_arctic):.2f}x to {max(ours_over_arctic):.2f}x over arctic's better setting")
+
+    def span(target: str, name: str) -> str:
+        values = sorted(replays[run]["tokens_per_pass"][name] for label, run in runs if label.startswith(target))
+        return f"{values[0]:.2f} to {values[-1]:.2f}" if len(values) > 2 else " and ".join(f"{v:.2f}" for v in values)
+
+    rows += [f"({span('SmolLM2', names[1])} tokens a pass against {span('SmolLM2', names[0])})",
+             f"on the 1.5B more ({span('the 1.5B', names[1])} against {span('the 1.5B', names[0])})"]
     return rows
 
 

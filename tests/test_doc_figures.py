@@ -225,6 +225,8 @@ NOT_MEASURED = [
     ("docs/benchmarks.md", "Suffix memory on repeated tasks", "All on a 2-core Zen 5 EPYC with bfloat16 units",
      "the machine: its core count and CPU generation (the records name it)"),
     ("docs/benchmarks.md", "In vLLM", "at a 200-token context ([Dec 3]", "a setting and a date"),
+    ("docs/benchmarks.md", "Suffix memory on repeated tasks", "arctic, `max_spec_factor` 4 |",
+     "a setting of arctic-inference's drafts (versus_arctic.py)"),
     ("docs/benchmarks.md", "Chain or tree: the default", "On this CPU a pass of 4 or 5 tokens costs no more",
      "checked in tests/doc_figures.py (default_mode: t(4), t(5) <= t(1))"),
     ("docs/benchmarks.md", "Batches (SmolLM2-135M-Instruct)", ("first turns), 128 new tokens, one thread per lane, two "
