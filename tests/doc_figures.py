@@ -1620,3 +1620,69 @@ def serving_idle_skip() -> list[str]:
     return [(f"ran {x(mean('oneiro-backoff', 'bd') / plain)} plain at 16 clients where the drafter without it ran "
              f"{x(mean('oneiro-backoff', 'ac') / plain)} (two runs each)")]
 
+
+
+IDENTITY_NAMES = {"smollm2-135m-instruct": "SmolLM2", "gemma-3-270m": "Gemma", "qwen2.5-coder-1.5b-instruct": "Qwen"}
+
+
+@figures("docs/hub.md", "Which targets a drafter accepts")
+def identity_margins() -> list[str]:
+    """How many fingerprinted tensors of each shipped drafter differ when its target's weights are moved within
+    their quantization cells, past them, or scaled like a fine-tune (docs/measurements/identity_margins.json)."""
+    targets = record("docs/measurements/identity_margins.json")["targets"]
+    names = list(IDENTITY_NAMES)
+    within = [f for f in targets[names[0]]["moved_within_steps"]
+              if all(sum(t["moved_within_steps"][f].values()) == 0 for t in targets.values())][-1]
+    past = min((f for f in targets[names[0]]["moved_within_steps"] if float(f) > float(within)), key=float)
+
+    def moved(name: str) -> str:
+        t = targets[name]
+        return f"{t['moved_within_steps'][past]['quantized']} of {IDENTITY_NAMES[name]}'s {t['tensors']['quantized']}"
+
+    def scaled(name: str, noise: str) -> tuple[int, int]:
+        t = targets[name]
+        return sum(t["scaled_by_relative_noise"][noise].values()), sum(t["tensors"].values())
+
+    smol, gemma, qwen = (scaled(name, "0.01") for name in names)
+    assert smol[0] == smol[1]
+    qwen_alone = targets[names[2]]
+    q4k_from = min((n for n, c in qwen_alone["scaled_by_relative_noise"].items() if c["quantized"]), key=float)
+    prints = [record(f"drafters/{name}/config.json")["base_model_fingerprint"] for name in names]
+    samples = {p["samples_per_tensor"] for p in prints}
+    assert len(samples) == 1
+    counts = sorted(len(p["tensors"]) for p in prints)
+    sizes = sorted(len(json.dumps(p)) / 1000 for p in prints)
+    return [
+        f"{samples.pop()} values per tensor, at fixed positions",
+        f"({counts[0]} to {counts[-1]} tensors, {sizes[0]:.0f} to {sizes[-1]:.0f} KB of JSON in the shipped drafters)",
+        (f"Every quantized value moved by up to {within} of its block's step (each block's lowest and highest value "
+         f"kept, as they set its scale): none differ, for all three"),
+        (f"By up to {past} of a step: {moved(names[0])} quantized tensors, {moved(names[1])} and {moved(names[2])} "
+         "differ"),
+        (f"Every weight scaled by up to 1%: all {smol[1]} of SmolLM2's tensors differ (re-quantizing checks each "
+         f"block's scale), {gemma[0]} of Gemma's {gemma[1]}, and {qwen[0]} of Qwen's {qwen[1]}"),
+        (f"show a change only from about {float(q4k_from):.0%} ({qwen_alone['scaled_by_relative_noise'][q4k_from]['quantized']} "
+         f"of {qwen_alone['tensors']['quantized']} differ)"),
+    ]
+
+
+@figures("docs/hub.md", "Target-relative checkpoints")
+def target_relative_sizes_and_tau() -> list[str]:
+    """The 1.5B drafter stored relative to its target: its size against the whole drafter's, the held-out tau of the
+    whole, truncated and relative drafters (heldout_tau.json), the answer tokens each was trained on."""
+    shipped = ROOT / "drafters" / "qwen2.5-coder-1.5b-instruct"
+    whole = float(re.search(r"(\d+\.\d) MiB in bfloat16", (shipped / "README.md").read_text()).group(1))
+    stored = (shipped / "model.safetensors").stat().st_size / 2**20
+    tau = record("docs/benchmarks/current/qwen2.5-coder-1.5b-instruct/heldout_tau.json")
+    by = {name: d["eval_tau"] for name, d in tau["drafters"].items()}
+    n = tau["held_out_records"]
+    whole_run = record("docs/benchmarks/current/qwen2.5-coder-1.5b-instruct/whole-drafter-run/drafter/training_summary.json")
+    tokens = record("drafters/qwen2.5-coder-1.5b-instruct/training_summary.json")["train_response_tokens"]
+    return [
+        f"took {stored:.1f} MiB instead of {whole:.1f} MiB whole",
+        f"reached held-out tau {by['truncated']:.3f} against {by['whole']:.3f} whole on the same {n} records",
+        (f"reached held-out tau {by['relative']:.3f} on the same {n} records, where the whole drafter above gives "
+         f"{by['whole']:.3f} and its truncation {by['truncated']:.3f}"),
+        f"about twice the whole drafter's {whole_run['train_response_tokens']:,} training answer tokens",
+        f"trained relative to the target from the start on {tokens:,} answer tokens",
+    ]

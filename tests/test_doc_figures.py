@@ -98,7 +98,7 @@ def test_the_other_column_is_the_breakdowns_share_outside_verification_and_draft
     assert checked
 
 
-PAGES = ("README.md", "docs/benchmarks.md", "docs/serving.md")
+PAGES = ("README.md", "docs/benchmarks.md", "docs/serving.md", "docs/hub.md")
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*")
 # names and notations whose digits are not figures: model names and sizes, t(k), issue and session numbers, dtypes
 NOT_FIGURES = re.compile(
@@ -225,6 +225,29 @@ NOT_MEASURED = [
     ("docs/benchmarks.md", "Suffix memory on repeated tasks", "All on a 2-core Zen 5 EPYC with bfloat16 units",
      "the machine: its core count and CPU generation (the records name it)"),
     ("docs/benchmarks.md", "In vLLM", "at a 200-token context ([Dec 3]", "a setting and a date"),
+    ("docs/hub.md", "Publish", "exits 1 with the drafter saved", "an exit status"),
+    ("docs/hub.md", "Which targets a drafter accepts", "Values share a scale in blocks of 32 (16 for Q6_K)",
+     "the GGUF formats' block sizes"),
+    ("docs/hub.md", "Which targets a drafter accepts", "At most 2 of the 64 samples of a tensor may miss",
+     "the binding rule's tolerance (storage/fingerprint.py)"),
+    ("docs/hub.md", "Which targets a drafter accepts", ("a K-quant cell is about a fifteenth of its block's range at 4 "
+     "bits, a 63rd at 6 bits"), "what 4- and 6-bit levels are"),
+    ("docs/hub.md", "Which targets a drafter accepts", "listing each differing tensor (how many of its 64 values differ",
+     "the fingerprint's sample count, rendered above"),
+    ("docs/hub.md", "Which targets a drafter accepts", "saved by oneiro-hf 0.1.0 has no fingerprint", "a version"),
+    ("docs/hub.md", "Which targets a drafter accepts", ("every quantized value moved by up to 0.4 of its block's step "
+     "(binds), then changed like a fine-tune, every weight by up to 2% of its value (refused), then moved by up to 3 "
+     "steps (refused)"), "the test's settings (tests/test_identity_quantized.py)"),
+    ("docs/hub.md", "Compatibility rule", "A reader loads every format from 1 up to its own", "format numbers"),
+    ("docs/hub.md", "Compatibility rule", 'oneiro-hf 0.1.0 wrote the format as the string', "a version"),
+    ("docs/hub.md", "Compatibility rule", '("1") and compared it as an integer', "a format number"),
+    ("docs/hub.md", "Compatibility rule", "so 0.1.0 also refuses newer formats", "a version"),
+    ("docs/hub.md", "Compatibility rule", "a config with neither is format 1", "a format number"),
+    ("docs/hub.md", "Compatibility rule", "**Format 1** (whole weights)", "a format number"),
+    ("docs/hub.md", "Compatibility rule", "**Format 2** (target-relative", "a format number"),
+    ("docs/hub.md", "Target-relative checkpoints", "writes it whole (format 1)", "a format number"),
+    ("docs/hub.md", "Target-relative checkpoints", "truncated to rank 32 / token rank 256 after training",
+     "the ranks, a setting"),
     ("docs/benchmarks.md", "Suffix memory on repeated tasks", "arctic, `max_spec_factor` 4 |",
      "a setting of arctic-inference's drafts (versus_arctic.py)"),
     ("docs/benchmarks.md", "Chain or tree: the default", "On this CPU a pass of 4 or 5 tokens costs no more",
