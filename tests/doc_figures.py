@@ -1686,3 +1686,123 @@ def target_relative_sizes_and_tau() -> list[str]:
         f"about twice the whole drafter's {whole_run['train_response_tokens']:,} training answer tokens",
         f"trained relative to the target from the start on {tokens:,} answer tokens",
     ]
+
+
+H200 = "docs/measurements/h200_latency_profile.json"
+SMOL_EXPORT = "data/selfdistill/smollm2-135m-instruct/export.json"
+GEMMA_EXPORT = "data/selfdistill/gemma-3-270m/export.json"
+
+
+def _gpu_part(export: dict) -> dict:
+    """The export record's part made on a GPU (its `hardware` names the card)."""
+    (part,) = [p for p in export["parts"] if "GPU" in p["hardware"]]
+    return part
+
+
+def _cpu_part(export: dict) -> dict:
+    (part,) = [p for p in export["parts"] if "CPU" in p["hardware"]]
+    return part
+
+
+@figures("docs/gpu.md", "Losslessness on CUDA")
+def gpu_lossless() -> list[str]:
+    """The tiny-model identity cases on CUDA (h200_lossless.json): every architecture and dtype."""
+    cases = record("docs/measurements/h200_lossless.json")["lossless_cuda"]
+    (identical,) = {c["identical"] for c in cases.values()}
+    same, total = identical.split("/")
+    assert same == total
+    return [f"token-identical to plain `generate` in {same} of {total} cases per architecture and dtype"]
+
+
+@figures("docs/gpu.md", "Verification latency t(k) (bf16, 512 cached tokens, median of 15)")
+def gpu_latency() -> list[str]:
+    """The H200 t(k) table and the CPU profile it is set against."""
+    h200 = record(H200)
+    rows = []
+    for key, label in (("smollm2-135m-shape", "SmolLM2-135M (30 layers, 576)"),
+                       ("qwen3-8b-shape", "Qwen3-8B (36 layers, 4096)")):
+        p = h200[key]
+        ratios = " | ".join(f"{p['ratios'][k]:.2f}" for k in ("2", "4", "8", "16"))
+        rows.append(f"| {label} | {p['t1_s'] * 1000:.1f} ms | {ratios} |")
+    cpu = record("docs/benchmarks/current/smollm2-135m-instruct/profile.json")
+    sixteen = sorted(h200[k]["ratios"]["16"] for k in ("smollm2-135m-shape", "qwen3-8b-shape"))
+    return rows + [
+        (f"(SmolLM2, one thread, {cpu['context_len']} cached tokens: t(8) = {cpu['ratios']['8']:.2f} t(1), t(16) = "
+         f"{cpu['ratios']['16']:.2f} t(1)"),
+        f"a GPU verifies 16 tokens for {sixteen[0]:.2f}-{sixteen[1]:.2f} times the price of one",
+    ]
+
+
+@figures("docs/gpu.md", "Drafter step cost")
+def gpu_drafter_step() -> list[str]:
+    """The one recorded H200 drafter step, and the CPU's price of a shipped drafter call."""
+    p = record(H200)["smollm2-135m-shape"]
+    cpu = record("docs/benchmarks/current/smollm2-135m-instruct-batches/profile.json")
+    return [f"{p['drafter_step_s'] * 1000:.0f} ms ({p['drafter_step_ratio']:.2f} x t(1)) before the fix below",
+            f"SmolLM2's shipped drafter call measured {cpu['drafter_step_ratio']:.3f} t(1)"]
+
+
+@figures("docs/gpu.md", "Self-distillation data in minutes")
+def gpu_selfdistill_rates() -> list[str]:
+    """Each dataset's answering rate on the H200 and on one CPU thread (the export records)."""
+    smol, gemma = record(SMOL_EXPORT), record(GEMMA_EXPORT)
+    sg, gg = _gpu_part(smol), _gpu_part(gemma)
+    return [
+        (f"SmolLM2's answers came at {sg['throughput']['response_tokens_per_s']:,.1f} response tokens/s on the H200 "
+         f"({smol['dtype']}, batch {sg['batch_size']}, up to {smol['max_new_tokens']} new tokens) against "
+         f"{_cpu_part(smol)['throughput']['response_tokens_per_s']:.2f} on this project's"),
+        (f"Gemma-3-270M's at {gg['throughput']['response_tokens_per_s']:,.1f} (up to {gemma['max_new_tokens']} new "
+         f"tokens, beside eight SmolLM2 training runs) against {_cpu_part(gemma)['throughput']['response_tokens_per_s']:.2f}"),
+    ]
+
+
+def _timing(summary: dict, phase: str) -> str:
+    """A phase's minutes as the training summary's `timings` line gives them."""
+    return re.search(rf"{phase} ([\d.]+) min", summary["timings"]).group(1)
+
+
+@figures("docs/gpu.md", "What the leases measured")
+def gpu_lease_records() -> list[str]:
+    """What the two leases kept: each generation's counts and rate, each shipped drafter's training."""
+    rows = []
+    for name, export in (("SmolLM2", record(SMOL_EXPORT)), ("Gemma", record(GEMMA_EXPORT))):
+        part, t = _gpu_part(export), _gpu_part(export)["throughput"]
+        skipped = export["skipped_too_long"]
+        rows.append(f"{name} generation: {t['records'] + skipped:,} prompts, batch {part['batch_size']}, fp32, up to "
+                    f"{export['max_new_tokens']} new tokens")
+        rows.append(f"{t['records']:,} answered ({skipped} prompts over {export['max_prompt_tokens']:,} tokens skipped), "
+                    f"{t['response_tokens']:,} response tokens in {t['seconds']} s: **{t['response_tokens_per_s']:,.1f} "
+                    "tokens/s**")
+    smol = record("drafters/smollm2-135m-instruct/training_summary.json")
+    gemma = record("drafters/gemma-3-270m/training_summary.json")
+    layers = ", ".join(map(str, smol["input_layers"]))
+    feature_s = re.search(r"feature pass of the same lease, ([\d.]+) s", smol["timings"]).group(1)
+    epochs = gemma["global_step"] * gemma["batch_size"] / gemma["train_records"]
+    rows += [
+        (f"| SmolLM2 drafter (shipped), multi-layer input ({layers}), alone on the GPU | feature pass {feature_s} s; "
+         f"{smol['global_step']:,} steps of batch {smol['batch_size']} in {_timing(smol, 'train')} min |"),
+        (f"| Gemma drafter (shipped), beside eight SmolLM2 runs | feature pass {_timing(gemma, 'features')} min; "
+         f"{gemma['global_step']} steps of batch {gemma['batch_size']} ({epochs:.0f} epochs of "
+         f"{gemma['train_records']:,} records) in {_timing(gemma, 'train')} min |"),
+    ]
+    return rows
+
+
+@figures("docs/gpu.md", "Leases: carrying the work")
+def gpu_next_lease_rate() -> list[str]:
+    """The next lease's answering time, priced at the first lease's rate (SmolLM2's export record)."""
+    export = record(SMOL_EXPORT)
+    t = _gpu_part(export)["throughput"]
+    per_answer = t["response_tokens"] / t["records"]
+    return [(f"At the first lease's rate ({t['response_tokens_per_s']:,.1f} response tokens/s, {per_answer:.1f} "
+             f"tokens per answer"),
+            f"each 1,000 prompts take about {1000 * per_answer / t['response_tokens_per_s']:.0f} s",
+            f"(prompts over {export['max_prompt_tokens']:,} tokens are skipped)"]
+
+
+@figures("docs/gpu.md", "The 1.5B campaign on a lease")
+def gpu_campaign_rate() -> list[str]:
+    export = record(SMOL_EXPORT)
+    ratio = (_gpu_part(export)["throughput"]["response_tokens_per_s"]
+             / _cpu_part(export)["throughput"]["response_tokens_per_s"])
+    return [f"SmolLM2's answers came about {round(ratio, -1):.0f} times faster on the H200 than on one CPU thread"]
