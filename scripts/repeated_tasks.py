@@ -19,6 +19,8 @@ of their answers, which is what the suffix memory (`oneiro_suffix_memory`, bench
 * `wrapper`, `docstring`: the same functions, each to wrap in a small class (`__init__`, `run()`, `__repr__`), or
   to restate with a Google-style docstring (summary, Args, Returns, Example): boilerplate of the model's own, as in
   `cli`, in two more shapes.
+* `followup`: the `cli` questions as two-turn conversations, each with the same follow-up turn (unit tests for the
+  script's `main()`): what a user asks next, conversation after conversation.
 
     python scripts/repeated_tasks.py --task extraction --count 40 --out runs/suffix/questions.jsonl
     oneiro-bench --target smollm2-135m-instruct --questions runs/suffix/questions.jsonl --per-category 0 \\
@@ -84,6 +86,9 @@ DOCSTRING = """Write a Google-style docstring for the Python function below. Ans
 nothing else: the def line and its docstring (a summary line, Args, Returns, Example).
 
 """
+
+FOLLOWUP = ("Now write unit tests for this script's main() with unittest: patch sys.argv with example arguments, "
+            "capture what it prints, and check the printed result.")
 
 # standard-library modules whose public functions are small, documented and testable without side effects
 TEST_MODULES = ("bisect", "colorsys", "fnmatch", "heapq", "html", "keyword", "math", "operator", "os.path", "shlex",
@@ -157,7 +162,7 @@ def interleave(lists: list[list[str]]) -> list[str]:
 
 TASKS = {"extraction": extraction_texts, "tests": test_texts, "cli": lambda: test_texts(CLI),
          "tools": lambda: test_texts(TOOLS), "wrapper": lambda: test_texts(WRAPPER),
-         "docstring": lambda: test_texts(DOCSTRING)}
+         "docstring": lambda: test_texts(DOCSTRING), "followup": lambda: [[t, FOLLOWUP] for t in test_texts(CLI)]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w") as stream:
         for index, text in enumerate(texts[: args.count]):
-            stream.write(json.dumps({"question_id": index, "category": args.task, "turns": [text]}) + "\n")
+            turns = text if isinstance(text, list) else [text]  # a conversation, or one user message
+            stream.write(json.dumps({"question_id": index, "category": args.task, "turns": turns}) + "\n")
     print(f"wrote {args.count} questions to {args.out}")
     return 0
 
