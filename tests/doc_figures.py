@@ -1808,3 +1808,42 @@ def gpu_campaign_rate() -> list[str]:
     ratio = (_gpu_part(export)["throughput"]["response_tokens_per_s"]
              / _cpu_part(export)["throughput"]["response_tokens_per_s"])
     return [f"SmolLM2's answers came about {round(ratio, -1):.0f} times faster on the H200 than on one CPU thread"]
+
+
+def _span(values: list[float], digits: int) -> str:
+    """`low-high` of `values` as percentages (one value when they round the same)."""
+    low, high = (f"{100 * v:.{digits}f}" for v in (min(values), max(values)))
+    return low if low == high else f"{low}-{high}"
+
+
+@figures("docs/design.md", "Batches")
+def design_batches() -> list[str]:
+    """Why holes and not a gather, and what a drafter call costs beside a batch's pass (batch_cache_compaction), and
+    what a batch that drafts nothing pays over batched greedy (batch32_vs_batched_greedy)."""
+    small, large = record("docs/benchmarks/batch_cache_compaction/results.json")
+    batch = record("docs/benchmarks/batch32_vs_batched_greedy/results.json")
+    assert batch["drafted_tokens_after_warmup"] == {"chain": 0, "tree": 0}
+    over = {k: v - 1 for k, v in batch["over_greedy"].items()}
+    both = (small, large)
+    return [
+        (f"one drafter step is {100 * small['drafter_step_one_row_s'] / small['pass_s']:.1f}% of a {small['rows']}-row "
+         f"pass per row ({_span([r['drafter_steps_all_rows_over_pass'] for r in both], 0)}% for all rows"),
+        (f"the gather costs {100 * small['realign_over_pass']:.0f}% of a {small['rows']}-row pass at {small['context']} "
+         f"columns and {100 * large['realign_over_pass']:.0f}% of an {large['rows']}-row pass at {large['context']}"),
+        f"the hole compaction {_span([r['compact_ragged_over_pass'] for r in both], 2)}%",
+        f"Measured with a {batch['rows']}-prompt batch on a CPU",
+        f"{100 * over['chain']:.0f}% (chain settings) and {100 * over['tree']:.0f}% (tree settings) over batched greedy",
+    ]
+
+
+@figures("docs/design.md", "How it is judged")
+def design_drafter_call() -> list[str]:
+    """The 1.5B drafter's step on stock and prepacked kernels against the target's one-token pass
+    (docs/measurements/drafter_call_qwen15.json)."""
+    call = record("docs/measurements/drafter_call_qwen15.json")
+    ms = call["median_ms"]
+    t1 = ms["target t(1) [oneiro]"]
+    return [(f"took {ms['drafter step [stock]']:.1f} ms on stock kernels and {ms['drafter step [oneiro]']:.1f} ms with "
+             f"its layers prepacked, {call['drafter_over_t1']['oneiro']:.3f} of the target's t(1) on the target's "
+             f"kernels ({t1:.0f} ms) where it had been {ms['drafter step [stock]'] / t1:.2f}"),
+            f"The readout ({ms['readout [stock]']:.1f} ms)"]
