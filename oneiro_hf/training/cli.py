@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import logging
 import os
 import sys
@@ -313,6 +314,9 @@ def _end_process_group(finished: bool) -> None:
     may never arrive) and the launcher stops the rest."""
     if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
         return
+    # the trainer's DDP model and accelerator hold the group through reference cycles; left to the interpreter's
+    # teardown they would destroy it there, after destroy_process_group, and its threads with it
+    gc.collect()
     if finished:
         torch.distributed.barrier()
     torch.distributed.destroy_process_group()
