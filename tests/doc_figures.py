@@ -1847,3 +1847,90 @@ def design_drafter_call() -> list[str]:
              f"its layers prepacked, {call['drafter_over_t1']['oneiro']:.3f} of the target's t(1) on the target's "
              f"kernels ({t1:.0f} ms) where it had been {ms['drafter step [stock]'] / t1:.2f}"),
             f"The readout ({ms['readout [stock]']:.1f} ms)"]
+
+
+@figures("docs/design.md", 'Exact verified context (`verified_context="exact"`, an option)')
+def design_exact_context() -> list[str]:
+    """What exact verified context gained from the same start (the standalone script's arms, drafter_kv_source; the
+    two oneiro-train runs, exact_verified_context), and what switching a drafter trained on its own keys costs."""
+    arm = {name: record(f"docs/benchmarks/drafter_kv_source/{name}.json")
+           for name in ("ridge_exact", "ridge_own", "shipped_own", "shipped_target")}
+    final = {}
+    for kind in ("exact", "own"):
+        evals = record(f"docs/benchmarks/exact_verified_context/{kind}_training_summary.json")["evals"]
+        (last,) = [e for e in evals if e["label"].startswith("after stage 1+2")]
+        final[kind] = last["eval_tau"]
+    script = arm["ridge_exact"]["after"]["tau"] - arm["ridge_own"]["after"]["tau"]
+    return [(f"+{script:.2f} held-out tau in a standalone training script and "
+             f"+{final['exact'] - final['own']:.2f} through `oneiro-train`"),
+            (f"(held-out tau {arm['shipped_own']['before']['tau']:.2f} to "
+             f"{arm['shipped_target']['before']['tau']:.2f})")]
+
+
+@figures("docs/design.md", "Multi-layer input (`input_layers`, an option)")
+def design_multilayer_cost() -> list[str]:
+    """The fusion's extra parameters for SmolLM2's shipped multi-layer drafter: (k + 1) H x H against 2 H x H."""
+    config = record("drafters/smollm2-135m-instruct/config.json")
+    k, hidden = len(config["input_layers"]), config["hidden_size"]
+    return [f"+{(k - 1) * hidden * hidden / 1e6:.2f}M parameters for SmolLM2 with `k = {k}`"]
+
+
+@figures("docs/design.md", "Exact by construction")
+def design_exact_kernels_why() -> list[str]:
+    """Why exact kernels: stock bfloat16 kernels parted greedy from the chain hybrid (bf16_identity_smollm2), and the
+    1.5B's tree parted from same-kernel greedy before the two-row rule (bf16_rows_zen5/before)."""
+    stock = summary("bf16_identity_smollm2")
+    n = stock["config"]["n_questions"]
+    agreed = round(overall("bf16_identity_smollm2")["oneiro-hybrid"]["identical_to_greedy"] * n)
+    before = summary("bf16_rows_zen5/before")
+    parted = len(before["lossless_violation_questions"]["oneiro-tree"])
+    return [f"SmolLM2 on stock bfloat16 kernels, {n} Spec-Bench questions, plain greedy and the chain hybrid agreed on {agreed}",
+            f"gave other text than same-kernel greedy on {parted} of {before['config']['n_questions']} questions with the tree"]
+
+
+def _rule_rows(probe: dict) -> dict[tuple[int, int], float]:
+    """`choose_min_rows` applied to a probe's per-layer timings: each weight shape's row threshold."""
+    from oneiro_hf.kernels.prepacked_linear import choose_min_rows
+
+    times: dict[tuple[int, int], dict[int, tuple[float, float]]] = {}
+    for layer in probe["layers"]:
+        times.setdefault(tuple(layer["shape"]), {})[layer["rows"]] = (layer["f_linear_us"], layer["prepacked_us"])
+    return {shape: choose_min_rows(by_rows) for shape, by_rows in times.items()}
+
+
+@figures("docs/design.md", "How it is judged")
+def design_prepacking() -> list[str]:
+    """Where MKL's repacking starts on the Xeon and the EPYC, what the row-threshold rule picks from each probe's
+    per-layer timings, the Xeon's t(k) with prepacking, and the reordered copies' memory."""
+    xeon = record("docs/benchmarks/prepacked_linear_probe/probe.json")
+    epyc = record("docs/benchmarks/prepacked_row_threshold_epyc/probe.json")
+    hidden, vocab = xeon["hidden_size"], max(layer["shape"][0] for layer in xeon["layers"])
+    inner = max(layer["shape"][0] for layer in xeon["layers"] if layer["shape"][0] != vocab)
+    kv = min(layer["shape"][0] for layer in xeon["layers"])
+    head = {layer["rows"]: layer["f_linear_us"] for layer in epyc["layers"] if layer["shape"][0] == vocab}
+    rule_x, rule_e = _rule_rows(xeon), _rule_rows(epyc)
+    mlp = {rule_x[(inner, hidden)], rule_x[(hidden, inner)]}
+    mlp_e = {rule_e[(inner, hidden)], rule_e[(hidden, inner)], rule_e[(vocab, hidden)]}
+    assert len(mlp) == 1 and len(mlp_e) == 1 and rule_x[(kv, hidden)] == rule_e[(kv, hidden)] == math.inf
+    sometimes = epyc["measured_min_rows"][f"{vocab}x{hidden}@1"]
+    stock, packed = xeon["passes"]["stock_ratios"], xeon["passes"]["prepacked_ratios"]
+    before, after = (record(f"docs/measurements/memory_smollm2-135m-instruct{s}.json")["rows"][0]["rss_mb"]
+                     for s in ("", "_prepacked"))
+    return [
+        (f"on an Intel Xeon a 4-token pass cost {stock['4']:.2f} t(1) where a 3-token one cost {stock['3']:.2f}; on an "
+         f"AMD EPYC the LM head already took {head[2] / head[1]:.1f}x its one-row time at 2 rows, and a 2-token pass "
+         f"cost {epyc['passes']['stock_ratios']['2']:.1f} t(1)"),
+        (f"the rule gives {mlp.pop()} rows for the MLP layers, {rule_x[(vocab, hidden)]:.0f} for the LM head, "
+         f"{rule_x[(hidden, hidden)]:.0f} for the {hidden}x{hidden} projections and never for the {kv}x{hidden} "
+         f"key/value ones; on the EPYC it gives {mlp_e.pop()} rows (sometimes {sometimes}) for the MLP layers and the "
+         f"LM head, {rule_e[(hidden, hidden)]:.0f} for the {hidden}x{hidden} ones, and never for key/value"),
+        f"the Xeon's t(4) was {packed['4']:.2f} t(1) and t(8) {packed['8']:.2f} (was {stock['8']:.2f})",
+        f"(SmolLM2 in fp32: {after - before:.0f} MB more RSS at the first call",
+    ]
+
+
+@figures("docs/design.md", "Exact by construction")
+def design_stock_bf16_cost() -> list[str]:
+    """What torch's own bfloat16 linears cost on a CPU without bfloat16 units (bf16_smollm2's stock profile)."""
+    stock = record("docs/benchmarks/bf16_smollm2/profile_bfloat16.json")["stock"]
+    return [f"(SmolLM2, one thread: stock bfloat16 t(8) = {stock['ratios']['8']:.1f} t(1))"]
