@@ -60,6 +60,17 @@ def right_prefix(drafted: list[int], truth: list[int]) -> int:
     return n
 
 
+def greedy_answers(run: Path) -> tuple:
+    """A record folder's target tokenizer, its questions by id and its greedy answers (rows of answers/greedy.jsonl,
+    in file order)."""
+    config = json.loads((run / "run_config.json").read_text())
+    tokenizer = AutoTokenizer.from_pretrained(reference_model_dir(config["target"]))
+    questions = {q["question_id"]: q for q in map(json.loads, (run / "questions.jsonl").read_text().splitlines())}
+    with tarfile.open(run / "answers.tar.gz") as tar:
+        rows = [json.loads(line) for line in tar.extractfile("answers/greedy.jsonl").read().decode().splitlines()]
+    return tokenizer, questions, rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="a record folder with questions.jsonl and answers.tar.gz")
@@ -67,11 +78,7 @@ def main() -> None:
     parser.add_argument("--max-context", type=int, default=MAX_CONTEXT,
                         help=f"the longest context the memory counts (the library's: {MAX_CONTEXT})")
     args = parser.parse_args()
-    config = json.loads((args.run / "run_config.json").read_text())
-    tokenizer = AutoTokenizer.from_pretrained(reference_model_dir(config["target"]))
-    questions = {q["question_id"]: q for q in map(json.loads, (args.run / "questions.jsonl").read_text().splitlines())}
-    with tarfile.open(args.run / "answers.tar.gz") as tar:
-        rows = [json.loads(line) for line in tar.extractfile("answers/greedy.jsonl").read().decode().splitlines()]
+    tokenizer, questions, rows = greedy_answers(args.run)
     memory = SuffixMemory(1 << 30, max_context=args.max_context)
     right: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     tokens, steps = 0, {"lookup": 0, "lookup or memory": 0}

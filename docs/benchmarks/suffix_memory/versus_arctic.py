@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import tarfile
 from importlib import metadata
 from pathlib import Path
 
 from arctic_inference.suffix_decoding import SuffixDecodingCache
-from transformers import AutoTokenizer
+from replay import greedy_answers  # this folder's replay.py
 
 from oneiro_hf.chat import encode_prompt
 from oneiro_hf.drafting.build import add_lookup_branches, add_memory_branches
@@ -37,7 +36,6 @@ from oneiro_hf.drafting.lookup import NgramIndex
 from oneiro_hf.drafting.memory import SuffixMemory
 from oneiro_hf.drafting.policy import DraftPolicyState
 from oneiro_hf.drafting.tree import TokenTree
-from oneiro_hf.storage.reference_models import reference_model_dir
 
 LOOKUP_BRANCHES = 3
 ARCTIC_DEPTH = 24  # vLLM's default `suffix_decoding_max_tree_depth`
@@ -121,11 +119,7 @@ def main() -> None:
     parser.add_argument("run", type=Path, help="a record folder with questions.jsonl, run_config.json, answers.tar.gz")
     parser.add_argument("--nodes", type=int, default=16, help="draft tokens per pass at most (default 16)")
     args = parser.parse_args()
-    config = json.loads((args.run / "run_config.json").read_text())
-    tokenizer = AutoTokenizer.from_pretrained(reference_model_dir(config["target"]))
-    questions = {q["question_id"]: q for q in map(json.loads, (args.run / "questions.jsonl").read_text().splitlines())}
-    with tarfile.open(args.run / "answers.tar.gz") as tar:
-        rows = [json.loads(line) for line in tar.extractfile("answers/greedy.jsonl").read().decode().splitlines()]
+    tokenizer, questions, rows = greedy_answers(args.run)
     drafters = {"oneiro lookup": Ours(args.nodes, True, False), "oneiro memory": Ours(args.nodes, False, True),
                 "oneiro lookup and memory": Ours(args.nodes, True, True),
                 "arctic, vLLM's defaults": Arctic(args.nodes, 1.0), "arctic, max_spec_factor 4": Arctic(args.nodes, 4.0)}
