@@ -1934,3 +1934,32 @@ def design_stock_bf16_cost() -> list[str]:
     """What torch's own bfloat16 linears cost on a CPU without bfloat16 units (bf16_smollm2's stock profile)."""
     stock = record("docs/benchmarks/bf16_smollm2/profile_bfloat16.json")["stock"]
     return [f"(SmolLM2, one thread: stock bfloat16 t(8) = {stock['ratios']['8']:.1f} t(1))"]
+
+
+@figures("docs/training.md", "The 1.5B campaign so far")
+def training_shipped_qwen15() -> list[str]:
+    """The shipped 1.5B drafter (the 1.2M milestone): its training summary, the learning curve's rate per doubling
+    since the 200k milestone, and the side-by-side held-out run against the 991k drafter."""
+    shipped = record("drafters/qwen2.5-coder-1.5b-instruct/training_summary.json")
+    stage1 = next(e for e in shipped["evals"] if e["label"] == "after stage 1")
+    final = next(e for e in shipped["evals"] if e["label"].startswith("after stage 1+2"))
+    points = {p["milestone"]: p for p in record("data/selfdistill/qwen2.5-coder-1.5b-instruct/learning_curve.json")["points"]}
+    first, last = points[200000], points[max(points)]
+    assert last["train_response_tokens"] == shipped["train_response_tokens"]
+    per_doubling = (100 * (last["eval_accept_1"] - first["eval_accept_1"])
+                    / math.log2(last["train_response_tokens"] / first["train_response_tokens"]))
+    held = record("docs/measurements/heldout_tau_qwen15_1m2.json")["drafters"]
+    new, old = held["shipped_1m2"], held["previous_991k"]
+    return [
+        (f"({shipped['train_records']:,} training records, **{shipped['train_response_tokens']:,}** answer tokens in "
+         f"`train_response_tokens`, {shipped['eval_records']} held out"),
+        (f"trained {shipped['global_step']} steps, one annealed pass, in {shipped['trained_minutes']:.0f} minutes of "
+         "training"),
+        (f"first token {pct(stage1['eval_accept_1'], 1)} on its {shipped['eval_records']} held-out records at the end "
+         "of stage 1"),
+        (f"held-out tau **{final['eval_tau']:.3f}**, first token **{pct(final['eval_accept_1'], 1)}**, first two "
+         f"{pct(final['eval_accept_2'], 1)} ({final['eval_positions']:,.0f} positions)"),
+        f"about {per_doubling:.1f} points per doubling of answer tokens since the 200k milestone",
+        (f"tau {new['eval_tau']:.3f} and first token {pct(new['eval_accept_1'], 1)} against {old['eval_tau']:.3f} and "
+         f"{pct(old['eval_accept_1'], 1)} for the 991k drafter"),
+    ]
