@@ -1963,3 +1963,17 @@ def training_shipped_qwen15() -> list[str]:
         (f"tau {new['eval_tau']:.3f} and first token {pct(new['eval_accept_1'], 1)} against {old['eval_tau']:.3f} and "
          f"{pct(old['eval_accept_1'], 1)} for the 991k drafter"),
     ]
+
+
+@figures("docs/training.md", "The 1.5B campaign so far")
+def training_1m_milestone_table() -> list[str]:
+    """The three 1.5B drafters on the 1M milestone's held-out split (heldout_tau_qwen15_1m.json): each table row's
+    measured cells, and the split's size in the sentence above it."""
+    held = record("docs/measurements/heldout_tau_qwen15_1m.json")
+    rows = []
+    for name in ("shipped", "m200k", "m1000k"):
+        d = held["drafters"][name]
+        tau = f"**{d['eval_tau']:.3f}**" if name == "m1000k" else f"{d['eval_tau']:.3f}"
+        first = f"**{pct(d['eval_accept_1'], 1)}**" if name == "m1000k" else pct(d["eval_accept_1"], 1)
+        rows.append(f"| {tau} | {first} | {pct(d['eval_accept_2'], 1)} | {pct(d['eval_accept_3'], 1)} |")
+    return rows + [f"Held-out on its own split ({held['held_out_records']} records"]
