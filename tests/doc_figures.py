@@ -1977,3 +1977,44 @@ def training_1m_milestone_table() -> list[str]:
         first = f"**{pct(d['eval_accept_1'], 1)}**" if name == "m1000k" else pct(d["eval_accept_1"], 1)
         rows.append(f"| {tau} | {first} | {pct(d['eval_accept_2'], 1)} | {pct(d['eval_accept_3'], 1)} |")
     return rows + [f"Held-out on its own split ({held['held_out_records']} records"]
+
+
+def _dot(value: float) -> str:
+    """A probability as the tables of training.md write it: `.872`."""
+    return f"{value:.3f}".lstrip("0")
+
+
+@figures("docs/training.md", "Gemma-3-270M: the second architecture (shipped: `drafters/gemma-3-270m`)")
+def training_gemma() -> list[str]:
+    """Gemma's dataset (export.json, its shards), its shipped drafter's training and held-out table (its training
+    summary), and its Spec-Bench speedups on stock kernels (gemma_stock_kernels)."""
+    export = record(GEMMA_EXPORT)
+    cpu, gpu = _cpu_part(export), _gpu_part(export)
+    shards = sum(p.stat().st_size for p in (ROOT / "data/selfdistill/gemma-3-270m/data").glob("*.parquet")) / 2**20
+    summary_ = record("drafters/gemma-3-270m/training_summary.json")
+    epochs = summary_["global_step"] * summary_["batch_size"] / summary_["train_records"]
+    evals = {e["label"].split(" (")[0]: e for e in summary_["evals"]}
+    ridge, final = evals["stage 0"], evals["after stage 1+2"]
+
+    def row(e: dict) -> str:
+        cells = " | ".join(_dot(e[f"eval_accept_{i}"]) for i in range(2, 6))
+        return f"{_dot(e['eval_accept_1'])}** | {cells}" if e is final else f"{_dot(e['eval_accept_1'])} | {cells}"
+
+    speed = {m: x(v["overall"]["speedup_vs_greedy"]) for m, v in summary("gemma_stock_kernels")["methods"].items()}
+    return [
+        f"holds {export['prompts_rechecked']:,} records ({shards:.1f} MiB of parquet)",
+        (f"{cpu['records']} answered on a CPU, {gpu['records']:,} on the H200 in {gpu['throughput']['seconds']} s "
+         f"({gpu['throughput']['response_tokens_per_s']:,.0f} response tokens/s, batch {gpu['batch_size']}, fp32, "
+         f"{export['max_new_tokens']} new tokens at most"),
+        f"draft vocabulary {summary_['draft_vocab_size']:,} ({pct(summary_['vocab_coverage'], 1)} of held-out answer tokens)",
+        (f"{summary_['global_step']} steps of batch {summary_['batch_size']} ({epochs:.0f} epochs of "
+         f"{summary_['train_records']:,} records, {_timing(summary_, 'train')} min)"),
+        f"({summary_['eval_records']} records, {final['eval_positions']:,.0f} positions, 5-step drafts from true states",
+        f"| stage 0 (ridge init) | {row(ridge)} | {ridge['eval_tau']:.3f} |",
+        f"| **trained (shipped)** | **{row(final)} | **{final['eval_tau']:.3f}** |",
+        (f"the hybrid with this drafter is {speed['oneiro-hybrid']} greedy (oneiro-lookup {speed['oneiro-lookup']}, "
+         f"hf-lookup {speed['hf-lookup']}) and 3-token latent drafts alone are {speed['oneiro-latent-fixed-3']}"),
+        (f"{cpu['records']} records, {cpu['throughput']['response_tokens']:,} response tokens in "
+         f"{cpu['throughput']['seconds']:,} s over {cpu['throughput']['runs']} runs, "
+         f"{cpu['throughput']['response_tokens_per_s']:.1f} tokens/s of wall time"),
+    ]
