@@ -21,6 +21,8 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 BENCH = DOCS / "benchmarks"
@@ -2001,7 +2003,17 @@ def training_gemma() -> list[str]:
         return f"{_dot(e['eval_accept_1'])}** | {cells}" if e is final else f"{_dot(e['eval_accept_1'])} | {cells}"
 
     speed = {m: x(v["overall"]["speedup_vs_greedy"]) for m, v in summary("gemma_stock_kernels")["methods"].items()}
+    weights = (ROOT / "drafters/gemma-3-270m/model.safetensors").stat().st_size / 2**20
+    stopped = [v for p in sorted((ROOT / "data/selfdistill/gemma-3-270m/data").glob("*.parquet"))
+               for v in pq.read_table(p, columns=["stopped"]).column("stopped").to_pylist()]
+    card = (ROOT / "data/selfdistill/gemma-3-270m/README.md").read_text()
+    prompt_tokens, answer_tokens = map(int, re.search(r"\| \*\*all\*\* \| \| \| \*\*\d+\*\* \| \*\*(\d+)\*\* \| "
+                                                      r"\*\*(\d+)\*\*", card).groups())
     return [
+        f"is {weights:.1f} MiB of weights",
+        f"{weights:.1f} MiB in bf16. Held-out",
+        f"{sum(stopped)} of the {len(stopped):,} answers",
+        f"the {(prompt_tokens + answer_tokens) / 1e6:.1f}M prompt and answer tokens of the dataset (its card)",
         f"holds {export['prompts_rechecked']:,} records ({shards:.1f} MiB of parquet)",
         (f"{cpu['records']} answered on a CPU, {gpu['records']:,} on the H200 in {gpu['throughput']['seconds']} s "
          f"({gpu['throughput']['response_tokens_per_s']:,.0f} response tokens/s, batch {gpu['batch_size']}, fp32, "
