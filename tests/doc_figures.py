@@ -2030,3 +2030,33 @@ def training_gemma() -> list[str]:
          f"{cpu['throughput']['seconds']:,} s over {cpu['throughput']['runs']} runs, "
          f"{cpu['throughput']['response_tokens_per_s']:.1f} tokens/s of wall time"),
     ]
+
+
+@figures("docs/training.md", "Results on SmolLM2-135M-Instruct: no gain, not shipped")
+def training_stage3() -> list[str]:
+    """Stage 3 against the drafter it refined, interleaved on Spec-Bench (smollm2_stage3): the table's cells and the
+    sentences under it."""
+    o = overall("smollm2_stage3")
+    assert all(o[m]["identical_to_greedy"] == 1.0 for m in o)
+    cfg = summary("smollm2_stage3")["config"]
+    stem = [v["categories"]["stem"]["speedup_vs_greedy"] for m, v in summary("smollm2_stage3")["methods"].items()
+            if m != "greedy"]
+
+    def latent(m: str) -> str:
+        return f"{x(o[m]['speedup_vs_greedy'])} / {o[m]['mean_accepted_tokens']:.3f} / {pct(o[m]['draft_time_share'], 1)}"
+
+    def hybrid(m: str) -> str:
+        return f"{x(o[m]['speedup_vs_greedy'])} / {o[m]['mean_accepted_tokens']:.3f}"
+
+    return [
+        f"all {cfg['n_questions']} categories (1 question each, {cfg['max_new_tokens']} new tokens",
+        f"| latent: speedup / tau / drafting share of wall time | {latent('oneiro-latent')} | {latent('oneiro-latent@refined')} |",
+        f"| hybrid: speedup / tau | {hybrid('oneiro-hybrid')} | {hybrid('oneiro-hybrid@refined')} |",
+        (f"draft more often ({pct(o['oneiro-latent@refined']['draft_time_share'], 1)} of wall time against "
+         f"{pct(o['oneiro-latent']['draft_time_share'], 1)})"),
+        (f"all four {pct(min(o[m]['identical_to_greedy'] for m in o))} identical to greedy"),
+        ("the stem question ran at " + "-".join(f"{v:.2f}" for v in (min(stem), max(stem))) + "x for every method"),
+        (f"hybrid difference ({x(o['oneiro-hybrid']['speedup_vs_greedy'])} vs "
+         f"{x(o['oneiro-hybrid@refined']['speedup_vs_greedy'])}) is within this machine's noise on "
+         f"{cfg['n_questions']} questions"),
+    ]
