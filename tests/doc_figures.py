@@ -2060,3 +2060,30 @@ def training_stage3() -> list[str]:
          f"{x(o['oneiro-hybrid@refined']['speedup_vs_greedy'])}) is within this machine's noise on "
          f"{cfg['n_questions']} questions"),
     ]
+
+
+@figures("docs/training.md", "The data as a dataset, kept in the repository")
+def training_dataset() -> list[str]:
+    """SmolLM2's committed dataset (its shards) and the rates of its two generation parts (export.json)."""
+    shards = sorted((ROOT / "data/selfdistill/smollm2-135m-instruct/data").glob("*.parquet"))
+    records = sum(pq.read_metadata(p).num_rows for p in shards)
+    size = sum(p.stat().st_size for p in shards)
+    export = record(SMOL_EXPORT)
+    cpu, gpu = _cpu_part(export)["throughput"], _gpu_part(export)["throughput"]
+    per_answer = cpu["response_tokens"] / cpu["records"]
+    hours = 10_000 * per_answer / cpu["response_tokens_per_s"] / 3600
+    return [
+        f"SmolLM2's {records:,} records take {size / 2**20:.2f} MiB of parquet (about {size / records / 1000:.2f} kB a record",
+        (f"the job made {cpu['records']:,} records, {cpu['response_tokens']:,} response tokens, in {cpu['seconds']:,} s: "
+         f"{cpu['response_tokens_per_s']:.1f} tokens/s, about {round(per_answer, -2):.0f} tokens an answer"),
+        f"10,000 more answers would take about {hours:.0f} hours at that rate",
+        (f"ran at {round(gpu['response_tokens_per_s'], -2):,.0f} tokens/s ({gpu['records']:,} records, "
+         f"{gpu['response_tokens'] / 1e6:.2f}M tokens in {gpu['seconds']} s"),
+    ]
+
+
+@figures("docs/training.md", "Qwen2.5-Coder-0.5B-Instruct: the command and the expected time (not trained yet)")
+def training_qwen05_gpu_rate() -> list[str]:
+    """What the same generation command made on an H200 (SmolLM2's export record)."""
+    gpu = _gpu_part(record(SMOL_EXPORT))["throughput"]
+    return [f"produced {gpu['response_tokens'] / 1e6:.2f}M SmolLM2 tokens in {gpu['seconds']} s on an H200"]
