@@ -104,7 +104,7 @@ SECTIONS = {"docs/training.md": ("Gemma-3-270M: the second architecture (shipped
                                   "Results on SmolLM2-135M-Instruct: no gain, not shipped",
                                   "The data as a dataset, kept in the repository",
                                   "Qwen2.5-Coder-0.5B-Instruct: the command and the expected time (not trained yet)",
-                                  "Multi-layer input: how to run it")}
+                                  "Multi-layer input: how to run it", "Stage 3: on-policy refinement")}
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*")
 # names and notations whose digits are not figures: model names and sizes, t(k), issue and session numbers, dtypes
 NOT_FIGURES = re.compile(
@@ -537,6 +537,24 @@ NOT_MEASURED = [
     ("docs/training.md", 'Multi-layer input: how to run it',
      'agree@1..5',
      'draft positions'),
+    ("docs/training.md", 'Stage 3: on-policy refinement',
+     'Stages 1 and 2 start every draft',
+     'stage numbers'),
+    ("docs/training.md", 'Stage 3: on-policy refinement',
+     'Stage 3 (`oneiro_hf/training/onpolicy.py`',
+     'a stage number'),
+    ("docs/training.md", 'Stage 3: on-policy refinement',
+     "Stage 2's parallel rollouts",
+     'a stage number'),
+    ("docs/training.md", 'Stage 3: on-policy refinement',
+     '(with 5-token drafts on SmolLM2',
+     "the run's draft length, a setting"),
+    ("docs/training.md", 'Stage 3: on-policy refinement',
+     '(rejected : accepted = mix : 1 - mix)',
+     'a formula'),
+    ("docs/training.md", 'Stage 3: on-policy refinement',
+     "Prompts are records after index 1,200 (the drafter then shipped was trained on the first 1,108); the held-out set is that drafter's own 29 records.",
+     "the run's data split (its command's --onpolicy_prompt_offset; the refined drafter's split)"),
     ("docs/hub.md", "Publish", "exits 1 with the drafter saved", "an exit status"),
     ("docs/hub.md", "Which targets a drafter accepts", "Values share a scale in blocks of 32 (16 for Q6_K)",
      "the GGUF formats' block sizes"),
