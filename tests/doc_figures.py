@@ -2087,3 +2087,45 @@ def training_qwen05_gpu_rate() -> list[str]:
     """What the same generation command made on an H200 (SmolLM2's export record)."""
     gpu = _gpu_part(record(SMOL_EXPORT))["throughput"]
     return [f"produced {gpu['response_tokens'] / 1e6:.2f}M SmolLM2 tokens in {gpu['seconds']} s on an H200"]
+
+
+REPLACED = "docs/measurements/smollm2_replaced_drafters"
+
+
+def _final(summary_: dict) -> dict:
+    """A training summary's last held-out evaluation (after the last stage)."""
+    return summary_["evals"][-1]
+
+
+@figures("docs/training.md", "Earlier SmolLM2 drafters")
+def training_replaced_smollm2() -> list[str]:
+    """The two SmolLM2 drafters shipped before today's: their data and final held-out tau (their training summaries,
+    kept as records)."""
+    cpu, lease = (record(f"{REPLACED}/{name}.json") for name in ("cpu_521af14", "first_lease_234f79b"))
+    return [(f"first {cpu['records']:,} records (held-out tau {_final(cpu)['eval_tau']:.3f}), and one trained in the "
+             f"last minutes of the first GPU lease on all {lease['records']:,} ({_final(lease)['eval_tau']:.3f})")]
+
+
+@figures("docs/training.md", "The second lease: learning curve, ablations, and the drafters now shipped")
+def training_second_lease() -> list[str]:
+    """The records and held-out set every variant shared, and the two runs whose summaries were kept: the first
+    lease's recipe run and the shipped multi-layer drafter."""
+    lease = record(f"{REPLACED}/first_lease_234f79b.json")
+    shipped = record("drafters/smollm2-135m-instruct/training_summary.json")
+    assert lease["records"] == shipped["records"] and lease["eval_records"] == shipped["eval_records"]
+
+    def cells(s: dict, bold: bool) -> str:
+        e = _final(s)
+        epochs = s["global_step"] * s["batch_size"] / s["train_records"]
+        values = [_dot(e["eval_accept_1"]), _dot(e["eval_accept_2"]), _dot(e["eval_accept_3"]), f"{e['eval_tau']:.3f}"]
+        if bold:
+            values = [f"**{v}**" for v in values]
+        return f"{s['train_records']:,} | {s['global_step']:,} ({epochs:.1f}) | " + " | ".join(values) + " |"
+
+    return [
+        f"same {shipped['records']:,} records, each stopped",
+        f"the same {shipped['eval_records']} held-out records",
+        f"| first lease (recipe, all records) | {cells(lease, False)}",
+        f"| **multi-layer input, alone on the GPU (shipped)** | {cells(shipped, True)}",
+        f"With the GPU to itself for {shipped['global_step']:,} steps it reached {_final(shipped)['eval_tau']:.3f}",
+    ]
