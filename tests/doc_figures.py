@@ -2129,3 +2129,81 @@ def training_second_lease() -> list[str]:
         f"| **multi-layer input, alone on the GPU (shipped)** | {cells(shipped, True)}",
         f"With the GPU to itself for {shipped['global_step']:,} steps it reached {_final(shipped)['eval_tau']:.3f}",
     ]
+
+
+KV = "docs/benchmarks/drafter_kv_source"
+
+
+@figures("docs/training.md", "The drafter's verified context: its own keys, or exact ones (CPU)")
+def training_verified_context() -> list[str]:
+    """The standalone ablation of the drafter's verified keys (drafter_kv_source), the same variants on Spec-Bench
+    (smollm2_ablation_multilayer), the feature pass's rates (feature_pass_qwen15, the 54k milestone, the shipped
+    SmolLM2 drafter) and the Spec-Bench acceptance set against held-out (smollm2_multilayer_drafter)."""
+    arm = {n: record(f"{KV}/{n}.json") for n in ("ridge_own", "ridge_target", "ridge_exact", "shipped_own",
+                                                   "shipped_target")}
+    ridge = [arm[n] for n in ("ridge_own", "ridge_target", "ridge_exact")]
+    assert len({(a["steps"], a["batch"], a["train_sequences"], a["eval_sequences"]) for a in ridge}) == 1
+    minutes = sorted(a["train_seconds"] / 60 for a in ridge)
+
+    def row(name: str, start: str, bold: bool) -> str:
+        a = arm[name]
+        accept = " | ".join(_dot(v) for v in a["after"]["accept"][:3])
+        tau = f"**{a['after']['tau']:.3f}**" if bold else f"{a['after']['tau']:.3f}"
+        return f"| {start} | {accept} | {tau} (before: {a['before']['tau']:.3f}) |"
+
+    own, target, exact = (arm[n]["after"] for n in ("ridge_own", "ridge_target", "ridge_exact"))
+    shipped = arm["shipped_own"]["before"]["tau"]
+    abl = overall("smollm2_ablation_multilayer")
+    cfg = summary("smollm2_ablation_multilayer")["config"]
+    names = {"all": "all records (recipe)", "multilayer": "multi-layer input, in the parallel batch",
+             "ml_long": "multi-layer input, alone (shipped)", "vocab16k": "draft vocabulary 16,384",
+             "rollout6": "6-step rollouts"}
+    assert all(abl[m]["identical_to_greedy"] == 1.0 for m in abl)
+    taus = [abl[f"oneiro-latent-fixed-3@{k}"]["mean_accepted_tokens"] for k in names]
+    feature = record("docs/measurements/feature_pass_qwen15.json")["result"]
+    f32, bf16 = feature["float32_feature_pass_batch2048_tok_s"], feature["bfloat16_feature_pass_batch2048_tok_s"]
+    first = next(p for p in record("data/selfdistill/qwen2.5-coder-1.5b-instruct/learning_curve.json")["points"]
+                 if p["train_response_tokens"] < 100_000)
+    smol = record("drafters/smollm2-135m-instruct/training_summary.json")
+    ml = record("docs/benchmarks/smollm2_multilayer_drafter/summary_shipped_drafter.json")
+    fixed = ml["methods"]["oneiro-latent-fixed-3"]["overall"]
+    spec = " / ".join(pct(a) for a in fixed["acceptance_by_position"][:3])
+    held = " / ".join(pct(_final(smol)[f"eval_accept_{i}"]) for i in (1, 2, 3))
+    feature_s = re.search(r"([\d.]+) s, cached", smol["timings"]).group(1)
+    rows = [
+        (f"The data: {ridge[0]['train_sequences']} training and {ridge[0]['eval_sequences']} held-out sequences"),
+        (f"Every arm ran {ridge[0]['steps']} steps of batch {ridge[0]['batch']}"),
+        f"({minutes[0]:.0f}-{minutes[-1]:.0f} min: `train_seconds`)",
+        row("ridge_own", "own (as shipped) | same ridge fit", False),
+        row("ridge_target", "target | same ridge fit", True),
+        row("ridge_exact", "exact | same ridge fit", True),
+        row("shipped_own", f"own | shipped drafter, {arm['shipped_own']['steps']} more steps", False),
+        row("shipped_target", f"target | shipped drafter, {arm['shipped_target']['steps']} more steps", False),
+        (f"+{exact['tau'] - own['tau']:.2f} tau and +{100 * (exact['accept'][0] - own['accept'][0]):.1f} (exact) / "
+         f"+{100 * (target['accept'][0] - own['accept'][0]):.1f} (target) points"),
+        f"about {shipped - exact['tau']:.1f} tau below the shipped drafter ({shipped:.2f} on the same {ridge[0]['eval_sequences']} sequences)",
+        (f"falls from {shipped:.2f} to {arm['shipped_target']['before']['tau']:.2f} tau. "
+         f"{arm['shipped_target']['steps']} steps of fine-tuning recover only to {arm['shipped_target']['after']['tau']:.2f}"),
+        f"(one question per category, {cfg['max_new_tokens']} new tokens per turn",
+    ]
+    for key, label in names.items():
+        o = abl[f"oneiro-latent-fixed-3@{key}"]
+        by = " / ".join(pct(a) for a in o["acceptance_by_position"][:3])
+        rows.append(f"| {label} | {o['mean_accepted_tokens']:.2f} | {by} | {x(o['speedup_vs_greedy'])} |")
+    rows += [
+        f"On these {cfg['n_questions']} short answers ({cfg['max_new_tokens']} tokens",
+        f"(tau {min(taus):.2f}-{max(taus):.2f})",
+        (f"on the {ml['config']['n_questions']}-question run at {ml['config']['max_new_tokens']} tokens the shipped "
+         f"drafter reached {spec}"),
+        f"on the {ml['config']['n_questions']} questions",
+        f"in the {ml['config']['n_questions']}-question run",
+        f"ran at {f32} tokens/s in float32 and {bf16} in bfloat16, {bf16 / f32:.1f} times as fast",
+        f"This was a small run: {ridge[0]['train_sequences']} sequences",
+        f"The {round(first['train_response_tokens'] / 1000)}k-token 1.5B drafter's",
+        (f"feature pass took {_timing(first, 'features')} of its {float(_timing(first, 'total')):.0f} minutes on two "
+         "threads"),
+        f"the multi-layer SmolLM2 one {feature_s} s on the H200",
+        (f"{spec} by position with fixed 3-token drafts, tau {fixed['mean_accepted_tokens']:.2f}, against held-out "
+         f"{held}"),
+    ]
+    return rows
