@@ -2207,3 +2207,53 @@ def training_verified_context() -> list[str]:
          f"{held}"),
     ]
     return rows
+
+
+@figures("docs/training.md", "Exact verified context in the library")
+def training_exact_context_library() -> list[str]:
+    """Own against exact verified context through oneiro-train on this CPU (exact_verified_context's two training
+    summaries) and in real decoding (its decode summary)."""
+    runs = {k: record(f"docs/benchmarks/exact_verified_context/{k}_training_summary.json") for k in ("own", "exact")}
+    own, exact = runs["own"], runs["exact"]
+    assert all(own[k] == exact[k] for k in ("records", "train_records", "eval_records", "global_step", "batch_size"))
+    evals = {k: {e["label"].split(" (")[0]: e for e in r["evals"]} for k, r in runs.items()}
+
+    def row(label: str, key: str, bold: bool = False) -> str:
+        o, e = evals["own"][key], evals["exact"][key]
+        cells = [_dot(o["eval_accept_1"]), f"{o['eval_tau']:.3f}", _dot(e["eval_accept_1"]), f"{e['eval_tau']:.3f}"]
+        if bold:
+            cells[2:] = [f"**{c}**" for c in cells[2:]]
+        return f"| {label} | " + " | ".join(cells) + " |"
+
+    final_o, final_e = evals["own"]["after stage 1+2"], evals["exact"]["after stage 1+2"]
+    shipped = _final(record("drafters/smollm2-135m-instruct/training_summary.json"))["eval_tau"]
+    minutes = {k: [float(_timing(r, phase)) for r in runs.values()] for k, phase in
+               (("features", "features"), ("train", "train"), ("total", "total"))}
+    run = record("docs/benchmarks/exact_verified_context/decode_summary.json")
+    decode, cfg = {m: e["overall"] for m, e in run["methods"].items()}, run["config"]
+    d_own, d_exact = decode["oneiro-latent-fixed-3@own"], decode["oneiro-latent-fixed-3@exact"]
+    assert d_own["identical_to_greedy"] == d_exact["identical_to_greedy"] == 1.0
+
+    def by(o: dict) -> str:
+        return " / ".join(f"{100 * a:.0f}" for a in o["acceptance_by_position"][:3])
+
+    return [
+        (f"the same {own['records']} records ({own['train_records']} train, {own['eval_records']} held out, "
+         f"{own['max_seq_len']} tokens at most), the same ridge fit, {own['global_step']} steps of batch "
+         f"{own['batch_size']}"),
+        f"held-out metrics on the same {final_o['eval_positions']:,.0f} positions",
+        row("ridge fit (the same fusion weights)", "stage 0"),
+        row("after stage 1 (144 steps)", "after stage 1"),
+        row(f"after stage 2 ({own['global_step']} steps)", "after stage 1+2", bold=True),
+        (f"by +{final_e['eval_tau'] - final_o['eval_tau']:.2f} tau and "
+         f"+{100 * (final_e['eval_accept_1'] - final_o['eval_accept_1']):.1f} points of first-step agreement"),
+        f"({own['eval_records']} held-out records, {shipped - final_e['eval_tau']:.1f} tau below the shipped drafter)",
+        (f"(the standalone script above: +{record(f'{KV}/ridge_exact.json')['after']['tau'] - record(f'{KV}/ridge_own.json')['after']['tau']:.2f})"),
+        (f"Each arm took about {statistics.mean(minutes['total']):.0f} minutes here (features "
+         f"{min(minutes['features']):.0f}-{max(minutes['features']):.0f}, training "
+         f"{min(minutes['train']):.0f}-{max(minutes['train']):.0f}"),
+        f"on {cfg['n_questions']} Spec-Bench questions ({cfg['max_new_tokens']} new tokens",
+        (f"tau {d_exact['mean_accepted_tokens']:.3f} against {d_own['mean_accepted_tokens']:.3f}, acceptance by position "
+         f"{by(d_exact)}% (exact) and {by(d_own)}% (own), {d_exact['verification_steps']} and "
+         f"{d_own['verification_steps']} passes"),
+    ]
