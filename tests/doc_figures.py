@@ -22,6 +22,7 @@ from functools import cache
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from safetensors import safe_open
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -2256,4 +2257,32 @@ def training_exact_context_library() -> list[str]:
         (f"tau {d_exact['mean_accepted_tokens']:.3f} against {d_own['mean_accepted_tokens']:.3f}, acceptance by position "
          f"{by(d_exact)}% (exact) and {by(d_own)}% (own), {d_exact['verification_steps']} and "
          f"{d_own['verification_steps']} passes"),
+    ]
+
+
+@figures("docs/training.md", "The pipeline")
+def training_pipeline() -> list[str]:
+    """The pipeline's figures: the H200's answering (SmolLM2's export record), SmolLM2's draft vocabulary coverage
+    (its training summary), and what target-relative training holds for the shipped 1.5B drafter (its weights and
+    card)."""
+    gpu = _gpu_part(record(SMOL_EXPORT))
+    smol = record("drafters/smollm2-135m-instruct/training_summary.json")
+    factors = copied = 0
+    with safe_open(str(ROOT / "drafters/qwen2.5-coder-1.5b-instruct/model.safetensors"), "pt") as weights:
+        names = weights.keys()  # a safetensors file is not iterable itself
+        for name in names:
+            if name.startswith("layers.") and name.endswith(".delta_a"):
+                out, rank = weights.get_slice(name).get_shape()
+                _, inner = weights.get_slice(name.replace("delta_a", "delta_b")).get_shape()
+                factors += rank * (out + inner)
+                copied += out * inner
+    card = (ROOT / "drafters/qwen2.5-coder-1.5b-instruct/README.md").read_text()
+    stored, whole = re.search(r"\((\d+\.\d) MiB instead of (\d+\.\d) MiB", card).groups()
+    return [
+        (f"batches of {gpu['batch_size']} on an H200 answered {gpu['records']:,} prompts "
+         f"({gpu['throughput']['response_tokens'] / 1e6:.2f}M tokens) in {gpu['throughput']['seconds']} s"),
+        (f"({smol['draft_vocab_size']:,} for SmolLM2 cover {pct(smol['vocab_coverage'], 1)} of held-out response "
+         "tokens)"),
+        (f"rank 32/256 trains {factors / 1e6:.1f}M factors in place of the copied layers' {copied / 1e6:.0f}M weights "
+         f"and stores {stored} MiB instead of {whole} MiB"),
     ]
