@@ -2286,3 +2286,55 @@ def training_pipeline() -> list[str]:
         (f"rank 32/256 trains {factors / 1e6:.1f}M factors in place of the copied layers' {copied / 1e6:.0f}M weights "
          f"and stores {stored} MiB instead of {whole} MiB"),
     ]
+
+
+@figures("docs/training.md", "Ablation (SmolLM2, equal budget)")
+def training_ablation() -> list[str]:
+    """The equal-budget ablation on Spec-Bench (smollm2_ablation: summary and breakdown), its phase-1 baseline's
+    budget and phase 2's stage-2 gain (the first SmolLM2 drafter's training summary)."""
+    cpu = record(f"{REPLACED}/cpu_521af14.json")
+    phase1 = cpu["phase1"]
+    gain = {e["label"].split(" (")[0]: e["eval_tau"] for e in cpu["evals"]}
+    o = overall("smollm2_ablation")
+    cfg = summary("smollm2_ablation")["config"]
+    assert all(o[m]["identical_to_greedy"] == 1.0 for m in o)
+    labels = {"target": "**layers 28-30 copied, stage 1+2 (baseline)**", "stage1": "stage 1 only",
+              "random": "layers 28-30 random init, stage 1+2", "layers14": "layers 14-16 copied, stage 1+2"}
+
+    def cells(key: str) -> str:
+        latent, hybrid = o[f"oneiro-latent-fixed-3@{key}"], o[f"oneiro-hybrid@{key}"]
+        values = [f"{latent['mean_accepted_tokens']:.2f}", x(latent["speedup_vs_greedy"]),
+                  f"{hybrid['mean_accepted_tokens']:.2f}", x(hybrid["speedup_vs_greedy"])]
+        if key == "target":
+            values = [f"**{v}**" if i != 1 else v for i, v in enumerate(values)]
+        return f"| {labels[key]} | " + " | ".join(values) + " |"
+
+    breakdown = {}
+    for line in (BENCH / "smollm2_ablation/breakdown.md").read_text().splitlines():
+        parts = [p.strip() for p in line.strip("|").split("|")]
+        if parts[0].startswith("oneiro-latent-fixed-3@"):
+            breakdown[parts[0]] = (float(parts[2]), float(parts[6].rstrip("%")))
+    (cost,) = {c for c, _ in breakdown.values()}
+    drafting = statistics.mean(d for _, d in breakdown.values())
+    categories = list(summary("smollm2_ablation")["methods"]["greedy"]["categories"])
+    spread = [max(v) - min(v) for v in ([summary("smollm2_ablation")["methods"][f"oneiro-hybrid@{k}"]["categories"][c]
+                                         ["speedup_vs_greedy"] for k in labels] for c in categories)]
+    latent = {k: o[f"oneiro-latent-fixed-3@{k}"]["mean_accepted_tokens"] for k in labels}
+    assert f"{latent['stage1']:.2f}" == f"{latent['target']:.2f}"
+    hybrids = [o[f"oneiro-hybrid@{k}"]["speedup_vs_greedy"] for k in labels]
+    hybrid_span = max(hybrids) - min(hybrids)
+    return [
+        (f"the phase-1 recipe ({phase1['records']} records, {phase1['global_step']} steps of batch "
+         f"{phase1['batch_size']}"),
+        f"1 question per category, all {cfg['n_questions']}, {cfg['max_new_tokens']} new tokens",
+        *(cells(k) for k in labels),
+        (f"verifying its drafts costs {cost:.2f} t(1) on average and the three drafter steps take "
+         f"{drafting:.0f}% of the time"),
+        f"(per-category spreads of {min(spread):.2f}-{max(spread):.2f}x between variants",
+        f"with the same {phase1['global_step']} steps, a random-initialised transition drafts at",
+        f"tau {latent['random']:.2f} against the copied layers' {latent['target']:.2f}",
+        f"and reach {latent['layers14']:.2f}",
+        f"Spec-Bench tau with 3-token latent drafts is {latent['stage1']:.2f} for both",
+        f"within about {hybrid_span:.2f}x of each other",
+        f"stage 2 gained +{gain['after stage 1+2'] - gain['after stage 1']:.3f} held-out tau",
+    ]
