@@ -2338,3 +2338,27 @@ def training_ablation() -> list[str]:
         f"within about {hybrid_span:.2f}x of each other",
         f"stage 2 gained +{gain['after stage 1+2'] - gain['after stage 1']:.3f} held-out tau",
     ]
+
+
+@figures("docs/bring_your_own_target.md", "4. How long a draft: the latency profile")
+def byot_latency_profiles() -> list[str]:
+    """The t(k) table (SmolLM2's CPU profile on both kernel sets, the H200 profile) and the sentences under it
+    (SmolLM2's Spec-Bench run for the latent drafter)."""
+    cpu = record("docs/benchmarks/current/smollm2-135m-instruct/profile.json")
+    h200 = record(H200)
+
+    def cells(p: dict) -> str:
+        return f"{p['t1_s'] * 1000:.1f} ms | " + " | ".join(f"{p['ratios'][k]:.2f}" for k in ("2", "4", "8", "16")) + " |"
+
+    latent = overall("current/smollm2-135m-instruct")["oneiro-latent"]
+    sixteen = max(h200[k]["ratios"]["16"] for k in ("smollm2-135m-shape", "qwen3-8b-shape"))
+    return [
+        f"oneiro kernels ([profile.json](benchmarks/current/smollm2-135m-instruct/profile.json)) | {cells(cpu)}",
+        f"| the same, stock kernels (same file) | {cells(cpu['stock'])}",
+        f"| H200, SmolLM2-135M shape, bf16 ([gpu.md](gpu.md)) | {cells(h200['smollm2-135m-shape'])}",
+        f"| H200, Qwen3-8B shape, bf16 ([gpu.md](gpu.md)) | {cells(h200['qwen3-8b-shape'])}",
+        f"a 2-token pass costs {cpu['ratios']['2']:.2f} target steps and an 8-token pass {cpu['ratios']['8']:.2f}",
+        (f"accepted {pct(latent['acceptance_by_position'][0])} of the time on Spec-Bench, and latent drafting alone "
+         f"ran {x(latent[SAME])} greedy on the same kernels"),
+        f"16 tokens are verified for about {sixteen:.2f} times the price of 1",
+    ]

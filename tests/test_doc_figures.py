@@ -109,7 +109,8 @@ SECTIONS = {"docs/training.md": ("Gemma-3-270M: the second architecture (shipped
                                   "The second lease: learning curve, ablations, and the drafters now shipped",
                                   "The drafter's verified context: its own keys, or exact ones (CPU)",
                                   "Exact verified context in the library", "The pipeline",
-                                  "Ablation (SmolLM2, equal budget)")}
+                                  "Ablation (SmolLM2, equal budget)"),
+            "docs/bring_your_own_target.md": ("4. How long a draft: the latency profile",)}
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*")
 # names and notations whose digits are not figures: model names and sizes, t(k), issue and session numbers, dtypes
 NOT_FIGURES = re.compile(
@@ -722,6 +723,10 @@ NOT_MEASURED = [
     ("docs/training.md", 'Ablation (SmolLM2, equal budget)',
      '(e.g. 24-26, 3-layer 27-30)',
      'layer indices not run'),
+    ("docs/bring_your_own_target.md", "4. How long a draft: the latency profile", "(default 8; per call",
+     "a default"),
+    ("docs/bring_your_own_target.md", "4. How long a draft: the latency profile",
+     "| 2-core CPU, SmolLM2-135M fp32,", "the machine (the profile's own fields name it)"),
     ("docs/hub.md", "Publish", "exits 1 with the drafter saved", "an exit status"),
     ("docs/hub.md", "Which targets a drafter accepts", "Values share a scale in blocks of 32 (16 for Q6_K)",
      "the GGUF formats' block sizes"),
