@@ -110,7 +110,8 @@ SECTIONS = {"docs/training.md": ("Gemma-3-270M: the second architecture (shipped
                                   "The drafter's verified context: its own keys, or exact ones (CPU)",
                                   "Exact verified context in the library", "The pipeline",
                                   "Ablation (SmolLM2, equal budget)"),
-            "docs/bring_your_own_target.md": ("4. How long a draft: the latency profile",)}
+            "docs/bring_your_own_target.md": ("4. How long a draft: the latency profile",),
+            "docs/verification.md": ("Speed vs quality on Spec-Bench (SmolLM2-135M-Instruct, CPU)",)}
 NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*")
 # names and notations whose digits are not figures: model names and sizes, t(k), issue and session numbers, dtypes
 NOT_FIGURES = re.compile(
