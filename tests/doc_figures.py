@@ -2439,3 +2439,43 @@ def verification_tree_prices() -> list[str]:
     call = record("docs/benchmarks/current/smollm2-135m-instruct-batches/profile.json")["drafter_step_ratio"]
     return [f"({call:.3f} t(1) for SmolLM2's drafter",
             f"t(16) = {record(H200)['smollm2-135m-shape']['ratios']['16']:.2f} t(1)"]
+
+
+MEMORY = {"tiny llama": "memory_tiny-llama", "SmolLM2-135M": "memory_smollm2-135m-instruct",
+          "SmolLM2-135M with prepacked weights": "memory_smollm2-135m-instruct_prepacked"}
+
+
+@figures("docs/reliability.md", "Memory across many generate calls")
+def reliability_memory() -> list[str]:
+    """500 generate calls with one drafter (bench_memory.py's three records): the table's rows, the prepacked copies'
+    cost, the counts and bounds the text gives."""
+    runs = {label: record(f"docs/measurements/{name}.json") for label, name in MEMORY.items()}
+    rows = []
+    for label, run in runs.items():
+        by_call = {r["call"]: r for r in run["rows"]}
+        calls = sorted(by_call)
+        rss = " | ".join(f"{by_call[c]['rss_mb']:.1f}" for c in calls)
+        growth = f"+{run['growth']['rss_mb']:.1f} MB"
+        if label.endswith("prepacked weights"):
+            growth += f" (+{by_call[calls[-1]]['rss_mb'] - by_call[100]['rss_mb']:.1f} from call 100)"
+        rows.append(f"| {label}, RSS MB | {rss} | {growth} |")
+        if "prepacked" not in label:
+            heap = " | ".join(f"{by_call[c]['tracemalloc_kb']:.1f}" for c in calls)
+            rows.append(f"| {label}, Python heap KB | {heap} | +{run['growth']['tracemalloc_kb']:.0f} KB |")
+    first = {label: run["rows"][0]["rss_mb"] for label, run in runs.items()}
+    extra = first["SmolLM2-135M with prepacked weights"] - first["SmolLM2-135M"]
+    plain = [r for label in ("tiny llama", "SmolLM2-135M") for r in runs[label]["rows"]]
+    live = max(r[k] for r in plain for k in ("live_generators", "live_kv_caches", "live_ngram_indexes"))
+    smol = {r["call"]: r for r in runs["SmolLM2-135M"]["rows"]}
+    tiny = {r["call"]: r for r in runs["tiny llama"]["rows"]}
+    return rows + [
+        f"(SmolLM2: {extra:.0f} MB more RSS at the first call",
+        f"`docs/measurements/memory_smollm2-135m-instruct_prepacked.json`): {extra:.0f} MB more from the first call",
+        (f"a policy of at most {max(r['policy_verify_entries'] for r in plain)} latency entries, "
+         f"{max(r['policy_lookup_entries'] for r in plain)} n-gram rates and "
+         f"{max(r['policy_latent_bins'] for r in plain)} confidence bins (about "
+         f"{max(r['policy_bytes'] for r in plain) / 1000:.0f} KB"),
+        f"(SmolLM2: the same {smol[250]['rss_mb']:.1f} MB at calls 250 and 500)",
+        f"(tiny: {tiny[250]['tracemalloc_kb']:.1f} KB at call 250, {tiny[500]['tracemalloc_kb']:.1f} KB at 500)",
+        f"In both runs, at every checkpoint: {live} live candidate generators, KV caches and n-gram indexes",
+    ]
