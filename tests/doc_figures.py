@@ -2479,3 +2479,12 @@ def reliability_memory() -> list[str]:
         f"(tiny: {tiny[250]['tracemalloc_kb']:.1f} KB at call 250, {tiny[500]['tracemalloc_kb']:.1f} KB at 500)",
         f"In both runs, at every checkpoint: {live} live candidate generators, KV caches and n-gram indexes",
     ]
+
+
+@figures("docs/api.md", "`oneiro-train`")
+def api_feature_dtype() -> list[str]:
+    """The one measured figure of the flag table: the bfloat16 feature pass against float32's
+    (feature_pass_qwen15.json)."""
+    r = record("docs/measurements/feature_pass_qwen15.json")["result"]
+    ratio = r["bfloat16_feature_pass_batch2048_tok_s"] / r["float32_feature_pass_batch2048_tok_s"]
+    return [f"is {ratio:.1f}x float32's rate on a CPU"]
