@@ -1677,14 +1677,14 @@ def target_relative_sizes_and_tau() -> list[str]:
     whole, truncated and relative drafters (heldout_tau.json), the answer tokens each was trained on."""
     shipped = ROOT / "drafters" / "qwen2.5-coder-1.5b-instruct"
     whole = float(re.search(r"(\d+\.\d) MiB in bfloat16", (shipped / "README.md").read_text()).group(1))
-    stored = (shipped / "model.safetensors").stat().st_size / 2**20
+    stored = mib("drafters/qwen2.5-coder-1.5b-instruct/model.safetensors")
     tau = record("docs/benchmarks/current/qwen2.5-coder-1.5b-instruct/heldout_tau.json")
     by = {name: d["eval_tau"] for name, d in tau["drafters"].items()}
     n = tau["held_out_records"]
     whole_run = record("docs/benchmarks/current/qwen2.5-coder-1.5b-instruct/whole-drafter-run/drafter/training_summary.json")
     tokens = record("drafters/qwen2.5-coder-1.5b-instruct/training_summary.json")["train_response_tokens"]
     return [
-        f"took {stored:.1f} MiB instead of {whole:.1f} MiB whole",
+        f"took {stored} instead of {whole:.1f} MiB whole",
         f"reached held-out tau {by['truncated']:.3f} against {by['whole']:.3f} whole on the same {n} records",
         (f"reached held-out tau {by['relative']:.3f} on the same {n} records, where the whole drafter above gives "
          f"{by['whole']:.3f} and its truncation {by['truncated']:.3f}"),
@@ -1764,6 +1764,24 @@ def gpu_selfdistill_rates() -> list[str]:
 def _timing(summary: dict, phase: str) -> str:
     """A phase's minutes as the training summary's `timings` line gives them."""
     return re.search(rf"{phase} ([\d.]+) min", summary["timings"]).group(1)
+
+
+def _stage_evals(summary_: dict) -> dict[str, dict]:
+    """A training summary's held-out evaluations by stage: "stage 0", "after stage 1", "after stage 1+2" (each
+    label less its parenthesis)."""
+    return {e["label"].split(" (")[0]: e for e in summary_["evals"]}
+
+
+def _kv_arms() -> dict[str, dict]:
+    """The standalone ablation of the drafter's verified keys: each arm's record (drafter_kv_source)."""
+    return {n: record(f"{KV}/{n}.json") for n in ("ridge_own", "ridge_target", "ridge_exact", "shipped_own",
+                                                   "shipped_target")}
+
+
+def _kv_exact_gain() -> float:
+    """Held-out tau that exact verified context gained over the drafter's own keys from the same ridge fit."""
+    arm = _kv_arms()
+    return arm["ridge_exact"]["after"]["tau"] - arm["ridge_own"]["after"]["tau"]
 
 
 @figures("docs/gpu.md", "What the leases measured")
@@ -1856,15 +1874,10 @@ def design_drafter_call() -> list[str]:
 def design_exact_context() -> list[str]:
     """What exact verified context gained from the same start (the standalone script's arms, drafter_kv_source; the
     two oneiro-train runs, exact_verified_context), and what switching a drafter trained on its own keys costs."""
-    arm = {name: record(f"docs/benchmarks/drafter_kv_source/{name}.json")
-           for name in ("ridge_exact", "ridge_own", "shipped_own", "shipped_target")}
-    final = {}
-    for kind in ("exact", "own"):
-        evals = record(f"docs/benchmarks/exact_verified_context/{kind}_training_summary.json")["evals"]
-        (last,) = [e for e in evals if e["label"].startswith("after stage 1+2")]
-        final[kind] = last["eval_tau"]
-    script = arm["ridge_exact"]["after"]["tau"] - arm["ridge_own"]["after"]["tau"]
-    return [(f"+{script:.2f} held-out tau in a standalone training script and "
+    arm = _kv_arms()
+    final = {kind: _stage_evals(record(f"docs/benchmarks/exact_verified_context/{kind}_training_summary.json"))
+             ["after stage 1+2"]["eval_tau"] for kind in ("exact", "own")}
+    return [(f"+{_kv_exact_gain():.2f} held-out tau in a standalone training script and "
              f"+{final['exact'] - final['own']:.2f} through `oneiro-train`"),
             (f"(held-out tau {arm['shipped_own']['before']['tau']:.2f} to "
              f"{arm['shipped_target']['before']['tau']:.2f})")]
@@ -1944,8 +1957,8 @@ def training_shipped_qwen15() -> list[str]:
     """The shipped 1.5B drafter (the 1.2M milestone): its training summary, the learning curve's rate per doubling
     since the 200k milestone, and the side-by-side held-out run against the 991k drafter."""
     shipped = record("drafters/qwen2.5-coder-1.5b-instruct/training_summary.json")
-    stage1 = next(e for e in shipped["evals"] if e["label"] == "after stage 1")
-    final = next(e for e in shipped["evals"] if e["label"].startswith("after stage 1+2"))
+    stages = _stage_evals(shipped)
+    stage1, final = stages["after stage 1"], stages["after stage 1+2"]
     points = {p["milestone"]: p for p in record("data/selfdistill/qwen2.5-coder-1.5b-instruct/learning_curve.json")["points"]}
     first, last = points[200000], points[max(points)]
     assert last["train_response_tokens"] == shipped["train_response_tokens"]
@@ -1996,23 +2009,23 @@ def training_gemma() -> list[str]:
     shards = sum(p.stat().st_size for p in (ROOT / "data/selfdistill/gemma-3-270m/data").glob("*.parquet")) / 2**20
     summary_ = record("drafters/gemma-3-270m/training_summary.json")
     epochs = summary_["global_step"] * summary_["batch_size"] / summary_["train_records"]
-    evals = {e["label"].split(" (")[0]: e for e in summary_["evals"]}
-    ridge, final = evals["stage 0"], evals["after stage 1+2"]
+    stages = _stage_evals(summary_)
+    ridge, final = stages["stage 0"], stages["after stage 1+2"]
 
     def row(e: dict) -> str:
         cells = " | ".join(_dot(e[f"eval_accept_{i}"]) for i in range(2, 6))
         return f"{_dot(e['eval_accept_1'])}** | {cells}" if e is final else f"{_dot(e['eval_accept_1'])} | {cells}"
 
     speed = {m: x(v["overall"]["speedup_vs_greedy"]) for m, v in summary("gemma_stock_kernels")["methods"].items()}
-    weights = (ROOT / "drafters/gemma-3-270m/model.safetensors").stat().st_size / 2**20
+    weights = mib("drafters/gemma-3-270m/model.safetensors")
     stopped = [v for p in sorted((ROOT / "data/selfdistill/gemma-3-270m/data").glob("*.parquet"))
                for v in pq.read_table(p, columns=["stopped"]).column("stopped").to_pylist()]
     card = (ROOT / "data/selfdistill/gemma-3-270m/README.md").read_text()
     prompt_tokens, answer_tokens = map(int, re.search(r"\| \*\*all\*\* \| \| \| \*\*\d+\*\* \| \*\*(\d+)\*\* \| "
                                                       r"\*\*(\d+)\*\*", card).groups())
     return [
-        f"is {weights:.1f} MiB of weights",
-        f"{weights:.1f} MiB in bf16. Held-out",
+        f"is {weights} of weights",
+        f"{weights} in bf16. Held-out",
         f"{sum(stopped)} of the {len(stopped):,} answers",
         f"the {(prompt_tokens + answer_tokens) / 1e6:.1f}M prompt and answer tokens of the dataset (its card)",
         f"holds {export['prompts_rechecked']:,} records ({shards:.1f} MiB of parquet)",
@@ -2140,8 +2153,7 @@ def training_verified_context() -> list[str]:
     """The standalone ablation of the drafter's verified keys (drafter_kv_source), the same variants on Spec-Bench
     (smollm2_ablation_multilayer), the feature pass's rates (feature_pass_qwen15, the 54k milestone, the shipped
     SmolLM2 drafter) and the Spec-Bench acceptance set against held-out (smollm2_multilayer_drafter)."""
-    arm = {n: record(f"{KV}/{n}.json") for n in ("ridge_own", "ridge_target", "ridge_exact", "shipped_own",
-                                                   "shipped_target")}
+    arm = _kv_arms()
     ridge = [arm[n] for n in ("ridge_own", "ridge_target", "ridge_exact")]
     assert len({(a["steps"], a["batch"], a["train_sequences"], a["eval_sequences"]) for a in ridge}) == 1
     minutes = sorted(a["train_seconds"] / 60 for a in ridge)
@@ -2217,7 +2229,7 @@ def training_exact_context_library() -> list[str]:
     runs = {k: record(f"docs/benchmarks/exact_verified_context/{k}_training_summary.json") for k in ("own", "exact")}
     own, exact = runs["own"], runs["exact"]
     assert all(own[k] == exact[k] for k in ("records", "train_records", "eval_records", "global_step", "batch_size"))
-    evals = {k: {e["label"].split(" (")[0]: e for e in r["evals"]} for k, r in runs.items()}
+    evals = {k: _stage_evals(r) for k, r in runs.items()}
 
     def row(label: str, key: str, bold: bool = False) -> str:
         o, e = evals["own"][key], evals["exact"][key]
@@ -2249,7 +2261,7 @@ def training_exact_context_library() -> list[str]:
         (f"by +{final_e['eval_tau'] - final_o['eval_tau']:.2f} tau and "
          f"+{100 * (final_e['eval_accept_1'] - final_o['eval_accept_1']):.1f} points of first-step agreement"),
         f"({own['eval_records']} held-out records, {shipped - final_e['eval_tau']:.1f} tau below the shipped drafter)",
-        (f"(the standalone script above: +{record(f'{KV}/ridge_exact.json')['after']['tau'] - record(f'{KV}/ridge_own.json')['after']['tau']:.2f})"),
+        f"(the standalone script above: +{_kv_exact_gain():.2f})",
         (f"Each arm took about {statistics.mean(minutes['total']):.0f} minutes here (features "
          f"{min(minutes['features']):.0f}-{max(minutes['features']):.0f}, training "
          f"{min(minutes['train']):.0f}-{max(minutes['train']):.0f}"),
@@ -2294,7 +2306,7 @@ def training_ablation() -> list[str]:
     budget and phase 2's stage-2 gain (the first SmolLM2 drafter's training summary)."""
     cpu = record(f"{REPLACED}/cpu_521af14.json")
     phase1 = cpu["phase1"]
-    gain = {e["label"].split(" (")[0]: e["eval_tau"] for e in cpu["evals"]}
+    gain = {stage: e["eval_tau"] for stage, e in _stage_evals(cpu).items()}
     o = overall("smollm2_ablation")
     cfg = summary("smollm2_ablation")["config"]
     assert all(o[m]["identical_to_greedy"] == 1.0 for m in o)
