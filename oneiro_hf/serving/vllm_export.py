@@ -205,10 +205,10 @@ def export_for_vllm(drafter_dir: str | Path, out_dir: str | Path, target: str,
     out = Path(out_dir)
     if out.exists() and any(out.iterdir()):
         raise VllmExportRefused(f"{out} exists and is not empty. Fix: pass a new or empty OUT_DIR.")
-    if lookup is not None and lookup_problem(*lookup) is not None:
-        raise VllmExportRefused(lookup_problem(*lookup))
-    if step_profile is not None and profile_problem(step_profile) is not None:
-        raise VllmExportRefused(profile_problem(step_profile))
+    problem = ((lookup_problem(*lookup) if lookup is not None else None)
+               or (profile_problem(step_profile) if step_profile is not None else None))
+    if problem is not None:
+        raise VllmExportRefused(problem)
     reason = vllm_refusal(OneiroDrafterConfig.from_pretrained(drafter_dir))
     if reason is not None:
         raise VllmExportRefused(f"{drafter_dir} cannot be served by vLLM: {reason}")
