@@ -64,12 +64,12 @@ class Ours:
         own: dict = {}
         document = self.memory.open(prompt[:-1], own=own) if self.memory is not None else None
         written, position, passes = len(prompt) - 1, 0, 0
+        index = NgramIndex(1, 4, keep_occurrences=LOOKUP_BRANCHES)  # extended as the answer grows, as generate's is
         while position < len(answer):
             sequence, truth = prompt + answer[:position], answer[position:]
             tree = TokenTree.with_root(sequence[-1])
             if self.lookup:
-                index = NgramIndex(1, 4, keep_occurrences=LOOKUP_BRANCHES)
-                index.extend(sequence)
+                index.extend(sequence[len(index.tokens):])
                 add_lookup_branches(tree, index.continuations(self.nodes, LOOKUP_BRANCHES), min_ngram=1,
                                     policy=self.policy, eos_ids=set())
             if document is not None:
